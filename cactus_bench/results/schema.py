@@ -1,0 +1,216 @@
+"""The results CSV schema: one row per (run, task), long format, the source of truth.
+
+Every column has a kind that fixes how a Python value becomes a cell and how a cell is read back.
+A missing value is an EMPTY cell, never 0: a verifier-only run has no AL, an errored run has no
+timings. `row_to_cells` is the only way a row reaches disk, so a typo in a column name, a NaN
+disguised as a number or an error row carrying stale timings (a pitfall Spec-Bench hit) fails
+loudly before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+STATUSES = ("ok", "error")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str  # "str" | "int" | "float" | "bool" | "json"
+    doc: str
+
+
+_SCHEMA: tuple[Column, ...] = (
+    # identity and provenance
+    Column("run_id", "str", "unique id of the run (one run may write one row per task)"),
+    Column("config_hash", "str", "config_hash() of the result-relevant config; resume key"),
+    Column("timestamp", "str", "ISO 8601 UTC time the row was produced"),
+    Column("git_sha", "str", "commit of the harness (recorded at submission for Slurm)"),
+    Column("git_dirty", "bool", "true when the work tree had uncommitted changes"),
+    Column("experiment", "str", "experiment preset name, e.g. table1_qwen3_14b"),
+    # what was run
+    Column("model_pair", "str", "pair name from cactus_bench.models.PAIR_NAMES"),
+    Column("drafter_id", "str", "drafter checkpoint id; empty for a verifier-only run"),
+    Column("verifier_id", "str", "verifier checkpoint id"),
+    Column("backend", "str", "hf | vllm"),
+    Column("dtype", "str", "dtype the models ran in"),
+    Column("task", "str", "gsm8k | ifeval | gpqa | demo"),
+    Column("n_samples", "int", "number of prompts scored"),
+    Column("sampler", "str",
+           "sps | cactus | cactus_exact | tas | interp | topk | greedy | verifier (no drafts)"),
+    Column("delta", "float", "divergence budget (cactus, cactus_exact)"),
+    Column("divergence", "str", "f-divergence of the constraint, e.g. kl"),
+    Column("threshold", "float", "TAS posterior threshold epsilon"),
+    Column("alpha", "float", "TAS alpha, or the interpolation weight of interp"),
+    Column("top_k_accept", "int", "k of the top-k acceptance baseline"),
+    Column("m", "int", "draft length (tokens drafted per step)"),
+    Column("temperature", "float", "sampling temperature (0 = greedy)"),
+    Column("top_p", "float", "nucleus threshold"),
+    Column("top_k", "int", "top-k filter of the sampling distributions"),
+    Column("seed", "int", "seed of the run"),
+    Column("max_new_tokens", "int", "generation cap per prompt"),
+    # quality
+    Column("score_name", "str", "which task metric `score` is, e.g. exact_match,strict-match"),
+    Column("score", "float", "headline task score as a fraction in [0, 1]"),
+    Column("metrics_json", "json", "every task metric, a JSON object name -> value"),
+    # speculation statistics (empty for a verifier-only run)
+    Column("al", "float", "accepted drafts per verification step, bonus NOT counted (paper's AL)"),
+    Column("tokens_per_step", "float", "emitted tokens per step, bonus counted (vLLM's 'AL')"),
+    Column("accept_rate", "float", "accepted drafts / drafted tokens"),
+    Column("accept_rate_by_pos", "json", "list: fraction of steps whose draft position j was "
+           "accepted, among steps that drafted position j (sums to AL when every step drafts m)"),
+    Column("draft_tokens_drafted", "int", "draft tokens proposed, all steps and prompts"),
+    Column("draft_tokens_accepted", "int", "draft tokens accepted"),
+    Column("draft_tokens_rejected", "int", "drafted - accepted, incl. drafts after a rejection"),
+    Column("generated_tokens", "int", "output tokens after stop handling, all prompts"),
+    Column("num_steps", "int", "verification steps (autoregressive: one per token)"),
+    # timing
+    Column("draft_time_s", "float", "seconds spent drafting, summed over prompts"),
+    Column("verify_time_s", "float", "seconds spent in verifier forwards"),
+    Column("sampler_time_s", "float", "seconds spent in the acceptance rule"),
+    Column("wall_time_spec_s", "float", "total decode seconds of this run's decoder"),
+    Column("wall_time_baseline_s", "float", "total decode seconds of the verifier-only baseline"),
+    Column("baseline_generated_tokens", "int", "output tokens of the baseline, all prompts"),
+    Column("tokens_per_s_spec", "float", "generated_tokens / wall_time_spec_s"),
+    Column("tokens_per_s_baseline", "float", "baseline_generated_tokens / wall_time_baseline_s"),
+    Column("speedup", "float", "tokens_per_s_spec / tokens_per_s_baseline"),
+    Column("speedup_walltime", "float", "wall_time_baseline_s / wall_time_spec_s"),
+    Column("baseline_mode", "str", "interleave | cached | none"),
+    # environment
+    Column("device_name", "str", "accelerator or CPU model the timings come from"),
+    Column("torch_version", "str", "torch version"),
+    Column("transformers_version", "str", "transformers version"),
+    Column("python_version", "str", "Python version"),
+    # outcome
+    Column("status", "str", "ok | error"),
+    Column("error", "str", "one-line error message when status is error"),
+)
+
+SCHEMA: dict[str, Column] = {c.name: c for c in _SCHEMA}
+COLUMNS: list[str] = [c.name for c in _SCHEMA]
+REQUIRED_COLUMNS: tuple[str, ...] = ("run_id", "config_hash", "task", "sampler", "status")
+
+# Measured numbers: an error row must leave these empty so a failed run never carries stale values.
+MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(COLUMNS[COLUMNS.index("score") : COLUMNS.index(
+    "baseline_mode")])
+
+
+def _is_missing(value) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return value == ""
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return math.isnan(float(value))
+    return value is pd.NA or value is pd.NaT
+
+
+def format_cell(name: str, value) -> str:
+    """One cell's text for column `name`; raises ValueError when the value does not fit."""
+    column = SCHEMA[name]
+    if _is_missing(value):
+        return ""
+    kind = column.kind
+    if kind == "str":
+        text = str(value)
+        if "\n" in text or "\r" in text:
+            # A newline would survive CSV quoting but breaks grep/tail-style inspection and the
+            # single-line error contract; flatten it.
+            text = " ".join(text.split())
+        return text
+    if kind == "bool":
+        if isinstance(value, (bool, np.bool_)):
+            return "true" if bool(value) else "false"
+        raise ValueError(f"column {name!r} wants a bool, got {value!r}")
+    if kind == "int":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise ValueError(f"column {name!r} wants an integer, got {value!r}")
+        if float(value) != int(value):
+            raise ValueError(f"column {name!r} wants an integer, got non-integral {value!r}")
+        return str(int(value))
+    if kind == "float":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise ValueError(f"column {name!r} wants a number, got {value!r}")
+        if math.isinf(float(value)):
+            raise ValueError(f"column {name!r} got {value!r}; store a finite number or leave it "
+                             "empty (None)")
+        return repr(float(value))
+    if kind == "json":
+        if isinstance(value, str):
+            json.loads(value)  # must already be valid JSON
+            return value
+        return json.dumps(_json_safe(value), separators=(",", ":"), sort_keys=True,
+                          allow_nan=False)
+    raise AssertionError(f"unknown column kind {kind!r}")
+
+
+def _json_safe(value):
+    """NaN inside a JSON list/dict becomes null (JSON has no NaN); numpy scalars become Python."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    return value
+
+
+def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
+    """Validate `row` and return its cells in `columns` order (default COLUMNS).
+
+    Unknown keys are an error (add the column to schema.py); keys in `columns` but not in the
+    schema (written by a newer version of the harness) are left empty.
+    """
+    unknown = sorted(set(row) - set(SCHEMA))
+    if unknown:
+        raise ValueError(f"unknown result column(s) {unknown}; known columns are "
+                         "cactus_bench.results.COLUMNS (add new ones in results/schema.py)")
+    for name in REQUIRED_COLUMNS:
+        if _is_missing(row.get(name)):
+            raise ValueError(f"result row is missing required column {name!r}")
+    status = row["status"]
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
+    if status == "error":
+        if _is_missing(row.get("error")):
+            raise ValueError("an error row needs a one-line message in column 'error'")
+        stale = [c for c in MEASUREMENT_COLUMNS if not _is_missing(row.get(c))]
+        if stale:
+            raise ValueError(f"an error row must leave measured columns empty, got {stale}: "
+                             "a failed run must not carry stale numbers")
+    score = row.get("score")
+    if not _is_missing(score) and isinstance(score, numbers.Real) and not 0 <= score <= 1:
+        raise ValueError(f"score must be a fraction in [0, 1] (as lm-eval reports it), got "
+                         f"{score!r}; the report shows it as a percentage")
+    cells = {name: format_cell(name, value) for name, value in row.items()}
+    return [cells.get(name, "") for name in (columns or COLUMNS)]
+
+
+def coerce_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Give the columns of a CSV read as text their schema types (missing -> NA, never 0)."""
+    frame = frame.copy()
+    for name in frame.columns:
+        column = SCHEMA.get(name)
+        text = frame[name].astype("string").replace("", pd.NA)
+        if column is None or column.kind in ("str", "json"):
+            frame[name] = text
+        elif column.kind == "float":
+            frame[name] = pd.to_numeric(text, errors="raise").astype("Float64")
+        elif column.kind == "int":
+            frame[name] = pd.to_numeric(text, errors="raise").astype("Int64")
+        elif column.kind == "bool":
+            lowered = text.str.lower()
+            bad = lowered.dropna()[~lowered.dropna().isin(["true", "false"])]
+            if len(bad):
+                raise ValueError(f"column {name!r} holds non-boolean values {list(bad[:3])}")
+            frame[name] = lowered.map({"true": True, "false": False}).astype("boolean")
+    return frame
