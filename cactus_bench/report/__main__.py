@@ -1,0 +1,54 @@
+"""`python -m cactus_bench.report {tables,plots,all} [--csv GLOB ...] [--out DIR]`.
+
+Reads results CSVs only. Tables go to OUT/tables (Markdown + LaTeX), figures to OUT/figures
+(PNG + PDF). Quote globs so the CLI expands them: --csv 'results/demo/*.csv'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cactus_bench.report import (
+    DEFAULT_REFERENCE,
+    aggregate,
+    load_reference,
+    load_results,
+    make_figures,
+    write_tables,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cactus_bench.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=("tables", "plots", "all"))
+    parser.add_argument("--csv", action="append", default=None, metavar="PATH_OR_GLOB",
+                        help="results CSV(s); repeatable (default: results/*.csv)")
+    parser.add_argument("--out", default="results", type=Path,
+                        help="output root: writes OUT/tables and OUT/figures (default: results)")
+    parser.add_argument("--reference", default=str(DEFAULT_REFERENCE),
+                        help="paper values YAML, or 'none' to leave the paper out")
+    args = parser.parse_args(argv)
+    try:
+        frame = load_results(args.csv or ["results/*.csv"])
+        agg = aggregate(frame)
+        written = []
+        if args.what in ("tables", "all"):
+            reference = None if args.reference == "none" else load_reference(args.reference)
+            written += write_tables(agg, reference, args.out / "tables")
+        if args.what in ("plots", "all"):
+            written += make_figures(agg, args.out / "figures")
+    except ValueError as error:  # bad input: one line naming the fix, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{len(frame)} rows from {frame['source_file'].nunique()} CSV(s) -> "
+          f"{len(written)} files under {args.out}/")
+    for path in written:
+        print(f"  {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Load results CSVs for the report: check columns, type them, keep finished rows, average seeds.
+
+The report reads CSV files only (never a model, never the engine), so it runs anywhere the CSVs
+are, e.g. on a laptop after copying results/ from the cluster.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cactus_bench.results.schema import coerce_frame
+
+# Columns every report needs; a CSV without one was not written by ResultStore (or is truncated).
+REPORT_COLUMNS = (
+    "model_pair", "drafter_id", "verifier_id", "task", "sampler", "delta", "threshold", "alpha",
+    "top_k_accept", "m", "temperature", "top_p", "top_k", "seed", "score_name", "score", "al",
+    "tokens_per_step", "accept_rate", "accept_rate_by_pos", "draft_tokens_rejected",
+    "generated_tokens", "tokens_per_s_spec", "tokens_per_s_baseline", "speedup",
+    "speedup_walltime", "baseline_mode", "device_name", "status",
+)
+
+# One table cell / plotted point per distinct value of these; seeds are averaged.
+CONFIG_KEYS = ("model_pair", "m", "task", "sampler", "delta", "threshold", "alpha",
+               "top_k_accept", "temperature", "top_p", "top_k", "max_new_tokens")
+_MEAN_COLUMNS = ("score", "al", "tokens_per_step", "accept_rate", "tokens_per_s_spec",
+                 "tokens_per_s_baseline", "speedup", "speedup_walltime")
+_SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens")
+
+
+def expand_paths(patterns: list[str | Path]) -> list[Path]:
+    """Expand glob patterns (quoted so make and the shell pass them through) to files."""
+    paths: list[Path] = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(str(pattern))) if glob.has_magic(str(pattern)) else [pattern]
+        for match in matches:
+            path = Path(match)
+            if not path.is_file():
+                raise ValueError(f"results CSV {path} does not exist; run `python run.py` "
+                                 "first or pass the right --csv")
+            if path not in paths:
+                paths.append(path)
+    if not paths:
+        raise ValueError(f"no results CSV matched {[str(p) for p in patterns]}; run "
+                         "`python run.py` first or pass --csv PATH")
+    return paths
+
+
+def read_results_csv(path: str | Path) -> pd.DataFrame:
+    """One results CSV, typed by the schema, with a `source_file` column."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"{path} is empty: no header and no rows (did the run crash before "
+                         "its first append?)")
+    if not text.endswith("\n"):
+        warnings.warn(f"{path}: ignoring a torn last line", stacklevel=2)
+        text = text[: text.rfind("\n") + 1]
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    missing = [c for c in REPORT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path} lacks column(s) {missing} that the report needs; was it "
+                         "written by cactus_bench.results.ResultStore?")
+    if frame.empty:
+        raise ValueError(f"{path} has a header but no rows; nothing to report")
+    frame = coerce_frame(frame)
+    frame["source_file"] = str(path)
+    return frame
+
+
+def load_results(patterns: list[str | Path], only_ok: bool = True) -> pd.DataFrame:
+    """All rows of the matching CSVs (status ok only, by default)."""
+    frame = pd.concat([read_results_csv(p) for p in expand_paths(patterns)], ignore_index=True)
+    if only_ok:
+        frame = frame[frame["status"] == "ok"].reset_index(drop=True)
+        if frame.empty:
+            raise ValueError("the results CSVs hold no row with status ok; nothing to report")
+    return frame
+
+
+def _mean_list(cells: pd.Series) -> str | None:
+    """Element-wise mean of JSON lists (per-position acceptance) over seeds; None if none."""
+    lists = [json.loads(c) for c in cells.dropna()]
+    if not lists:
+        return None
+    width = max(len(values) for values in lists)
+    padded = np.full((len(lists), width), np.nan)
+    for row, values in enumerate(lists):
+        padded[row, : len(values)] = [np.nan if v is None else v for v in values]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN position stays NaN
+        return json.dumps([None if np.isnan(v) else float(v) for v in np.nanmean(padded, 0)])
+
+
+def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: means over seeds (rejections and tokens summed), n_runs."""
+    keys = [k for k in CONFIG_KEYS if k in frame.columns]
+    groups = frame.groupby(keys, dropna=False, sort=False)
+    out = groups[list(_MEAN_COLUMNS)].mean()
+    for name in _SUM_COLUMNS:
+        out[name] = groups[name].sum(min_count=1)
+    out["accept_rate_by_pos"] = groups["accept_rate_by_pos"].agg(_mean_list)
+    for name in ("drafter_id", "verifier_id", "score_name", "baseline_mode"):
+        out[name] = groups[name].agg(lambda s: s.dropna().iloc[0] if s.notna().any() else None)
+    out["device_name"] = groups["device_name"].agg(
+        lambda s: " / ".join(sorted(set(s.dropna()))) or None)
+    out["n_runs"] = groups.size()
+    return out.reset_index()

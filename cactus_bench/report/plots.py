@@ -1,0 +1,203 @@
+"""Figures from aggregated results rows: one PNG + PDF per (kind, model pair, m).
+
+Kinds: AL vs δ, score vs δ, speedup vs δ (SpS / TAS / Verifier as horizontal references),
+score vs AL (one marker per sampler: the quality-speed trade-off) and acceptance rate by draft
+position. A panel or figure whose data is missing says so in the plot instead of staying blank.
+Figures are built with matplotlib's object API (no pyplot state), so any backend works.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+from tqdm import tqdm
+
+from cactus_bench.report.tables import (
+    blocks,
+    is_missing,
+    method_label,
+    method_sort_key,
+    pair_title,
+    task_sort_key,
+    task_title,
+)
+
+SWEEP_SAMPLERS = ("cactus", "cactus_exact")  # the samplers with a δ axis
+COLORS = {"verifier": "0.35", "sps": "C0", "tas": "C1", "cactus": "C3", "cactus_exact": "C4",
+          "interp": "C2", "topk": "C5", "greedy": "C6"}  # one color per sampler in every figure
+REFERENCE_STYLES = {"verifier": ("Verifier", "-"), "sps": ("SpS", "--"), "tas": ("TAS", ":")}
+MARKERS = {"verifier": "*", "sps": "o", "tas": "s", "cactus": "^", "cactus_exact": "v",
+           "interp": "D", "topk": "P", "greedy": "X"}
+DELTA_LABEL = "δ (KL divergence budget, nats)"
+
+
+def _color(sampler: str) -> str:
+    return COLORS.get(sampler, "C9")
+
+
+def _say_missing(ax: Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9,
+            transform=ax.transAxes, color="0.3")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _value(row, column: str, scale: float = 1.0) -> float | None:
+    return None if is_missing(row[column]) else float(row[column]) * scale
+
+
+def _new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, list[Axes], list]:
+    tasks = sorted(rows["task"].unique(), key=task_sort_key)
+    figure = Figure(figsize=(4.6 * len(tasks) + 0.6, 4.2), layout="constrained")
+    axes = figure.subplots(1, len(tasks), squeeze=False)[0]
+    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
+    figure.suptitle(f"{what}: {pair_title(rows, pair)}, m = {m if m else '—'}\n{devices}",
+                    fontsize=10)
+    return figure, list(axes), tasks
+
+
+def _draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1.0) -> None:
+    for sampler in samplers:
+        label, style = REFERENCE_STYLES[sampler]
+        color = _color(sampler)
+        for _, row in rows[rows["sampler"] == sampler].iterrows():
+            value = _value(row, column, scale)
+            if value is not None:
+                ax.axhline(value, linestyle=style, color=color, linewidth=1.3,
+                           label=method_label(row) if sampler == "tas" else label)
+
+
+def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, unity=False):
+    figure, axes, tasks = _new_figure(rows, pair, m, what)
+    for ax, task in zip(axes, tasks, strict=True):
+        task_rows = rows[rows["task"] == task]
+        ax.set_title(task_title(task), fontsize=10)
+        drew, max_delta = False, 0.0
+        for sampler in SWEEP_SAMPLERS:
+            sweep = task_rows[(task_rows["sampler"] == sampler) & task_rows["delta"].notna()
+                              & task_rows[column].notna()].sort_values("delta")
+            if len(sweep):
+                ax.plot(sweep["delta"].astype(float), sweep[column].astype(float) * scale,
+                        marker=MARKERS[sampler], color=_color(sampler),
+                        label="Cactus" if sampler == "cactus" else "Cactus-exact")
+                drew, max_delta = True, max(max_delta, float(sweep["delta"].max()))
+        if not drew:
+            _say_missing(ax, f"No Cactus δ sweep with {column} for {task_title(task)}\n"
+                             f"in the input CSVs ({pair}, m = {m}).")
+            continue
+        _draw_references(ax, task_rows, column, references, scale)
+        if unity:
+            ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
+        ax.set_xlim(0, 1.08 * max_delta)  # δ = 0 is SpS: the references meet the sweep there
+        ax.set_xlabel(DELTA_LABEL)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return figure
+
+
+def al_vs_delta(rows, pair, m) -> Figure:
+    return _versus_delta(rows, pair, m, "Accepted length vs δ", "al",
+                         "AL (accepted draft tokens / step, no bonus)", ("sps", "tas"))
+
+
+def score_vs_delta(rows, pair, m) -> Figure:
+    return _versus_delta(rows, pair, m, "Task score vs δ", "score", "score (%)",
+                         ("verifier", "sps", "tas"), scale=100.0)
+
+
+def speedup_vs_delta(rows, pair, m) -> Figure:
+    return _versus_delta(rows, pair, m, "Speedup over the verifier vs δ", "speedup",
+                         "speedup (tokens/s ratio, x)", ("sps", "tas"), unity=True)
+
+
+def score_vs_al(rows, pair, m) -> Figure:
+    figure, axes, tasks = _new_figure(rows, pair, m, "Quality-speed trade-off")
+    for ax, task in zip(axes, tasks, strict=True):
+        task_rows = rows[(rows["task"] == task)]
+        ax.set_title(task_title(task), fontsize=10)
+        points = task_rows[task_rows["al"].notna() & task_rows["score"].notna()]
+        if points.empty:
+            _say_missing(ax, f"No speculative rows with AL and score for {task_title(task)}.")
+            continue
+        for sampler, group in points.groupby("sampler", sort=False):
+            ax.scatter(group["al"].astype(float), group["score"].astype(float) * 100,
+                       marker=MARKERS.get(sampler, "o"), color=_color(sampler), s=46,
+                       label=method_label(group.iloc[0]).split(" (")[0])
+            if sampler in SWEEP_SAMPLERS:
+                for _, row in group.iterrows():
+                    ax.annotate(f"δ={float(row['delta']):g}", (float(row["al"]),
+                                float(row["score"]) * 100), textcoords="offset points",
+                                xytext=(4, 4), fontsize=7)
+        _draw_references(ax, task_rows, "score", ("verifier",), 100.0)
+        ax.margins(0.12)  # room for the δ labels
+        ax.set_xlabel("AL (accepted draft tokens / step, no bonus)")
+        ax.set_ylabel("score (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return figure
+
+
+def accept_by_position(rows, pair, m) -> Figure:
+    figure, axes, tasks = _new_figure(rows, pair, m, "Acceptance rate by draft position")
+    for ax, task in zip(axes, tasks, strict=True):
+        task_rows = rows[(rows["task"] == task) & rows["accept_rate_by_pos"].notna()]
+        ax.set_title(task_title(task), fontsize=10)
+        if task_rows.empty:
+            _say_missing(ax, f"No per-position acceptance for {task_title(task)}.")
+            continue
+        ordered = sorted((r for _, r in task_rows.iterrows()), key=method_sort_key)
+        n_sweep = sum(r["sampler"] in SWEEP_SAMPLERS for r in ordered)
+        shade = 0
+        for row in ordered:
+            rates = json.loads(row["accept_rate_by_pos"])
+            positions = [j + 1 for j, r in enumerate(rates) if r is not None]
+            if row["sampler"] in SWEEP_SAMPLERS:  # shades of one colormap, ordered by δ
+                color = colormaps["viridis"](0.1 + 0.75 * shade / max(n_sweep - 1, 1))
+                shade += 1
+                dashes = "-" if row["sampler"] == "cactus" else "-."
+            else:
+                color, dashes = _color(row["sampler"]), "--"
+            ax.plot(positions, [r for r in rates if r is not None], dashes, marker=".",
+                    color=color, label=method_label(row))
+        ax.set_xlabel("draft position j (1 = first drafted token)")
+        ax.set_ylabel("P(position j accepted) over steps")
+        ax.set_ylim(0, 1.02)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return figure
+
+
+FIGURES: dict[str, Callable] = {
+    "al_vs_delta": al_vs_delta, "score_vs_delta": score_vs_delta,
+    "speedup_vs_delta": speedup_vs_delta, "score_vs_al": score_vs_al,
+    "accept_by_position": accept_by_position,
+}
+
+
+def _slug(text) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", str(text)).strip("-") or "none"
+
+
+def make_figures(agg: pd.DataFrame, out_dir: str | Path, formats=("png", "pdf")) -> list[Path]:
+    """Write every figure kind for every (pair, m) block; returns the paths written."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(kind, pair, m, rows) for pair, m, rows in blocks(agg) for kind in FIGURES]
+    written = []
+    for kind, pair, m, rows in tqdm(jobs, desc="figures", unit="fig", disable=None):
+        figure = FIGURES[kind](rows, pair, m)
+        for fmt in formats:
+            path = out_dir / f"{kind}__{_slug(pair)}__m{m if m else 'none'}.{fmt}"
+            figure.savefig(path, dpi=150)
+            written.append(path)
+    return written
