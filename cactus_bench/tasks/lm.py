@@ -1,0 +1,160 @@
+"""An lm-evaluation-harness model that decodes with a cactus-bench engine decoder.
+
+lm-eval builds each task's prompts (chat template applied through `apply_chat_template`) and
+scores the text `generate_until` returns with its own filters and metrics. The per-request
+engine records (acceptance per step, timings) are kept on the model for the run's report.
+
+With a baseline decoder (the verifier alone), every prompt is also decoded by it, interleaved
+prompt by prompt with the speculative decoder and alternating which goes first, so that slow
+drifts of a shared machine hit both arms alike. Only the speculative output is scored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lm_eval.api.instance import Instance
+from lm_eval.api.model import LM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import normalize_gen_kwargs
+from tqdm.auto import tqdm
+
+from cactus_bench.engine import RequestRecord, SamplingParams
+from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
+
+SUPPORTED_GEN_KWARGS = frozenset(
+    {"until", "max_gen_toks", "do_sample", "temperature", "top_p", "top_k"}
+)
+
+
+def request_seed(run_seed: int, index: int) -> int:
+    """The sampling seed of request `index`: the same for both arms, distinct across runs."""
+    return (run_seed * 1_000_003 + index) % 2**31
+
+
+def sampling_from_gen_kwargs(kwargs: dict[str, Any]) -> SamplingParams:
+    """lm-eval gen kwargs -> SamplingParams. A key that is absent means off, as in HF's
+    generate: temperature 1, top-p 1, top-k 0. do_sample False means greedy (temperature 0)."""
+    return SamplingParams.from_gen_kwargs(kwargs, default=SamplingParams())
+
+
+@register_model("cactus_bench")
+class CactusBenchLM(LM):
+    """lm-eval `LM` around a SpeculativeDecoder or AutoregressiveDecoder (generative tasks only).
+
+    decoder / baseline: objects with `generate(prompt_ids, max_new_tokens, stop, seed, sampling)
+    -> RequestRecord`; tokenizer: the verifier's HF tokenizer (its chat template formats
+    prompts); chat_template_kwargs: extra template variables such as {"enable_thinking": True}.
+    """
+
+    def __init__(
+        self,
+        decoder,
+        tokenizer,
+        baseline=None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
+        seed: int = 1234,
+        show_progress: bool = True,
+    ) -> None:
+        super().__init__()
+        if not hasattr(decoder, "generate"):
+            raise TypeError("decoder must be a cactus_bench.engine decoder (has .generate)")
+        if baseline is not None and not hasattr(baseline, "generate"):
+            raise TypeError("baseline must be None or a cactus_bench.engine decoder")
+        if max_gen_toks < 1:
+            raise ValueError(f"max_gen_toks must be >= 1; got {max_gen_toks}")
+        self.decoder = decoder
+        self.baseline = baseline
+        self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.max_gen_toks = max_gen_toks
+        self.seed = seed
+        self.show_progress = show_progress
+        self.records: list[RequestRecord] = []  # speculative (or only) arm, request order
+        self.baseline_records: list[RequestRecord] = []  # same requests, verifier alone
+
+    # ---- what lm-eval asks of a chat model ------------------------------------------------------
+    @property
+    def tokenizer_name(self) -> str:
+        return str(getattr(self.tokenizer, "name_or_path", "") or "cactus_bench").replace("/", "__")
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        template = getattr(self.tokenizer, "chat_template", None)
+        return template if isinstance(template, str) else None
+
+    def apply_chat_template(
+        self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True
+    ) -> str:
+        """The prompt text for lm-eval's messages, rendered by the tokenizer's chat template."""
+        return self.tokenizer.apply_chat_template(
+            chat_history,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=not add_generation_prompt,
+            **self.chat_template_kwargs,
+        )
+
+    def loglikelihood(self, requests: list[Instance]) -> list[tuple[float, bool]]:
+        raise NotImplementedError(
+            "cactus_bench measures decoding: it supports generative tasks only "
+            "(output_type generate_until), not log-likelihood tasks"
+        )
+
+    def loglikelihood_rolling(self, requests: list[Instance]) -> list[float]:
+        raise NotImplementedError(
+            "cactus_bench measures decoding: it supports generative tasks only "
+            "(output_type generate_until), not log-likelihood tasks"
+        )
+
+    # ---- decoding -------------------------------------------------------------------------------
+    def encode_prompt(self, context: str) -> list[int]:
+        """Token ids of a prompt. The chat template already wrote any BOS text, so special tokens
+        are added only when the text does not start with the BOS token."""
+        bos = getattr(self.tokenizer, "bos_token", None)
+        add_special = not (bos and context.startswith(bos))
+        return list(self.tokenizer.encode(context, add_special_tokens=add_special))
+
+    def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
+        outputs = []
+        hide = disable_tqdm or not self.show_progress
+        for request in tqdm(requests, desc="generate_until", disable=hide):
+            context, gen_kwargs = request.args
+            outputs.append(self._generate_one(context, gen_kwargs))
+            self.cache_hook.add_partial("generate_until", request.args, outputs[-1])
+        return outputs
+
+    def _generate_one(self, context: str, gen_kwargs: dict[str, Any]) -> str:
+        unknown = set(gen_kwargs) - SUPPORTED_GEN_KWARGS
+        if unknown:
+            raise ValueError(
+                f"unsupported generation kwargs {sorted(unknown)}; cactus_bench understands "
+                f"{sorted(SUPPORTED_GEN_KWARGS)}"
+            )
+        kwargs = normalize_gen_kwargs(gen_kwargs, default_max_gen_toks=self.max_gen_toks)
+        stop = [term for term in kwargs["until"] if term]
+        sampling = sampling_from_gen_kwargs(kwargs)
+        prompt_ids = self.encode_prompt(context)
+        index = len(self.records)
+
+        def run(decoder) -> RequestRecord:  # both arms: same prompt, budget, stops and seed
+            return decoder.generate(
+                list(prompt_ids),
+                max_new_tokens=kwargs["max_gen_toks"],
+                stop=stop,
+                seed=request_seed(self.seed, index),
+                sampling=sampling,
+            )
+
+        if self.baseline is not None and index % 2 == 1:  # alternate which arm goes first
+            self.baseline_records.append(run(self.baseline))
+        record = run(self.decoder)
+        self.records.append(record)
+        if self.baseline is not None and index % 2 == 0:
+            self.baseline_records.append(run(self.baseline))
+        # The engine already cuts at stop strings; cut again so a decoder that does not cannot
+        # leak text past a stop into the scorer (lm-eval's own rule: earliest stop wins).
+        text = record.text
+        for term in stop:
+            text = text.split(term)[0]
+        return text
