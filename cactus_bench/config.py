@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,7 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 SAMPLER_PARAMS: dict[str, tuple[str, ...]] = {
     "sps": (),
     "greedy": (),
-    "cactus": ("delta", "divergence"),
+    "cactus": ("delta",),  # the Taylor rule (Corollary 5) is KL's
     "cactus_exact": ("delta", "divergence"),
     "tas": ("threshold", "alpha"),
     "interp": ("alpha",),
@@ -75,7 +76,7 @@ class SamplerConf:
 
     name: str = MISSING
     delta: float | None = None  # divergence budget (cactus, cactus_exact); paper's δ
-    divergence: str | None = None  # f-divergence of the constraint, e.g. "kl"
+    divergence: str | None = None  # cactus_exact's f-divergence: kl reverse_kl chi2 hellinger tv
     threshold: float | None = None  # TAS epsilon
     alpha: float | None = None  # TAS alpha, or interp's weight on p
     k: int | None = None  # top-k acceptance
@@ -121,10 +122,11 @@ class RunConf:
 
 
 def register_configs() -> None:
-    """Register the schema as `base_config` (idempotent); call before Hydra composes."""
+    """Register the schema as `base_config` and the resolvers; call before Hydra composes."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="base_config", node=RunConf)
+    register_resolvers()
 
 
 def run_conf_from_dict(values: dict[str, Any]) -> RunConf:
@@ -155,7 +157,7 @@ def _check_sampler(sampler: SamplerConf) -> None:
             takes = ", ".join(allowed) or "no parameters"
             _fail(f"sampler {sampler.name!r} does not take {name} (it takes {takes}); "
                   f"remove sampler.{name}")
-        if value is None and name in allowed and name != "divergence":
+        if value is None and name in allowed and name != "divergence":  # others have no default
             _fail(f"sampler {sampler.name!r} needs sampler.{name}; set it in "
                   f"configs/sampler/{sampler.name}.yaml or on the command line")
     if sampler.delta is not None and sampler.delta < 0:
@@ -304,6 +306,11 @@ def one_line_error(error: BaseException) -> str:
     for line in (_missing_config_line(message), _not_in_struct_line(message, _schema_keys())):
         if line:
             return line
+    if "Traceback (most recent call last)" in message:
+        # A job's error relayed with its traceback (submitit): keep the final "XError: ..." line.
+        finals = re.findall(r"^(\w[\w.]*(?:Error|Exception|Interrupt)\b.*)$", message, re.M)
+        if finals:
+            return finals[-1].strip()
     lines = [part.strip() for part in message.splitlines() if part.strip()]
     full_key = next((p.split(":", 1)[1].strip() for p in lines if p.startswith("full_key:")), "")
     lines = [p for p in lines if not re.match(r"(full_key|object_type|reference_type)[:=]", p)]
@@ -311,3 +318,51 @@ def one_line_error(error: BaseException) -> str:
     if full_key and full_key not in text:
         text = f"{full_key}: {text}"
     return text
+
+
+# ---- launch context -----------------------------------------------------------------------------
+# The launching process pins these before Hydra starts any job, so that jobs (local processes,
+# Slurm arrays starting hours later, possibly from a changed checkout) record the commit that was
+# submitted and resolve relative paths against the folder run.py was started from.
+GIT_SHA_ENV = "CACTUS_BENCH_GIT_SHA"  # read by cactus_bench.results.metadata.git_state
+GIT_DIRTY_ENV = "CACTUS_BENCH_GIT_DIRTY"
+LAUNCH_DIR_ENV = "CACTUS_BENCH_LAUNCH_DIR"
+
+
+def pin_launch_context() -> None:
+    """Record git sha, dirty flag and launch folder in the environment, unless already pinned."""
+    if not os.environ.get(GIT_SHA_ENV):
+        from cactus_bench.results.metadata import git_state
+
+        sha, dirty = git_state()
+        if sha:
+            os.environ[GIT_SHA_ENV] = sha
+            os.environ[GIT_DIRTY_ENV] = "" if dirty is None else str(dirty).lower()
+    os.environ.setdefault(LAUNCH_DIR_ENV, os.getcwd())
+
+
+def _git_sha_resolver() -> str:
+    from cactus_bench.results.metadata import git_state
+
+    return git_state()[0] or ""
+
+
+def _git_dirty_resolver() -> str:
+    from cactus_bench.results.metadata import git_state
+
+    dirty = git_state()[1]
+    return "" if dirty is None else str(dirty).lower()
+
+
+def register_resolvers() -> None:
+    """`${git_sha:}` and `${git_dirty:}` for configs (the slurm launcher's setup lines)."""
+    for name, resolver in (("git_sha", _git_sha_resolver), ("git_dirty", _git_dirty_resolver)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
+
+
+def resolve_path(path: str | None) -> str | None:
+    """A relative path taken against the launch folder (see pin_launch_context), else as is."""
+    if path is None or os.path.isabs(path):
+        return path
+    return os.path.join(os.environ.get(LAUNCH_DIR_ENV, os.getcwd()), path)

@@ -1,0 +1,100 @@
+"""cactus-bench command line: one run, a sweep, or a Slurm array, configured by Hydra.
+
+    python run.py                                   # embedded demo: smollm2_135m, demo task, cactus
+    python run.py model=qwen3_8b task=gsm8k sampler=cactus delta=0.75 m=20
+    python run.py -m sampler=cactus delta=0.25,0.5,0.75,1.0 task=gsm8k,ifeval,gpqa model=qwen3_8b
+    python run.py experiment=table1 hydra/launcher=slurm    # a paper preset as a Slurm array
+    python run.py --cfg job                         # print the composed config and exit
+
+Configs live in configs/ (schema: cactus_bench/config.py). This file is the only code that sees a
+Hydra DictConfig: it turns it into a plain RunConf and hands it to cactus_bench.runner. Any
+configuration or run error ends in ONE line on stderr and a nonzero exit status (2 for a bad
+configuration, 1 for a failed run); in a sweep every failed job prints its line and the other
+jobs still run. Set HYDRA_FULL_ERROR=1 for full tracebacks instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from cactus_bench.config import (
+    ConfigError,
+    RunConf,
+    one_line_error,
+    pin_launch_context,
+    register_configs,
+    validate,
+)
+
+CONFIG_ERROR_EXIT = 2
+RUN_ERROR_EXIT = 1
+LAUNCH_PID_ENV = "CACTUS_BENCH_LAUNCH_PID"  # the process that runs Hydra (not a submitit job)
+
+_failures: list[BaseException] = []  # jobs of this process that failed (printed already)
+
+
+def to_run_conf(cfg: DictConfig) -> RunConf:
+    """The composed config as validated plain dataclasses (fails before any model loads)."""
+    try:
+        conf = OmegaConf.to_object(cfg)
+    except Exception as error:  # e.g. a missing value (???) or an interpolation to nowhere
+        raise ConfigError(one_line_error(error)) from error
+    validate(conf)
+    return conf
+
+
+@hydra.main(version_base="1.3", config_path="configs", config_name="config")
+def main(cfg: DictConfig) -> None:
+    try:
+        conf = to_run_conf(cfg)
+        from cactus_bench import runner  # after validation: a bad config never waits for torch
+
+        outcome = runner.run(conf)
+    except Exception as error:
+        in_job_process = os.environ.get(LAUNCH_PID_ENV) != str(os.getpid())
+        if in_job_process or os.environ.get("CACTUS_BENCH_TRACEBACK"):
+            raise  # a submitit job: its launcher collects the error; or the user wants it all
+        # Report here, one line per failed job, and let a sweep go on with its other jobs.
+        print(f"error: {one_line_error(error)}", file=sys.stderr, flush=True)
+        _failures.append(error)
+        return
+    print(runner.format_outcome(outcome), flush=True)
+
+
+def _is_config_error(error: BaseException) -> bool:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(error, ConfigError | HydraException | OmegaConfBaseException)
+
+
+def cli() -> None:
+    register_configs()
+    pin_launch_context()
+    os.environ[LAUNCH_PID_ENV] = str(os.getpid())
+    if os.environ.get("HYDRA_FULL_ERROR"):
+        os.environ["CACTUS_BENCH_TRACEBACK"] = "1"
+    # Hydra prints its own multi-line reports unless HYDRA_FULL_ERROR is set: set it so that
+    # composition errors reach the handler below, which prints one line.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as error:
+        if os.environ.get("CACTUS_BENCH_TRACEBACK"):
+            raise
+        print(f"error: {one_line_error(error)}", file=sys.stderr, flush=True)
+        _failures.append(error)
+    if _failures:
+        config_only = all(_is_config_error(error) for error in _failures)
+        sys.exit(CONFIG_ERROR_EXIT if config_only else RUN_ERROR_EXIT)
+
+
+if __name__ == "__main__":
+    cli()

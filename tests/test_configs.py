@@ -1,0 +1,208 @@
+"""Every YAML under configs/ composes and validates; bad configs fail with one clear line.
+
+Composition goes through Hydra's compose API against the real configs/ folder, with the same
+schema (cactus_bench.config.RunConf) and conversion run.py uses. Fast: no model, no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
+
+from cactus_bench import config as config_module
+from cactus_bench.config import (
+    SAMPLER_PARAMS,
+    ConfigError,
+    RunConf,
+    hash_fields,
+    one_line_error,
+    register_configs,
+    run_conf_from_dict,
+    validate,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG_DIR = REPO / "configs"
+GROUPS = ("model", "task", "sampler", "backend", "logger", "experiment", "arm")
+ALL_YAMLS = sorted(p.relative_to(CONFIG_DIR).as_posix() for p in CONFIG_DIR.rglob("*.yaml"))
+
+register_configs()
+
+
+def compose_cfg(overrides: list[str], hydra_node: bool = False):
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=hydra_node)
+
+
+def compose_run_conf(overrides: list[str]) -> RunConf:
+    """What run.py does: compose, convert to plain dataclasses, validate."""
+    try:
+        conf = OmegaConf.to_object(compose_cfg(overrides))
+    except Exception as error:
+        raise ConfigError(one_line_error(error)) from error
+    validate(conf)
+    return conf
+
+
+def overrides_for(relative: str) -> list[str]:
+    parts = relative.removesuffix(".yaml").split("/")
+    if parts == ["config"]:
+        return []
+    if parts[:2] == ["hydra", "launcher"]:
+        return [f"hydra/launcher={parts[2]}"]
+    if parts[0] == "local":  # git-ignored cluster settings, merged into the slurm launcher
+        return ["hydra/launcher=slurm"]
+    assert len(parts) == 2 and parts[0] in GROUPS, f"unexpected config file {relative}"
+    return [f"{parts[0]}={parts[1]}"]
+
+
+def sweep_params(cfg) -> dict[str, list[str]]:
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    return {key: str(value).split(",") for key, value in params.items()}
+
+
+@pytest.mark.parametrize("relative", ALL_YAMLS)
+def test_every_yaml_composes_and_validates(relative):
+    overrides = overrides_for(relative)
+    cfg = compose_cfg(overrides, hydra_node=True)
+    HydraConfig.instance().set_config(cfg)  # so ${hydra:...} in launcher fields resolves
+    OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    conf = compose_run_conf(overrides)
+    assert isinstance(conf, RunConf)
+    # A preset's sweep names only options that exist (each has its own case here), and its
+    # first job composes and validates.
+    params = sweep_params(cfg)
+    for key, values in params.items():
+        for value in values if key in GROUPS else ():
+            assert (CONFIG_DIR / key / f"{value}.yaml").exists(), f"{relative}: {key}={value}"
+    if params:
+        compose_run_conf([*overrides, *(f"{key}={values[0]}" for key, values in params.items())])
+
+
+def test_default_is_the_embedded_demo():
+    conf = compose_run_conf([])
+    assert (conf.model.name, conf.task.name, conf.sampler.name) == ("smollm2_135m", "demo",
+                                                                     "cactus")
+    assert conf.limit is not None and conf.max_new_tokens <= 256  # minutes on a CPU, not hours
+    assert (conf.temperature, conf.top_p, conf.top_k, conf.m) == (0.6, 0.95, 20, 10)
+
+
+def test_shortcuts_reach_the_sampler_and_arms_set_sampler_and_delta():
+    assert compose_run_conf(["delta=0.75"]).sampler.delta == 0.75
+    conf = compose_run_conf(["arm=cactus_exact_0.25"])
+    assert (conf.sampler.name, conf.sampler.delta, conf.delta) == ("cactus_exact", 0.25, 0.25)
+    conf = compose_run_conf(["sampler=tas", "delta=0.5"])
+    assert conf.sampler.delta is None  # TAS has no delta: it is not recorded nor hashed
+
+
+def test_task_defaults_yield_to_presets_and_command_line():
+    assert compose_run_conf(["task=gsm8k"]).limit is None
+    assert compose_run_conf(["task=gsm8k", "limit=3"]).limit == 3
+    demo = compose_run_conf(["experiment=demo"])
+    assert (demo.experiment_name, demo.baseline, demo.results_dir) == ("demo", "cached",
+                                                                       "results/demo")
+
+
+def test_table1_preset_covers_the_paper_grid():
+    cfg = compose_cfg(["experiment=table1"], hydra_node=True)
+    params = sweep_params(cfg)
+    assert str(cfg.hydra.mode).endswith("MULTIRUN")
+    assert set(params["model"]) == {"qwen3_8b", "qwen3_14b"}
+    assert set(params["m"]) == {"10", "20"}
+    assert set(params["arm"]) == {"verifier", "sps", "tas", "cactus_0.75", "cactus_1.0"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["delta=-0.5"], "delta must be >= 0"),
+        (["m=0"], "m (draft length) must be >= 1"),
+        (["detla=1"], "unknown config key 'detla' (did you mean 'delta'?)"),
+        (["sampler.detla=1"], "unknown config key 'sampler.detla'"),
+        (["model=qwen3_9b"], "unknown model 'qwen3_9b'"),
+        (["task=gsm8"], "unknown task 'gsm8' (did you mean 'gsm8k'?)"),
+        (["sampler=cactis"], "unknown sampler 'cactis' (did you mean 'cactus'?)"),
+        (["delta=abc"], "could not be converted to Float"),
+        (["baseline=sometimes"], "baseline must be one of interleave, cached, none"),
+        (["limit=0"], "limit must be >= 1"),
+        (["top_p=0"], "top_p must be in (0, 1]"),
+        (["device=gpu"], "device must be auto, cpu, mps, cuda or cuda:N"),
+        (["sampler=sps", "sampler.delta=0.5"], "sampler 'sps' does not take delta"),
+        (["sampler=tas", "sampler.threshold=1.5"], "threshold (TAS epsilon) must be in (0, 1]"),
+    ],
+)
+def test_validation_errors_are_one_line(overrides, expected):
+    with pytest.raises(ConfigError) as caught:
+        compose_run_conf(overrides)
+    message = str(caught.value)
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_run_conf_from_dict_validates():
+    base = OmegaConf.to_container(compose_cfg([]), resolve=True)
+    assert run_conf_from_dict(base).sampler.name == "cactus"
+    with pytest.raises(ConfigError, match="m \\(draft length\\) must be >= 1"):
+        run_conf_from_dict({**base, "m": 0})
+    with pytest.raises(ConfigError, match="unknown config key 'sampler.foo'"):
+        run_conf_from_dict({**base, "sampler": {**base["sampler"], "foo": 1}})
+
+
+def test_hash_ignores_what_does_not_change_a_measurement():
+    def hashed(overrides):
+        return hash_fields(compose_run_conf(overrides))
+
+    assert hashed(["sampler=sps", "delta=0.5"]) == hashed(["sampler=sps", "delta=1.0"])
+    assert hashed(["sampler=verifier", "m=10"]) == hashed(["sampler=verifier", "m=20"])
+    assert hashed(["force=true", "results_dir=/elsewhere"]) == hashed([])
+    assert hashed(["delta=0.5"]) != hashed(["delta=1.0"])
+    assert hashed(["m=10"]) != hashed(["m=20"])
+
+
+def test_name_lists_match_the_layers():
+    # config.py keeps its own copies so validation never imports torch; they must not drift.
+    samplers = pytest.importorskip("cactus_bench.samplers")
+    assert set(config_module.SAMPLER_NAMES) == set(samplers.SAMPLER_NAMES)
+    assert set(SAMPLER_PARAMS) == {*samplers.SAMPLER_NAMES, config_module.VERIFIER_ONLY}
+    for name, params in SAMPLER_PARAMS.items():  # every listed parameter is accepted
+        if name != config_module.VERIFIER_ONLY:
+            samplers.make_sampler(name, **{p: _example(p) for p in params})
+    try:
+        from cactus_bench.tasks import TASK_NAMES
+    except ImportError:
+        return
+    assert set(config_module.TASK_NAMES) == set(TASK_NAMES)
+
+
+def _example(param: str):
+    return {"delta": 0.5, "divergence": "kl", "threshold": 0.09, "alpha": 0.3, "k": 5}[param]
+
+
+def test_git_env_names_match_the_results_layer():
+    from cactus_bench.results import metadata
+
+    assert (config_module.GIT_SHA_ENV, config_module.GIT_DIRTY_ENV) == (
+        metadata.GIT_SHA_ENV, metadata.GIT_DIRTY_ENV)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [(["delta=-1"], "delta must be >= 0"), (["sampler=nope"], "unknown sampler 'nope'"),
+     (["m=x"], "could not be converted to Integer")],
+)
+def test_cli_prints_one_line_and_exits_2(args, expected, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    done = subprocess.run([sys.executable, str(REPO / "run.py"), *args,
+                           f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
