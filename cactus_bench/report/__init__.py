@@ -14,7 +14,7 @@ from cactus_bench.report.load import aggregate, load_results, read_results_csv
 from cactus_bench.report.plots import FIGURES, make_figures
 from cactus_bench.report.reference import DEFAULT_REFERENCE, Reference, load_reference
 from cactus_bench.report.render import to_latex, to_markdown
-from cactus_bench.report.tables import Table, speedup_table, table1
+from cactus_bench.report.tables import Table, blocks, speedup_table, table1
 
 
 def write_tables(agg, reference: Reference | None, out_dir: str | Path) -> list[Path]:
@@ -37,5 +37,5 @@ def write_tables(agg, reference: Reference | None, out_dir: str | Path) -> list[
 __all__ = [
     "load_results", "read_results_csv", "aggregate", "load_reference", "Reference",
     "DEFAULT_REFERENCE", "table1", "speedup_table", "to_markdown", "to_latex", "write_tables",
-    "make_figures", "FIGURES",
+    "make_figures", "FIGURES", "blocks",
 ]

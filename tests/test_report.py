@@ -1,0 +1,213 @@
+"""Reports from the hand-written fixture CSV: Rej checked by hand, paper values, errors, figures.
+
+Fixture tests/fixtures/results_small.csv, pair qwen3_14b, m = 20, GSM8K (counts chosen so the
+arithmetic is easy to check by hand):
+  SpS            rejected 3000 / generated 1000 -> r = 3.0 (the reference)
+  TAS            2000 / 1000 -> r = 2.0 -> Rej = 100 (2.0 / 3.0 - 1) = -33.3 %
+  Cactus δ=0.75  1500 / 1000 -> r = 1.5 -> Rej = -50.0 %; score 93.00 vs paper 92.15 -> +0.85 pp
+  Cactus δ=1.0   two seeds: (1200 + 1400) / (1000 + 1000) = 1.3 -> Rej = -56.7 %,
+                 score (92 + 93) / 2 = 92.50, AL (7.0 + 7.2) / 2 = 7.10
+  Cactus δ=2.0   status error: must not appear.
+"""
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cactus_bench.report import (
+    aggregate,
+    blocks,
+    load_reference,
+    load_results,
+    make_figures,
+    table1,
+    to_latex,
+    to_markdown,
+    write_tables,
+)
+from cactus_bench.report.__main__ import main
+from cactus_bench.report.plots import FIGURES
+from cactus_bench.report.reference import model_key
+from cactus_bench.results import COLUMNS
+
+FIXTURE = str(Path(__file__).parent / "fixtures" / "results_small.csv")
+
+
+@pytest.fixture(scope="module")
+def agg():
+    return aggregate(load_results([FIXTURE]))
+
+
+def _row(markdown: str, label: str) -> list[str]:
+    """Cells of the first table row whose label is `label`."""
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == label:
+            return cells[1:]
+    raise AssertionError(f"no row {label!r} in\n{markdown}")
+
+
+def _lines_after(markdown: str, label: str, count: int) -> list[list[str]]:
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {label} |"))
+    return [[c.strip() for c in line.strip("|").split("|")][1:]
+            for line in lines[start + 1: start + 1 + count]]
+
+
+def test_table1_rej_matches_the_hand_computed_values(agg):
+    markdown = to_markdown(table1(agg, load_reference())[0])
+    # columns: GSM8K score, AL, Rej, GPQA score, AL, Rej
+    assert _row(markdown, "SpS")[:3] == ["91.89", "5.11", "ref"]
+    assert _row(markdown, "TAS (ε = 0.09)")[2] == "-33.3%"
+    assert _row(markdown, "Cactus (δ = 0.75)")[:3] == ["93.00", "7.00", "-50.0%"]
+    assert _row(markdown, "Cactus (δ = 1)")[:3] == ["92.50", "7.10", "-56.7%"]
+    assert _row(markdown, "Cactus (δ = 1)")[3:] == ["—", "—", "—"]  # not run on GPQA
+    assert _row(markdown, "Verifier")[1:3] == ["—", "—"]  # no drafts: no AL, no Rej
+    assert "δ = 2" not in markdown  # the error row is dropped
+    assert "Rej = 100 x (r / r_SpS - 1)" in markdown  # the formula is stated
+
+
+def test_table1_shows_paper_values_and_our_difference(agg):
+    markdown = to_markdown(table1(agg, load_reference())[0])
+    paper, diff = _lines_after(markdown, "Cactus (δ = 0.75)", 2)
+    assert paper[:3] == ["*92.15*", "*7.15*", "*-36%*"]
+    assert diff[:3] == ["*+0.85 pp*", "*-0.15*", "*-14.0 pp*"]
+    assert "arXiv:2604.04987" in markdown
+    without = to_markdown(table1(agg, None)[0])
+    assert "paper" not in without.split("\n1.")[0]
+
+
+def test_latex_is_escaped_and_grouped(agg):
+    latex = to_latex(table1(agg, load_reference())[0])
+    assert r"\multicolumn{3}{c}{GSM8K}" in latex and r"\toprule" in latex
+    assert r"qwen3\_14b" in latex and r"Cactus ($\delta$ = 0.75)" in latex
+    assert r"-50.0\%" in latex and latex.rstrip().endswith(r"\end{table}")
+
+
+def test_speedup_table_names_the_device(tmp_path, agg):
+    written = write_tables(agg, load_reference(), tmp_path)
+    assert sorted(p.name for p in written) == ["speedup.md", "speedup.tex", "table1.md",
+                                               "table1.tex"]
+    speedup = (tmp_path / "speedup.md").read_text()
+    assert "Device: NVIDIA A100-SXM4-40GB" in speedup
+    assert re.search(r"\| GSM8K \| Cactus \(δ = 1\) \| 40.00 \| 20.00 \| 2.00x \| 1.95x \|",
+                     speedup)
+
+
+def test_verifier_rows_join_only_their_own_pair(agg):
+    found = {(pair, m): set(rows["sampler"]) for pair, m, rows in blocks(agg)}
+    assert found == {("qwen3_14b", 20): {"verifier", "sps", "tas", "cactus"},
+                     ("tiny", 4): {"verifier", "sps"}}
+
+
+def test_reference_file_parses_and_every_number_cites_a_source():
+    reference = load_reference()
+    assert len(reference) == 27
+    value = reference.lookup("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", 20, "cactus", 1.0, "gpqa",
+                             "al")
+    assert value.value == 6.74 and "Table 1" in reference.sources[value.source]["cite"]
+    # the verifier row depends on neither drafter nor m
+    assert reference.lookup(None, "qwen3-14b", 10, "verifier", None, "gsm8k",
+                            "score").value == 91.71
+    assert reference.lookup("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", 10, "cactus", 1.0, "gpqa",
+                            "speedup_walltime").approximate
+    assert model_key("/ckpt/Qwen3-0.6B/") == "qwen3-0.6b"
+
+
+def test_paper_rej_agrees_with_the_al_form_of_the_formula():
+    """PAPER.md: Rej is consistent with comparing (m - AL) / (AL + 1) against SpS's value."""
+    reference = load_reference()
+    m = 20
+    checked = 0
+    for task in ("gsm8k", "gpqa"):
+        def paper(sampler, delta, metric, task=task):
+            return reference.lookup("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", m, sampler, delta,
+                                    task, metric)
+
+        sps_al = paper("sps", None, "al").value
+        for sampler, delta in (("tas", None), ("cactus", 0.75), ("cactus", 1.0)):
+            al = paper(sampler, delta, "al").value
+            implied = 100 * (((m - al) / (al + 1)) / ((m - sps_al) / (sps_al + 1)) - 1)
+            assert implied == pytest.approx(paper(sampler, delta, "rej_pct").value, abs=2.5)
+            checked += 1
+    assert checked == 6
+
+
+def test_bad_reference_files_are_refused(tmp_path):
+    bad = tmp_path / "ref.yaml"
+    bad.write_text("sources: {a: {cite: x}}\nentries:\n  - {drafter: d, verifier: v, m: 1, "
+                   "sampler: sps, delta: null, task: t, metric: score, value: 1, source: b}\n")
+    with pytest.raises(ValueError, match="unknown source 'b'"):
+        load_reference(bad)
+    with pytest.raises(ValueError, match="not found"):
+        load_reference(tmp_path / "missing.yaml")
+
+
+def test_missing_column_and_empty_csv_give_clear_errors(tmp_path):
+    broken = tmp_path / "no_al.csv"
+    pd.read_csv(FIXTURE, dtype=str).drop(columns=["al"]).to_csv(broken, index=False)
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['al'\]"):
+        load_results([broken])
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="is empty"):
+        load_results([empty])
+    header_only = tmp_path / "header.csv"
+    header_only.write_text(",".join(COLUMNS) + "\n")
+    with pytest.raises(ValueError, match="header but no rows"):
+        load_results([header_only])
+    with pytest.raises(ValueError, match="no results CSV matched"):
+        load_results([str(tmp_path / "nothing" / "*.csv")])
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
+    (tmp_path / "empty.csv").write_text("")
+    assert main(["tables", "--csv", str(tmp_path / "empty.csv"), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "is empty" in err and "\n" not in err
+
+
+def test_a_missing_combination_gives_a_figure_that_says_so(agg):
+    pair, m, rows = [b for b in blocks(agg) if b[0] == "tiny"][0]
+    figure = FIGURES["al_vs_delta"](rows, pair, m)
+    texts = [t.get_text() for ax in figure.axes for t in ax.texts]
+    assert any("No Cactus δ sweep" in t for t in texts)
+    assert "tiny" in figure.get_suptitle() and "CPU" in figure.get_suptitle()
+
+
+def test_figures_have_labelled_axes_and_are_written(tmp_path, agg):
+    pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
+    for kind, build in FIGURES.items():
+        figure = build(rows, pair, m)
+        assert "NVIDIA A100" in figure.get_suptitle() and "m = 20" in figure.get_suptitle()
+        for ax in figure.axes:
+            if ax.lines or ax.collections:  # a panel with data, not a "missing" note
+                assert ax.get_xlabel() and ax.get_ylabel(), kind
+                assert ax.get_legend() is not None, kind
+    written = make_figures(agg, tmp_path, formats=("png",))
+    assert len(written) == 2 * len(FIGURES)
+    assert all(p.stat().st_size > 10_000 for p in written)
+
+
+@pytest.mark.slow
+def test_cli_all_writes_tables_and_figures(tmp_path):
+    assert main(["all", "--csv", FIXTURE, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "tables" / "table1.tex").exists()
+    assert len(list((tmp_path / "figures").glob("*.pdf"))) == 2 * len(FIGURES)
+
+
+@pytest.mark.slow
+def test_notebook_runs_headless(monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("CACTUS_RESULTS", FIXTURE)
+    notebook = nbformat.read("notebooks/analysis.ipynb", as_version=4)
+    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": "notebooks"}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    shown = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    assert "Cactus (δ = 0.75)" in shown and "-50.0%" in shown
+    assert any("image/png" in o.get("data", {}) for o in outputs)
