@@ -1,0 +1,28 @@
+# cactus-bench: every entry point a user needs. `make help` lists them.
+PYTHON ?= .venv/bin/python
+PIP    ?= .venv/bin/pip
+TORCH_VERSION ?= 2.13.0
+
+.DEFAULT_GOAL := help
+.PHONY: help setup test test-fast lint bench
+
+help:  ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+setup:  ## create .venv: CPU torch first (never a CUDA build here), then the package with dev extras
+	test -x $(PYTHON) || python3 -m venv .venv
+	$(PIP) install --quiet torch==$(TORCH_VERSION)
+	$(PIP) install --quiet -e '.[dev]'
+
+test:  ## run the whole test suite (fast and slow)
+	$(PYTHON) -m pytest -q
+
+test-fast:  ## run only the fast unit tests
+	$(PYTHON) -m pytest -q -m "not slow"
+
+lint:  ## ruff check and format check
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+
+bench:  ## benchmarks: samplers, engine (writes results/bench/*.csv)
+	$(PYTHON) scripts/bench_samplers.py

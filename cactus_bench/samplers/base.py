@@ -1,0 +1,258 @@
+"""The verification chain shared by every acceptance rule.
+
+A rule decides, for each drafted token n at position j, an acceptance probability a_j and, at the
+first rejected position, a recovery distribution r_j; when all m drafts are accepted a bonus token
+is drawn from the verifier's row m. Rules supply those three pieces; this module runs the chain:
+
+    u_j ~ U[0, 1)                 one draw per position, [B, m]
+    accepted_j = u_j < a_j        (deterministic rules have a_j in {0, 1})
+    k = number of leading accepts (num_accepted)
+    token k  ~ r_k  if k < m  else  bonus(q_m)
+
+Memory: acceptance reads only q(n), p(n) and row statistics ([B, m]); the full-vocabulary
+recovery/bonus distribution is built once per row, at position k: extra memory O(B V).
+Random draws happen in a fixed order (torch.rand [B, m], then one uniform per row for the
+last token)
+so that rules that coincide (Cactus at delta = 0 and SpS) produce identical outputs for one
+generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class VerifyOutput:
+    token_ids: torch.Tensor  # [B, m + 1] int64: accepted drafts, one recovered/bonus token, -1
+    num_accepted: torch.Tensor  # [B] int64 in 0..m: accepted draft tokens (bonus not counted)
+
+
+@dataclass(frozen=True)
+class DraftStats:
+    """Per-position quantities a rule may read to decide acceptance ([B, m], float32/64)."""
+
+    q_n: torch.Tensor  # verifier probability of the drafted token (row-normalised)
+    p_n: torch.Tensor  # drafter probability of the drafted token (row-normalised)
+    target_probs: torch.Tensor  # [B, m + 1, V] the raw verifier rows, for rules needing more
+    target_sums: torch.Tensor  # [B, m + 1] row sums of target_probs
+    draft_token_ids: torch.Tensor  # [B, m]
+
+
+class AcceptanceRule:
+    """Base class: subclasses implement `accept_prob` and the recovery/bonus hooks."""
+
+    name: str = "base"
+    deterministic_accept: bool = False  # accept_prob is an indicator: no uniform draw (TAS...)
+    recovery_is_argmax: bool = False  # recover with argmax q (TAS, greedy)
+    bonus_is_argmax: bool = False  # bonus with argmax q (greedy)
+
+    # ---- hooks -------------------------------------------------------------------------------
+    def params(self) -> dict:
+        """Hyper-parameters that identify this rule (for results rows)."""
+        return {}
+
+    def accept_prob(self, stats: DraftStats) -> torch.Tensor:
+        """[B, m] acceptance probability of each drafted token, in [0, 1]."""
+        raise NotImplementedError
+
+    def recovery_weights(
+        self,
+        p_row: torch.Tensor,
+        q_row: torch.Tensor,
+        n: torch.Tensor,
+        q_n: torch.Tensor,
+        p_n: torch.Tensor,
+    ) -> torch.Tensor:
+        """[R, V] non-negative weights of the recovery distribution at a rejected position.
+
+        p_row, q_row: [R, V] row-normalised float32; n, q_n, p_n: [R]. A row that sums to zero
+        falls back to `fallback_weights`.
+        """
+        raise NotImplementedError
+
+    def fallback_weights(self, q_row: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        """Used when a recovery row has no positive mass (only reachable through rounding)."""
+        return q_row
+
+    # ---- the chain ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def verify(
+        self,
+        draft_token_ids: torch.Tensor,
+        draft_probs: torch.Tensor,
+        target_probs: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> VerifyOutput:
+        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs)
+        ids = draft_token_ids.long()
+        stats, draft_sums = _draft_stats(ids, draft_probs, target_probs)
+
+        accept = self.accept_prob(stats)  # [B, m]
+        if bool(torch.isnan(accept).any()):
+            raise ValueError("acceptance probability is NaN: check draft_probs/target_probs")
+        if self.deterministic_accept:
+            accepted = accept >= 0.5
+        else:
+            uniform = torch.rand(
+                (batch, m), generator=generator, device=accept.device, dtype=torch.float32
+            )
+            accepted = uniform < accept
+        num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
+
+        rows = torch.arange(batch, device=ids.device)
+        rejected = num_accepted < m  # [B]
+        pos = num_accepted.clamp(max=m - 1)  # draft row used for recovery (bonus rows ignore it)
+        dtype = stats.q_n.dtype
+        q_row = target_probs[rows, num_accepted].to(dtype)  # [B, V] verifier row at position k
+        q_row = q_row / stats.target_sums[rows, num_accepted].unsqueeze(-1)
+        p_row = draft_probs[rows, pos].to(dtype) / draft_sums[rows, pos].unsqueeze(-1)
+        last_token = self._sample_last(
+            rejected,
+            q_row,
+            p_row,
+            ids[rows, pos],
+            stats.q_n[rows, pos],
+            stats.p_n[rows, pos],
+            generator,
+        )
+
+        token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
+        keep = torch.arange(m, device=ids.device).unsqueeze(0) < num_accepted.unsqueeze(1)
+        token_ids[:, :m] = torch.where(keep, ids, token_ids[:, :m])
+        token_ids[rows, num_accepted] = last_token
+        return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)
+
+    def _sample_last(self, rejected, q_row, p_row, n, q_n, p_n, generator) -> torch.Tensor:
+        """[B] the token after the accepted prefix: recovered where rejected, else the bonus."""
+        if self.recovery_is_argmax or self.bonus_is_argmax:
+            argmax_q = q_row.argmax(dim=-1)
+        if self.recovery_is_argmax and self.bonus_is_argmax:
+            return argmax_q
+        if self.recovery_is_argmax:
+            weights = q_row  # rejected rows use argmax; the others draw the bonus from q
+        else:
+            recovery = self.recovery_weights(p_row, q_row, n, q_n, p_n).clamp(min=0)
+            empty = recovery.sum(dim=-1, keepdim=True) <= 0
+            recovery = torch.where(empty, self.fallback_weights(q_row, n), recovery)
+            weights = torch.where(rejected.unsqueeze(-1), recovery, q_row)
+        sampled = sample_categorical(weights, generator)
+        if self.recovery_is_argmax:
+            return torch.where(rejected, argmax_q, sampled)
+        if self.bonus_is_argmax:
+            return torch.where(rejected, sampled, argmax_q)
+        return sampled
+
+    # ---- exact law for one drafted token -------------------------------------------------------
+    @torch.inference_mode()
+    def output_distribution(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Exact law of the emitted token when one n ~ p is drafted and verified against q.
+
+        p, q: [V]. Returns [V] float64: sum_n p(n) [1{x = n} a_n + (1 - a_n) r_n(x)].
+        Each candidate n becomes one batch row of the same hooks that `verify` uses.
+        """
+        if p.dim() != 1 or q.dim() != 1 or p.shape != q.shape:
+            raise ValueError(
+                f"p and q must be 1-D of equal size; got {tuple(p.shape)} and {tuple(q.shape)}"
+            )
+        vocab = p.shape[0]
+        p, q = p.double(), q.double()
+        p64 = p / p.sum()
+        ids = torch.arange(vocab, device=p.device).unsqueeze(1)  # [V, 1]: row n drafts n
+        draft_probs = p.expand(vocab, 1, vocab)  # [V, 1, V]
+        target_probs = q.expand(vocab, 2, vocab)  # [V, 2, V] (bonus row unused)
+        stats, draft_sums = _draft_stats(ids, draft_probs, target_probs)
+        accept = self.accept_prob(stats)[:, 0].double()  # [V] a_n
+        if self.deterministic_accept:
+            accept = (accept >= 0.5).double()
+        q_row = (q / stats.target_sums[0, 0]).expand(vocab, vocab)
+        p_row = (p / draft_sums[0, 0]).expand(vocab, vocab)
+        n = ids[:, 0]
+        if self.recovery_is_argmax:
+            recovery = torch.nn.functional.one_hot(q_row.argmax(-1), vocab).double()
+        else:
+            recovery = self.recovery_weights(p_row, q_row, n, stats.q_n[:, 0], stats.p_n[:, 0])
+            recovery = recovery.clamp(min=0).double()
+            empty = recovery.sum(-1, keepdim=True) <= 0
+            recovery = torch.where(empty, self.fallback_weights(q_row, n).double(), recovery)
+            recovery = recovery / recovery.sum(-1, keepdim=True)
+        law = (p64 * (1 - accept)) @ recovery  # [V]
+        law = law + p64 * accept
+        return law
+
+
+def sample_categorical(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """[R] one index per row of non-negative weights [R, V], by inverting the float64 CDF.
+
+    One uniform per row, so the generator advances by R draws whatever V is; at V ~ 150k this is
+    several times faster on CPU than torch.multinomial (an exponential draw per entry). Entries
+    of zero weight are never returned (strict inequality in the search).
+    """
+    cdf = weights.to(torch.float64).cumsum(dim=-1)  # [R, V]
+    total = cdf[:, -1:]
+    uniform = torch.rand(
+        total.shape, generator=generator, device=weights.device, dtype=torch.float64
+    )
+    index = torch.searchsorted(cdf, uniform * total, right=True).squeeze(-1)
+    # u * total < total in exact arithmetic; guard the rounding case at the top end.
+    last_positive = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.int8).argmax(-1)
+    return torch.minimum(index, last_positive)
+
+
+def _draft_stats(ids, draft_probs, target_probs) -> tuple[DraftStats, torch.Tensor]:
+    """Gathers q(n), p(n) in the input dtype, then row-normalises in float32 (float64 inputs
+    stay float64).
+
+    Row sums accumulate in that dtype without materialising a converted copy of the inputs;
+    normalising makes bf16/fp16 or truncated rows that do not sum exactly to 1 behave.
+    """
+    m = ids.shape[1]
+    dtype = torch.float64 if target_probs.dtype == torch.float64 else torch.float32
+    target_sums = target_probs.sum(dim=-1, dtype=dtype)  # [B, m + 1]
+    draft_sums = draft_probs.sum(dim=-1, dtype=dtype)  # [B, m]
+    for label, sums in (("target_probs", target_sums), ("draft_probs", draft_sums)):
+        if not bool(torch.isfinite(sums).all()):
+            raise ValueError(f"{label} contains NaN or inf: fix the logits before sampling")
+        if bool((sums <= 0).any()):
+            raise ValueError(f"{label} has a row with no positive mass")
+    index = ids.unsqueeze(-1)
+    q_n = target_probs[:, :m].gather(-1, index).squeeze(-1).to(dtype) / target_sums[:, :m]
+    p_n = draft_probs.gather(-1, index).squeeze(-1).to(dtype) / draft_sums
+    stats = DraftStats(
+        q_n=q_n.clamp(0.0, 1.0),
+        p_n=p_n.clamp(0.0, 1.0),
+        target_probs=target_probs,
+        target_sums=target_sums,
+        draft_token_ids=ids,
+    )
+    return stats, draft_sums
+
+
+def _check_shapes(ids, draft_probs, target_probs) -> tuple[int, int, int]:
+    if ids.dim() != 2:
+        raise ValueError(f"draft_token_ids must be [B, m]; got shape {tuple(ids.shape)}")
+    batch, m = ids.shape
+    if m < 1:
+        raise ValueError("draft_token_ids must hold at least one drafted token (m >= 1)")
+    if ids.dtype.is_floating_point:
+        raise ValueError("draft_token_ids must be an integer tensor")
+    if draft_probs.dim() != 3 or tuple(draft_probs.shape[:2]) != (batch, m):
+        raise ValueError(
+            f"draft_probs must be [B, m, V] = [{batch}, {m}, V]; got {tuple(draft_probs.shape)}"
+        )
+    if target_probs.dim() != 3 or tuple(target_probs.shape[:2]) != (batch, m + 1):
+        raise ValueError(
+            f"target_probs must be [B, m + 1, V] = [{batch}, {m + 1}, V]; "
+            f"got {tuple(target_probs.shape)}"
+        )
+    vocab = target_probs.shape[2]
+    if draft_probs.shape[2] != vocab:
+        raise ValueError(
+            f"vocab mismatch: draft_probs has V={draft_probs.shape[2]}, target_probs has "
+            f"V={vocab}; restrict both to the shared token ids first"
+        )
+    if bool(((ids < 0) | (ids >= vocab)).any()):
+        raise ValueError(f"draft_token_ids must lie in [0, {vocab})")
+    return batch, m, vocab

@@ -1,0 +1,88 @@
+"""Rules that accept by a threshold instead of a probability ratio: TAS, top-k, greedy.
+
+tas     Medusa / vLLM V0 typical acceptance: accept iff q(n) > min(eps, alpha exp(-H(q))),
+        H(q) = -sum q log(q + 1e-5); recover with argmax q; bonus ~ q. Paper Prop. 4 reads it
+        as cross-entropy-constrained acceptance, which drives h toward zero entropy.
+topk    accept iff q(n) is among q's top k; recover from norm(max(0, 1[top-k] - p)); bonus ~ q.
+greedy  accept iff n = argmax q; recover and bonus with argmax q (temperature 0).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cactus_bench.samplers.base import AcceptanceRule, DraftStats
+
+_TAS_LOG_EPS = 1e-5  # the constant inside log(q + eps) in Medusa and vLLM V0
+
+
+class TypicalAcceptance(AcceptanceRule):
+    name = "tas"
+    deterministic_accept = True
+    recovery_is_argmax = True
+
+    def __init__(self, threshold: float = 0.09, alpha: float | None = None):
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must lie in (0, 1] for tas; got {threshold}")
+        self.threshold = float(threshold)
+        self.alpha = math.sqrt(self.threshold) if alpha is None else float(alpha)
+        if not self.alpha > 0:
+            raise ValueError(f"alpha must be > 0 for tas; got {alpha}")
+
+    def params(self) -> dict:
+        return {"threshold": self.threshold, "alpha": self.alpha}
+
+    def accept_prob(self, stats: DraftStats) -> torch.Tensor:
+        batch, m = stats.q_n.shape
+        entropy = torch.empty(batch, m, dtype=stats.q_n.dtype, device=stats.q_n.device)
+        for j in range(m):  # one [B, V] temporary at a time keeps extra memory O(B V)
+            q_row = stats.target_probs[:, j].to(entropy.dtype) / stats.target_sums[:, j : j + 1]
+            entropy[:, j] = -(q_row * torch.log(q_row + _TAS_LOG_EPS)).sum(-1)
+        cutoff = torch.clamp(self.alpha * torch.exp(-entropy), max=self.threshold)
+        return (stats.q_n > cutoff).to(stats.q_n.dtype)
+
+
+class TopK(AcceptanceRule):
+    name = "topk"
+    deterministic_accept = True
+
+    def __init__(self, k: int = 5):
+        if isinstance(k, bool) or int(k) != k or k < 1:
+            raise ValueError(f"k must be an integer >= 1 for topk; got {k}")
+        self.k = int(k)
+
+    def params(self) -> dict:
+        return {"k": self.k}
+
+    def accept_prob(self, stats: DraftStats) -> torch.Tensor:
+        m = stats.q_n.shape[1]
+        rows = stats.target_probs[:, :m]
+        k = min(self.k, rows.shape[-1])
+        kth = rows.topk(k, dim=-1).values[..., -1].to(stats.q_n.dtype)
+        kth = kth / stats.target_sums[:, :m]  # [B, m], normalised like q_n
+        return ((stats.q_n >= kth) & (stats.q_n > 0)).to(stats.q_n.dtype)
+
+    def _top_set(self, q_row: torch.Tensor) -> torch.Tensor:
+        k = min(self.k, q_row.shape[-1])
+        kth = q_row.topk(k, dim=-1).values[..., -1:]
+        return ((q_row >= kth) & (q_row > 0)).to(q_row.dtype)  # [R, V] indicator of top-k
+
+    def recovery_weights(self, p_row, q_row, n, q_n, p_n) -> torch.Tensor:
+        return self._top_set(q_row) - p_row
+
+    def fallback_weights(self, q_row, n) -> torch.Tensor:
+        return self._top_set(q_row)
+
+
+class Greedy(AcceptanceRule):
+    name = "greedy"
+    deterministic_accept = True
+    recovery_is_argmax = True
+    bonus_is_argmax = True
+
+    def accept_prob(self, stats: DraftStats) -> torch.Tensor:
+        m = stats.q_n.shape[1]
+        argmax = stats.target_probs[:, :m].argmax(dim=-1)
+        return (argmax == stats.draft_token_ids).to(stats.q_n.dtype)
