@@ -52,8 +52,10 @@ def _row(markdown: str, label: str) -> list[str]:
 def _lines_after(markdown: str, label: str, count: int) -> list[list[str]]:
     lines = markdown.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"| {label} |"))
-    return [[c.strip() for c in line.strip("|").split("|")][1:]
-            for line in lines[start + 1: start + 1 + count]]
+    return [
+        [c.strip() for c in line.strip("|").split("|")][1:]
+        for line in lines[start + 1 : start + 1 + count]
+    ]
 
 
 def test_table1_rej_matches_the_hand_computed_values(agg):
@@ -88,31 +90,39 @@ def test_latex_is_escaped_and_grouped(agg):
 
 def test_speedup_table_names_the_device(tmp_path, agg):
     written = write_tables(agg, load_reference(), tmp_path)
-    assert sorted(p.name for p in written) == ["speedup.md", "speedup.tex", "table1.md",
-                                               "table1.tex"]
+    assert sorted(p.name for p in written) == [
+        "speedup.md",
+        "speedup.tex",
+        "table1.md",
+        "table1.tex",
+    ]
     speedup = (tmp_path / "speedup.md").read_text()
     assert "Device: NVIDIA A100-SXM4-40GB" in speedup
-    assert re.search(r"\| GSM8K \| Cactus \(δ = 1\) \| 40.00 \| 20.00 \| 2.00x \| 1.95x \|",
-                     speedup)
+    assert re.search(
+        r"\| GSM8K \| Cactus \(δ = 1\) \| 40.00 \| 20.00 \| 2.00x \| 1.95x \|", speedup
+    )
 
 
 def test_verifier_rows_join_only_their_own_pair(agg):
     found = {(pair, m): set(rows["sampler"]) for pair, m, rows in blocks(agg)}
-    assert found == {("qwen3_14b", 20): {"verifier", "sps", "tas", "cactus"},
-                     ("tiny", 4): {"verifier", "sps"}}
+    assert found == {
+        ("qwen3_14b", 20): {"verifier", "sps", "tas", "cactus"},
+        ("tiny", 4): {"verifier", "sps"},
+    }
 
 
 def test_reference_file_parses_and_every_number_cites_a_source():
     reference = load_reference()
     assert len(reference) == 27
-    value = reference.lookup("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", 20, "cactus", 1.0, "gpqa",
-                             "al")
+    value = reference.lookup("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", 20, "cactus", 1.0, "gpqa", "al")
     assert value.value == 6.74 and "Table 1" in reference.sources[value.source]["cite"]
     # the verifier row depends on neither drafter nor m
-    assert reference.lookup(None, "qwen3-14b", 10, "verifier", None, "gsm8k",
-                            "score").value == 91.71
-    assert reference.lookup("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", 10, "cactus", 1.0, "gpqa",
-                            "speedup_walltime").approximate
+    assert (
+        reference.lookup(None, "qwen3-14b", 10, "verifier", None, "gsm8k", "score").value == 91.71
+    )
+    assert reference.lookup(
+        "Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", 10, "cactus", 1.0, "gpqa", "speedup_walltime"
+    ).approximate
     assert model_key("/ckpt/Qwen3-0.6B/") == "qwen3-0.6b"
 
 
@@ -122,9 +132,11 @@ def test_paper_rej_agrees_with_the_al_form_of_the_formula():
     m = 20
     checked = 0
     for task in ("gsm8k", "gpqa"):
+
         def paper(sampler, delta, metric, task=task):
-            return reference.lookup("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", m, sampler, delta,
-                                    task, metric)
+            return reference.lookup(
+                "Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", m, sampler, delta, task, metric
+            )
 
         sps_al = paper("sps", None, "al").value
         for sampler, delta in (("tas", None), ("cactus", 0.75), ("cactus", 1.0)):
@@ -137,8 +149,10 @@ def test_paper_rej_agrees_with_the_al_form_of_the_formula():
 
 def test_bad_reference_files_are_refused(tmp_path):
     bad = tmp_path / "ref.yaml"
-    bad.write_text("sources: {a: {cite: x}}\nentries:\n  - {drafter: d, verifier: v, m: 1, "
-                   "sampler: sps, delta: null, task: t, metric: score, value: 1, source: b}\n")
+    bad.write_text(
+        "sources: {a: {cite: x}}\nentries:\n  - {drafter: d, verifier: v, m: 1, "
+        "sampler: sps, delta: null, task: t, metric: score, value: 1, source: b}\n"
+    )
     with pytest.raises(ValueError, match="unknown source 'b'"):
         load_reference(bad)
     with pytest.raises(ValueError, match="not found"):
@@ -204,8 +218,9 @@ def test_notebook_runs_headless(monkeypatch):
     nbclient = pytest.importorskip("nbclient")
     monkeypatch.setenv("CACTUS_RESULTS", FIXTURE)
     notebook = nbformat.read("notebooks/analysis.ipynb", as_version=4)
-    nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": "notebooks"}}).execute()
+    nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": "notebooks"}}
+    ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     shown = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)

@@ -17,10 +17,18 @@ from cactus_bench.results import COLUMNS, ResultStore, config_hash, run_metadata
 
 def make_row(index: int = 0, **overrides) -> dict:
     row = {
-        "run_id": f"run-{index}", "config_hash": config_hash({"i": index}), "task": "demo",
-        "sampler": "cactus", "delta": 0.5, "m": 4, "score": 0.25, "al": 1.5,
-        "accept_rate_by_pos": [0.5, 0.25], "metrics_json": {"acc": 0.25, "note": "a, b"},
-        "git_dirty": False, "status": "ok",
+        "run_id": f"run-{index}",
+        "config_hash": config_hash({"i": index}),
+        "task": "demo",
+        "sampler": "cactus",
+        "delta": 0.5,
+        "m": 4,
+        "score": 0.25,
+        "al": 1.5,
+        "accept_rate_by_pos": [0.5, 0.25],
+        "metrics_json": {"acc": 0.25, "note": "a, b"},
+        "git_dirty": False,
+        "status": "ok",
     }
     row.update(overrides)
     return row
@@ -57,8 +65,16 @@ def test_unknown_column_and_bad_values_are_rejected_before_writing(tmp_path):
     with pytest.raises(ValueError, match="stale numbers"):
         store.append(make_row(status="error", error="OOM"))  # still carries score and al
     assert not store.csv_path.exists()
-    store.append(make_row(status="error", error="CUDA OOM\nat step 3", score=None, al=None,
-                          accept_rate_by_pos=None, metrics_json=None))
+    store.append(
+        make_row(
+            status="error",
+            error="CUDA OOM\nat step 3",
+            score=None,
+            al=None,
+            accept_rate_by_pos=None,
+            metrics_json=None,
+        )
+    )
     assert store.read().loc[0, "error"] == "CUDA OOM at step 3"
 
 
@@ -66,8 +82,17 @@ def test_resume_sees_only_finished_rows(tmp_path):
     store = ResultStore(tmp_path / "runs.csv")
     assert store.finished_hashes() == set()
     store.append(make_row(0))
-    store.append(make_row(1, status="error", error="boom", score=None, al=None,
-                          accept_rate_by_pos=None, metrics_json=None))
+    store.append(
+        make_row(
+            1,
+            status="error",
+            error="boom",
+            score=None,
+            al=None,
+            accept_rate_by_pos=None,
+            metrics_json=None,
+        )
+    )
     assert store.finished_hashes() == {config_hash({"i": 0})}
     assert store.has_finished(config_hash({"i": 0}))
     assert not store.has_finished(config_hash({"i": 1}))
@@ -79,8 +104,18 @@ def test_an_older_file_is_widened_to_the_current_columns(tmp_path):
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(old_columns)
-        writer.writerow(["old-run" if c == "run_id" else "ok" if c == "status" else
-                         "h0" if c == "config_hash" else "" for c in old_columns])
+        writer.writerow(
+            [
+                "old-run"
+                if c == "run_id"
+                else "ok"
+                if c == "status"
+                else "h0"
+                if c == "config_hash"
+                else ""
+                for c in old_columns
+            ]
+        )
     store = ResultStore(path)
     assert len(store.read()) == 1  # readable before any upgrade
     store.append(make_row(1, python_version="3.11.7"))

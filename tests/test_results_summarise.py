@@ -11,20 +11,43 @@ from cactus_bench.results import COLUMNS, BaselineCache, baseline_key, summarise
 def spec_records():
     """m = 4. Four steps in all; the third drafts only 2 tokens (near max_new_tokens)."""
     return [
-        {"num_draft_tokens": 4, "drafted_per_step": [4, 4, 2], "accepted_per_step": [4, 1, 0],
-         "emitted_per_step": [5, 2, 1], "output_ids": list(range(8)), "draft_time_s": 0.5,
-         "verify_time_s": 1.2, "sampler_time_s": 0.1, "total_time_s": 2.0},
-        {"num_draft_tokens": 4, "drafted_per_step": [4], "accepted_per_step": [2],
-         "emitted_per_step": [3], "output_ids": list(range(3)), "draft_time_s": 0.25,
-         "verify_time_s": 0.5, "sampler_time_s": 0.05, "total_time_s": 1.0},
+        {
+            "num_draft_tokens": 4,
+            "drafted_per_step": [4, 4, 2],
+            "accepted_per_step": [4, 1, 0],
+            "emitted_per_step": [5, 2, 1],
+            "output_ids": list(range(8)),
+            "draft_time_s": 0.5,
+            "verify_time_s": 1.2,
+            "sampler_time_s": 0.1,
+            "total_time_s": 2.0,
+        },
+        {
+            "num_draft_tokens": 4,
+            "drafted_per_step": [4],
+            "accepted_per_step": [2],
+            "emitted_per_step": [3],
+            "output_ids": list(range(3)),
+            "draft_time_s": 0.25,
+            "verify_time_s": 0.5,
+            "sampler_time_s": 0.05,
+            "total_time_s": 1.0,
+        },
     ]
 
 
 def ar_record(n_tokens: int, seconds: float) -> dict:
-    return {"num_draft_tokens": 0, "drafted_per_step": [0] * n_tokens,
-            "accepted_per_step": [0] * n_tokens, "emitted_per_step": [1] * n_tokens,
-            "output_ids": list(range(n_tokens)), "draft_time_s": 0.0,
-            "verify_time_s": seconds, "sampler_time_s": 0.0, "total_time_s": seconds}
+    return {
+        "num_draft_tokens": 0,
+        "drafted_per_step": [0] * n_tokens,
+        "accepted_per_step": [0] * n_tokens,
+        "emitted_per_step": [1] * n_tokens,
+        "output_ids": list(range(n_tokens)),
+        "draft_time_s": 0.0,
+        "verify_time_s": seconds,
+        "sampler_time_s": 0.0,
+        "total_time_s": seconds,
+    }
 
 
 def test_summarise_matches_hand_computed_values():
@@ -57,8 +80,13 @@ def test_by_position_rates_sum_to_al_when_every_step_drafts_m():
 
 def test_verifier_only_run_leaves_speculation_columns_empty():
     row = summarise([ar_record(5, 1.0)])
-    for name in ("al", "tokens_per_step", "accept_rate", "accept_rate_by_pos",
-                 "draft_tokens_rejected"):
+    for name in (
+        "al",
+        "tokens_per_step",
+        "accept_rate",
+        "accept_rate_by_pos",
+        "draft_tokens_rejected",
+    ):
         assert row[name] is None, name
     assert row["generated_tokens"] == 5 and row["tokens_per_s_spec"] == pytest.approx(5.0)
 
@@ -106,12 +134,24 @@ def test_real_request_records_summarise():
 
 
 def test_baseline_cache_round_trip(tmp_path):
-    key = baseline_key(verifier_id="Qwen/Qwen3-14B", task="gsm8k", prompts=[[1, 2], [3]],
-                       sampling={"temperature": 0.6, "top_p": 0.95, "top_k": 20},
-                       max_new_tokens=64, seed=1234, device_name="cpu")
-    other = baseline_key(verifier_id="Qwen/Qwen3-14B", task="gsm8k", prompts=[[1, 2], [4]],
-                         sampling={"temperature": 0.6, "top_p": 0.95, "top_k": 20},
-                         max_new_tokens=64, seed=1234, device_name="cpu")
+    key = baseline_key(
+        verifier_id="Qwen/Qwen3-14B",
+        task="gsm8k",
+        prompts=[[1, 2], [3]],
+        sampling={"temperature": 0.6, "top_p": 0.95, "top_k": 20},
+        max_new_tokens=64,
+        seed=1234,
+        device_name="cpu",
+    )
+    other = baseline_key(
+        verifier_id="Qwen/Qwen3-14B",
+        task="gsm8k",
+        prompts=[[1, 2], [4]],
+        sampling={"temperature": 0.6, "top_p": 0.95, "top_k": 20},
+        max_new_tokens=64,
+        seed=1234,
+        device_name="cpu",
+    )
     assert key != other
     cache = BaselineCache(tmp_path / "baselines")
     assert cache.get(key) is None and key not in cache

@@ -22,11 +22,19 @@ def write_tables(agg, reference: Reference | None, out_dir: str | Path) -> list[
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, tables in (("table1", table1(agg, reference)),
-                         ("speedup", speedup_table(agg, reference))):
+    for name, tables in (
+        ("table1", table1(agg, reference)),
+        ("speedup", speedup_table(agg, reference)),
+    ):
         if not tables:
-            tables = [Table(title=f"{name}: no rows to show", groups=[], columns=["-"],
-                            notes=["The input CSVs have no speculative rows for this table."])]
+            tables = [
+                Table(
+                    title=f"{name}: no rows to show",
+                    groups=[],
+                    columns=["-"],
+                    notes=["The input CSVs have no speculative rows for this table."],
+                )
+            ]
         for suffix, render, joiner in ((".md", to_markdown, "\n"), (".tex", to_latex, "\n")):
             path = out_dir / f"{name}{suffix}"
             path.write_text(joiner.join(render(t) for t in tables), encoding="utf-8")
@@ -35,7 +43,18 @@ def write_tables(agg, reference: Reference | None, out_dir: str | Path) -> list[
 
 
 __all__ = [
-    "load_results", "read_results_csv", "aggregate", "load_reference", "Reference",
-    "DEFAULT_REFERENCE", "table1", "speedup_table", "to_markdown", "to_latex", "write_tables",
-    "make_figures", "FIGURES", "blocks",
+    "load_results",
+    "read_results_csv",
+    "aggregate",
+    "load_reference",
+    "Reference",
+    "DEFAULT_REFERENCE",
+    "table1",
+    "speedup_table",
+    "to_markdown",
+    "to_latex",
+    "write_tables",
+    "make_figures",
+    "FIGURES",
+    "blocks",
 ]

@@ -21,15 +21,30 @@ from cactus_bench.report import (
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cactus_bench.report", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m cactus_bench.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("what", choices=("tables", "plots", "all"))
-    parser.add_argument("--csv", action="append", default=None, metavar="PATH_OR_GLOB",
-                        help="results CSV(s); repeatable (default: results/*.csv)")
-    parser.add_argument("--out", default="results", type=Path,
-                        help="output root: writes OUT/tables and OUT/figures (default: results)")
-    parser.add_argument("--reference", default=str(DEFAULT_REFERENCE),
-                        help="paper values YAML, or 'none' to leave the paper out")
+    parser.add_argument(
+        "--csv",
+        action="append",
+        default=None,
+        metavar="PATH_OR_GLOB",
+        help="results CSV(s); repeatable (default: results/*.csv)",
+    )
+    parser.add_argument(
+        "--out",
+        default="results",
+        type=Path,
+        help="output root: writes OUT/tables and OUT/figures (default: results)",
+    )
+    parser.add_argument(
+        "--reference",
+        default=str(DEFAULT_REFERENCE),
+        help="paper values YAML, or 'none' to leave the paper out",
+    )
     args = parser.parse_args(argv)
     try:
         frame = load_results(args.csv or ["results/*.csv"])
@@ -43,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # bad input: one line naming the fix, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"{len(frame)} rows from {frame['source_file'].nunique()} CSV(s) -> "
-          f"{len(written)} files under {args.out}/")
+    print(
+        f"{len(frame)} rows from {frame['source_file'].nunique()} CSV(s) -> "
+        f"{len(written)} files under {args.out}/"
+    )
     for path in written:
         print(f"  {path}")
     return 0

@@ -19,18 +19,62 @@ from cactus_bench.results.schema import coerce_frame
 
 # Columns every report needs; a CSV without one was not written by ResultStore (or is truncated).
 REPORT_COLUMNS = (
-    "model_pair", "drafter_id", "verifier_id", "task", "sampler", "delta", "threshold", "alpha",
-    "top_k_accept", "m", "temperature", "top_p", "top_k", "seed", "score_name", "score", "al",
-    "tokens_per_step", "accept_rate", "accept_rate_by_pos", "draft_tokens_rejected",
-    "generated_tokens", "tokens_per_s_spec", "tokens_per_s_baseline", "speedup",
-    "speedup_walltime", "baseline_mode", "device_name", "status",
+    "model_pair",
+    "drafter_id",
+    "verifier_id",
+    "task",
+    "sampler",
+    "delta",
+    "threshold",
+    "alpha",
+    "top_k_accept",
+    "m",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "score_name",
+    "score",
+    "al",
+    "tokens_per_step",
+    "accept_rate",
+    "accept_rate_by_pos",
+    "draft_tokens_rejected",
+    "generated_tokens",
+    "tokens_per_s_spec",
+    "tokens_per_s_baseline",
+    "speedup",
+    "speedup_walltime",
+    "baseline_mode",
+    "device_name",
+    "status",
 )
 
 # One table cell / plotted point per distinct value of these; seeds are averaged.
-CONFIG_KEYS = ("model_pair", "m", "task", "sampler", "delta", "threshold", "alpha",
-               "top_k_accept", "temperature", "top_p", "top_k", "max_new_tokens")
-_MEAN_COLUMNS = ("score", "al", "tokens_per_step", "accept_rate", "tokens_per_s_spec",
-                 "tokens_per_s_baseline", "speedup", "speedup_walltime")
+CONFIG_KEYS = (
+    "model_pair",
+    "m",
+    "task",
+    "sampler",
+    "delta",
+    "threshold",
+    "alpha",
+    "top_k_accept",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_new_tokens",
+)
+_MEAN_COLUMNS = (
+    "score",
+    "al",
+    "tokens_per_step",
+    "accept_rate",
+    "tokens_per_s_spec",
+    "tokens_per_s_baseline",
+    "speedup",
+    "speedup_walltime",
+)
 _SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens")
 
 
@@ -42,13 +86,17 @@ def expand_paths(patterns: list[str | Path]) -> list[Path]:
         for match in matches:
             path = Path(match)
             if not path.is_file():
-                raise ValueError(f"results CSV {path} does not exist; run `python run.py` "
-                                 "first or pass the right --csv")
+                raise ValueError(
+                    f"results CSV {path} does not exist; run `python run.py` "
+                    "first or pass the right --csv"
+                )
             if path not in paths:
                 paths.append(path)
     if not paths:
-        raise ValueError(f"no results CSV matched {[str(p) for p in patterns]}; run "
-                         "`python run.py` first or pass --csv PATH")
+        raise ValueError(
+            f"no results CSV matched {[str(p) for p in patterns]}; run "
+            "`python run.py` first or pass --csv PATH"
+        )
     return paths
 
 
@@ -57,16 +105,19 @@ def read_results_csv(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     text = path.read_text(encoding="utf-8")
     if not text.strip():
-        raise ValueError(f"{path} is empty: no header and no rows (did the run crash before "
-                         "its first append?)")
+        raise ValueError(
+            f"{path} is empty: no header and no rows (did the run crash before its first append?)"
+        )
     if not text.endswith("\n"):
         warnings.warn(f"{path}: ignoring a torn last line", stacklevel=2)
         text = text[: text.rfind("\n") + 1]
     frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     missing = [c for c in REPORT_COLUMNS if c not in frame.columns]
     if missing:
-        raise ValueError(f"{path} lacks column(s) {missing} that the report needs; was it "
-                         "written by cactus_bench.results.ResultStore?")
+        raise ValueError(
+            f"{path} lacks column(s) {missing} that the report needs; was it "
+            "written by cactus_bench.results.ResultStore?"
+        )
     if frame.empty:
         raise ValueError(f"{path} has a header but no rows; nothing to report")
     frame = coerce_frame(frame)
@@ -109,6 +160,7 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     for name in ("drafter_id", "verifier_id", "score_name", "baseline_mode"):
         out[name] = groups[name].agg(lambda s: s.dropna().iloc[0] if s.notna().any() else None)
     out["device_name"] = groups["device_name"].agg(
-        lambda s: " / ".join(sorted(set(s.dropna()))) or None)
+        lambda s: " / ".join(sorted(set(s.dropna()))) or None
+    )
     out["n_runs"] = groups.size()
     return out.reset_index()

@@ -31,11 +31,27 @@ from cactus_bench.report.tables import (
 )
 
 SWEEP_SAMPLERS = ("cactus", "cactus_exact")  # the samplers with a δ axis
-COLORS = {"verifier": "0.35", "sps": "C0", "tas": "C1", "cactus": "C3", "cactus_exact": "C4",
-          "interp": "C2", "topk": "C5", "greedy": "C6"}  # one color per sampler in every figure
+COLORS = {
+    "verifier": "0.35",
+    "sps": "C0",
+    "tas": "C1",
+    "cactus": "C3",
+    "cactus_exact": "C4",
+    "interp": "C2",
+    "topk": "C5",
+    "greedy": "C6",
+}  # one color per sampler in every figure
 REFERENCE_STYLES = {"verifier": ("Verifier", "-"), "sps": ("SpS", "--"), "tas": ("TAS", ":")}
-MARKERS = {"verifier": "*", "sps": "o", "tas": "s", "cactus": "^", "cactus_exact": "v",
-           "interp": "D", "topk": "P", "greedy": "X"}
+MARKERS = {
+    "verifier": "*",
+    "sps": "o",
+    "tas": "s",
+    "cactus": "^",
+    "cactus_exact": "v",
+    "interp": "D",
+    "topk": "P",
+    "greedy": "X",
+}
 DELTA_LABEL = "δ (KL divergence budget, nats)"
 
 
@@ -44,8 +60,17 @@ def _color(sampler: str) -> str:
 
 
 def _say_missing(ax: Axes, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=9,
-            transform=ax.transAxes, color="0.3")
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        ha="center",
+        va="center",
+        wrap=True,
+        fontsize=9,
+        transform=ax.transAxes,
+        color="0.3",
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -59,8 +84,9 @@ def _new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, li
     figure = Figure(figsize=(4.6 * len(tasks) + 0.6, 4.2), layout="constrained")
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]
     devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
-    figure.suptitle(f"{what}: {pair_title(rows, pair)}, m = {m if m else '—'}\n{devices}",
-                    fontsize=10)
+    figure.suptitle(
+        f"{what}: {pair_title(rows, pair)}, m = {m if m else '—'}\n{devices}", fontsize=10
+    )
     return figure, list(axes), tasks
 
 
@@ -71,8 +97,13 @@ def _draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=
         for _, row in rows[rows["sampler"] == sampler].iterrows():
             value = _value(row, column, scale)
             if value is not None:
-                ax.axhline(value, linestyle=style, color=color, linewidth=1.3,
-                           label=method_label(row) if sampler == "tas" else label)
+                ax.axhline(
+                    value,
+                    linestyle=style,
+                    color=color,
+                    linewidth=1.3,
+                    label=method_label(row) if sampler == "tas" else label,
+                )
 
 
 def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, unity=False):
@@ -82,16 +113,26 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
         ax.set_title(task_title(task), fontsize=10)
         drew, max_delta = False, 0.0
         for sampler in SWEEP_SAMPLERS:
-            sweep = task_rows[(task_rows["sampler"] == sampler) & task_rows["delta"].notna()
-                              & task_rows[column].notna()].sort_values("delta")
+            sweep = task_rows[
+                (task_rows["sampler"] == sampler)
+                & task_rows["delta"].notna()
+                & task_rows[column].notna()
+            ].sort_values("delta")
             if len(sweep):
-                ax.plot(sweep["delta"].astype(float), sweep[column].astype(float) * scale,
-                        marker=MARKERS[sampler], color=_color(sampler),
-                        label="Cactus" if sampler == "cactus" else "Cactus-exact")
+                ax.plot(
+                    sweep["delta"].astype(float),
+                    sweep[column].astype(float) * scale,
+                    marker=MARKERS[sampler],
+                    color=_color(sampler),
+                    label="Cactus" if sampler == "cactus" else "Cactus-exact",
+                )
                 drew, max_delta = True, max(max_delta, float(sweep["delta"].max()))
         if not drew:
-            _say_missing(ax, f"No Cactus δ sweep with {column} for {task_title(task)}\n"
-                             f"in the input CSVs ({pair}, m = {m}).")
+            _say_missing(
+                ax,
+                f"No Cactus δ sweep with {column} for {task_title(task)}\n"
+                f"in the input CSVs ({pair}, m = {m}).",
+            )
             continue
         _draw_references(ax, task_rows, column, references, scale)
         if unity:
@@ -105,18 +146,41 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
 
 
 def al_vs_delta(rows, pair, m) -> Figure:
-    return _versus_delta(rows, pair, m, "Accepted length vs δ", "al",
-                         "AL (accepted draft tokens / step, no bonus)", ("sps", "tas"))
+    return _versus_delta(
+        rows,
+        pair,
+        m,
+        "Accepted length vs δ",
+        "al",
+        "AL (accepted draft tokens / step, no bonus)",
+        ("sps", "tas"),
+    )
 
 
 def score_vs_delta(rows, pair, m) -> Figure:
-    return _versus_delta(rows, pair, m, "Task score vs δ", "score", "score (%)",
-                         ("verifier", "sps", "tas"), scale=100.0)
+    return _versus_delta(
+        rows,
+        pair,
+        m,
+        "Task score vs δ",
+        "score",
+        "score (%)",
+        ("verifier", "sps", "tas"),
+        scale=100.0,
+    )
 
 
 def speedup_vs_delta(rows, pair, m) -> Figure:
-    return _versus_delta(rows, pair, m, "Speedup over the verifier vs δ", "speedup",
-                         "speedup (tokens/s ratio, x)", ("sps", "tas"), unity=True)
+    return _versus_delta(
+        rows,
+        pair,
+        m,
+        "Speedup over the verifier vs δ",
+        "speedup",
+        "speedup (tokens/s ratio, x)",
+        ("sps", "tas"),
+        unity=True,
+    )
 
 
 def score_vs_al(rows, pair, m) -> Figure:
@@ -129,14 +193,23 @@ def score_vs_al(rows, pair, m) -> Figure:
             _say_missing(ax, f"No speculative rows with AL and score for {task_title(task)}.")
             continue
         for sampler, group in points.groupby("sampler", sort=False):
-            ax.scatter(group["al"].astype(float), group["score"].astype(float) * 100,
-                       marker=MARKERS.get(sampler, "o"), color=_color(sampler), s=46,
-                       label=method_label(group.iloc[0]).split(" (")[0])
+            ax.scatter(
+                group["al"].astype(float),
+                group["score"].astype(float) * 100,
+                marker=MARKERS.get(sampler, "o"),
+                color=_color(sampler),
+                s=46,
+                label=method_label(group.iloc[0]).split(" (")[0],
+            )
             if sampler in SWEEP_SAMPLERS:
                 for _, row in group.iterrows():
-                    ax.annotate(f"δ={float(row['delta']):g}", (float(row["al"]),
-                                float(row["score"]) * 100), textcoords="offset points",
-                                xytext=(4, 4), fontsize=7)
+                    ax.annotate(
+                        f"δ={float(row['delta']):g}",
+                        (float(row["al"]), float(row["score"]) * 100),
+                        textcoords="offset points",
+                        xytext=(4, 4),
+                        fontsize=7,
+                    )
         _draw_references(ax, task_rows, "score", ("verifier",), 100.0)
         ax.margins(0.12)  # room for the δ labels
         ax.set_xlabel("AL (accepted draft tokens / step, no bonus)")
@@ -166,8 +239,14 @@ def accept_by_position(rows, pair, m) -> Figure:
                 dashes = "-" if row["sampler"] == "cactus" else "-."
             else:
                 color, dashes = _color(row["sampler"]), "--"
-            ax.plot(positions, [r for r in rates if r is not None], dashes, marker=".",
-                    color=color, label=method_label(row))
+            ax.plot(
+                positions,
+                [r for r in rates if r is not None],
+                dashes,
+                marker=".",
+                color=color,
+                label=method_label(row),
+            )
         ax.set_xlabel("draft position j (1 = first drafted token)")
         ax.set_ylabel("P(position j accepted) over steps")
         ax.set_ylim(0, 1.02)
@@ -178,8 +257,10 @@ def accept_by_position(rows, pair, m) -> Figure:
 
 
 FIGURES: dict[str, Callable] = {
-    "al_vs_delta": al_vs_delta, "score_vs_delta": score_vs_delta,
-    "speedup_vs_delta": speedup_vs_delta, "score_vs_al": score_vs_al,
+    "al_vs_delta": al_vs_delta,
+    "score_vs_delta": score_vs_delta,
+    "speedup_vs_delta": speedup_vs_delta,
+    "score_vs_al": score_vs_al,
     "accept_by_position": accept_by_position,
 }
 

@@ -41,19 +41,34 @@ class Reference:
         self.sources = sources
         self._values: dict[tuple, PaperValue] = {}
         for entry in entries:
-            key = self.key(entry["drafter"], entry["verifier"], entry["m"], entry["sampler"],
-                           entry["delta"], entry["task"], entry["metric"])
-            self._values[key] = PaperValue(float(entry["value"]), entry["source"],
-                                           bool(entry.get("approximate", False)),
-                                           entry.get("device"))
+            key = self.key(
+                entry["drafter"],
+                entry["verifier"],
+                entry["m"],
+                entry["sampler"],
+                entry["delta"],
+                entry["task"],
+                entry["metric"],
+            )
+            self._values[key] = PaperValue(
+                float(entry["value"]),
+                entry["source"],
+                bool(entry.get("approximate", False)),
+                entry.get("device"),
+            )
 
     @staticmethod
     def key(drafter, verifier, m, sampler, delta, task, metric) -> tuple:
         verifier_only = sampler == "verifier"  # the verifier row depends on neither drafter nor m
-        return (None if verifier_only else model_key(drafter), model_key(verifier),
-                None if verifier_only or _absent(m) else int(m), sampler,
-                None if _absent(delta) else round(float(delta), 6),
-                task, metric)
+        return (
+            None if verifier_only else model_key(drafter),
+            model_key(verifier),
+            None if verifier_only or _absent(m) else int(m),
+            sampler,
+            None if _absent(delta) else round(float(delta), 6),
+            task,
+            metric,
+        )
 
     def lookup(self, drafter, verifier, m, sampler, delta, task, metric) -> PaperValue | None:
         return self._values.get(self.key(drafter, verifier, m, sampler, delta, task, metric))
@@ -90,9 +105,11 @@ def load_reference(path: str | Path | None = DEFAULT_REFERENCE) -> Reference:
     for index, entry in enumerate(entries):
         keys = set(entry)
         if not _ENTRY_KEYS <= keys or not keys <= _ENTRY_KEYS | _OPTIONAL_KEYS:
-            raise ValueError(f"{path}: entry {index} must have exactly the keys "
-                             f"{sorted(_ENTRY_KEYS)} (+ optional {sorted(_OPTIONAL_KEYS)}), "
-                             f"got {sorted(keys)}")
+            raise ValueError(
+                f"{path}: entry {index} must have exactly the keys "
+                f"{sorted(_ENTRY_KEYS)} (+ optional {sorted(_OPTIONAL_KEYS)}), "
+                f"got {sorted(keys)}"
+            )
     reference = Reference(entries, sources)
     if len(reference) != len(entries):
         raise ValueError(f"{path}: two entries share the same key; keep one value per cell")

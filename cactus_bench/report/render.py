@@ -5,9 +5,23 @@ from __future__ import annotations
 from cactus_bench.report.tables import Table
 
 _LATEX_SYMBOLS = {
-    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-    "{": r"\{", "}": r"\}", "~": r"$\sim$", "^": r"\^{}", "δ": r"$\delta$", "ε": r"$\epsilon$",
-    "α": r"$\alpha$", "→": r"$\to$", "↳": r"$\hookrightarrow$", "−": "$-$", "—": "--",
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"$\sim$",
+    "^": r"\^{}",
+    "δ": r"$\delta$",
+    "ε": r"$\epsilon$",
+    "α": r"$\alpha$",
+    "→": r"$\to$",
+    "↳": r"$\hookrightarrow$",
+    "−": "$-$",
+    "—": "--",
 }
 
 
@@ -22,11 +36,15 @@ def to_markdown(table: Table) -> str:
         header = []
         position = 0
         for title, span in table.groups:
-            for column in table.columns[position: position + span]:
+            for column in table.columns[position : position + span]:
                 header.append(f"{title} {column}".strip())
             position += span
-    lines = [f"### {table.title}", "", "| " + " | ".join(map(_md_cell, header)) + " |",
-             "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines = [
+        f"### {table.title}",
+        "",
+        "| " + " | ".join(map(_md_cell, header)) + " |",
+        "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|",
+    ]
     for label, cells, style in table.rows:
         if style != "main":
             label, cells = f"*{label}*", [f"*{c}*" if c else "" for c in cells]
@@ -42,14 +60,22 @@ def latex_escape(text: str) -> str:
 
 def to_latex(table: Table) -> str:
     width = len(table.columns)
-    lines = [r"\begin{table}[t]", r"\centering", r"\small",
-             rf"\caption{{{latex_escape(table.title)}}}",
-             r"\begin{tabular}{l" + "r" * (width - 1) + "}", r"\toprule"]
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        rf"\caption{{{latex_escape(table.title)}}}",
+        r"\begin{tabular}{l" + "r" * (width - 1) + "}",
+        r"\toprule",
+    ]
     if table.groups and any(title for title, _ in table.groups):
         spans, rules, start = [], [], 1
         for title, span in table.groups:
-            spans.append(rf"\multicolumn{{{span}}}{{c}}{{{latex_escape(title)}}}"
-                         if span > 1 else latex_escape(title))
+            spans.append(
+                rf"\multicolumn{{{span}}}{{c}}{{{latex_escape(title)}}}"
+                if span > 1
+                else latex_escape(title)
+            )
             if title:
                 rules.append(rf"\cmidrule(lr){{{start}-{start + span - 1}}}")
             start += span
@@ -62,8 +88,9 @@ def to_latex(table: Table) -> str:
         lines.append(" & ".join(row) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     if table.notes:
-        notes = " ".join(f"({index}) {latex_escape(note)}"
-                         for index, note in enumerate(table.notes, 1))
+        notes = " ".join(
+            f"({index}) {latex_escape(note)}" for index, note in enumerate(table.notes, 1)
+        )
         lines.append(rf"\par\smallskip\parbox{{\linewidth}}{{\footnotesize {notes}}}")
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"

@@ -94,18 +94,22 @@ def pair_title(rows: pd.DataFrame, pair: str) -> str:
 def blocks(agg: pd.DataFrame):
     """Yield (pair, m, rows) with each pair's verifier rows joined to every m of that pair."""
     agg = agg.copy()
-    agg["_sampling"] = [tuple(None if is_missing(r[k]) else r[k] for k in SAMPLING_KEYS
-                              if k in agg.columns) for _, r in agg.iterrows()]
+    agg["_sampling"] = [
+        tuple(None if is_missing(r[k]) else r[k] for k in SAMPLING_KEYS if k in agg.columns)
+        for _, r in agg.iterrows()
+    ]
     verifier = agg[agg["sampler"] == "verifier"]
     speculative = agg[agg["sampler"] != "verifier"]
     seen = set()
-    for (pair, m, sampling), rows in speculative.groupby(["model_pair", "m", "_sampling"],
-                                                         dropna=False, sort=True):
+    for (pair, m, sampling), rows in speculative.groupby(
+        ["model_pair", "m", "_sampling"], dropna=False, sort=True
+    ):
         joined = verifier[(verifier["model_pair"] == pair) & (verifier["_sampling"] == sampling)]
         seen.update(joined.index)
         yield pair, (None if is_missing(m) else int(m)), pd.concat([joined, rows])
     for (pair, _), rows in verifier.drop(index=list(seen)).groupby(
-            ["model_pair", "_sampling"], dropna=False, sort=True):
+        ["model_pair", "_sampling"], dropna=False, sort=True
+    ):
         yield pair, None, rows  # a pair with only verifier runs
 
 
@@ -120,8 +124,12 @@ def _rej_percent(row, sps_row) -> float | None:
     """Rej in percent (REJ_FOOTNOTE); None when a count is missing."""
     if sps_row is None:
         return None
-    counts = [row["draft_tokens_rejected"], row["generated_tokens"],
-              sps_row["draft_tokens_rejected"], sps_row["generated_tokens"]]
+    counts = [
+        row["draft_tokens_rejected"],
+        row["generated_tokens"],
+        sps_row["draft_tokens_rejected"],
+        sps_row["generated_tokens"],
+    ]
     if any(is_missing(c) for c in counts) or counts[1] == 0 or counts[3] == 0 or counts[2] == 0:
         return None
     rate, sps_rate = counts[0] / counts[1], counts[2] / counts[3]
@@ -142,9 +150,11 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
             order[label] = method_sort_key(row)
         sps = by_method.get("SpS", {})
         first = rows.iloc[0]
-        sampling = ", ".join(f"{k} {first[k]:g}" if isinstance(first[k], float) else
-                             f"{k} {first[k]}" for k in SAMPLING_KEYS
-                             if k in rows.columns and not is_missing(first[k]))
+        sampling = ", ".join(
+            f"{k} {first[k]:g}" if isinstance(first[k], float) else f"{k} {first[k]}"
+            for k in SAMPLING_KEYS
+            if k in rows.columns and not is_missing(first[k])
+        )
         table = Table(
             title=f"Table 1 layout: {pair_title(rows, pair)}, m = {m if m else '—'}",
             groups=[("", 1)] + [(task_title(t), 3) for t in tasks],
@@ -162,15 +172,30 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
                     continue
                 speculative = row["sampler"] != "verifier"
                 rej = _rej_percent(row, sps.get(task)) if label != "SpS" else None
-                ours = {"score": None if is_missing(row["score"]) else 100 * float(row["score"]),
-                        "al": row["al"] if speculative else None, "rej_pct": rej}
-                cells += [_fmt(ours["score"], 2), _fmt(ours["al"], 2),
-                          "ref" if label == "SpS" else (_fmt(rej, 1, "%", True)
-                                                        if speculative else "—")]
-                for metric, digits, suffix in (("score", 2, ""), ("al", 2, ""),
-                                               ("rej_pct", 0, "%")):
-                    paper = reference.lookup(row["drafter_id"], row["verifier_id"], m,
-                                             row["sampler"], row["delta"], task, metric)
+                ours = {
+                    "score": None if is_missing(row["score"]) else 100 * float(row["score"]),
+                    "al": row["al"] if speculative else None,
+                    "rej_pct": rej,
+                }
+                cells += [
+                    _fmt(ours["score"], 2),
+                    _fmt(ours["al"], 2),
+                    "ref" if label == "SpS" else (_fmt(rej, 1, "%", True) if speculative else "—"),
+                ]
+                for metric, digits, suffix in (
+                    ("score", 2, ""),
+                    ("al", 2, ""),
+                    ("rej_pct", 0, "%"),
+                ):
+                    paper = reference.lookup(
+                        row["drafter_id"],
+                        row["verifier_id"],
+                        m,
+                        row["sampler"],
+                        row["delta"],
+                        task,
+                        metric,
+                    )
                     if paper is None:
                         paper_cells.append("")
                         diff_cells.append("")
@@ -179,28 +204,42 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
                     used_sources.add(paper.source)
                     paper_cells.append(_fmt(paper.value, digits, suffix, metric == "rej_pct"))
                     diff = None if is_missing(ours[metric]) else float(ours[metric]) - paper.value
-                    diff_cells.append(_fmt(diff, 2 if metric != "rej_pct" else 1,
-                                           " pp" if metric != "al" else "", True))
+                    diff_cells.append(
+                        _fmt(
+                            diff,
+                            2 if metric != "rej_pct" else 1,
+                            " pp" if metric != "al" else "",
+                            True,
+                        )
+                    )
             table.rows.append((label, cells, "main"))
             if has_paper:
                 table.rows.append(("↳ paper", paper_cells, "paper"))
                 table.rows.append(("↳ ours − paper", diff_cells, "diff"))
-        table.notes.append("AL = accepted draft tokens per verification step, bonus token not "
-                           "counted (0..m). " + REJ_FOOTNOTE)
+        table.notes.append(
+            "AL = accepted draft tokens per verification step, bonus token not "
+            "counted (0..m). " + REJ_FOOTNOTE
+        )
         if not sps:
             table.notes.append("No SpS row in this block, so Rej cannot be computed (—).")
-        names = {f"{task_title(r['task'])}: {r['score_name']}" for _, r in rows.iterrows()
-                 if not is_missing(r["score_name"])}
+        names = {
+            f"{task_title(r['task'])}: {r['score_name']}"
+            for _, r in rows.iterrows()
+            if not is_missing(r["score_name"])
+        }
         devices = sorted({d for d in rows["device_name"].dropna()})
         runs = int(rows["n_runs"].max())
         table.notes.append(
             f"Score = {'; '.join(sorted(names)) or 'task score'}. Sampling: {sampling or '—'}. "
             f"Device: {' / '.join(devices) or 'unknown'}."
-            + (f" Cells average up to {runs} seeds." if runs > 1 else ""))
+            + (f" Cells average up to {runs} seeds." if runs > 1 else "")
+        )
         if used_sources:
             cites = [" ".join(reference.sources[s]["cite"].split()) for s in sorted(used_sources)]
-            table.notes.append("Paper values: " + " | ".join(cites) + " (each number's source: "
-                               "results/reference/paper_values.yaml).")
+            table.notes.append(
+                "Paper values: " + " | ".join(cites) + " (each number's source: "
+                "results/reference/paper_values.yaml)."
+            )
         tables.append(table)
     return tables
 
@@ -215,27 +254,59 @@ def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list
             continue
         table = Table(
             title=f"Speedup over the verifier alone: {pair_title(rows, pair)}, m = {m}",
-            groups=[], columns=["Task", "Method", "tokens/s (method)", "tokens/s (verifier)",
-                                "speedup (tokens/s)", "speedup (wall time)",
-                                "paper (wall time)", "baseline"])
-        ordered = sorted((r for _, r in rows.iterrows()),
-                         key=lambda r: (task_sort_key(r["task"]), method_sort_key(r)))
+            groups=[],
+            columns=[
+                "Task",
+                "Method",
+                "tokens/s (method)",
+                "tokens/s (verifier)",
+                "speedup (tokens/s)",
+                "speedup (wall time)",
+                "paper (wall time)",
+                "baseline",
+            ],
+        )
+        ordered = sorted(
+            (r for _, r in rows.iterrows()),
+            key=lambda r: (task_sort_key(r["task"]), method_sort_key(r)),
+        )
         for row in ordered:
-            paper = reference.lookup(row["drafter_id"], row["verifier_id"], m, row["sampler"],
-                                     row["delta"], row["task"], "speedup_walltime")
-            paper_text = "" if paper is None else (
-                f"{'~' if paper.approximate else ''}{paper.value:.2f}x ({paper.device})")
-            table.rows.append((task_title(row["task"]), [
-                method_label(row), _fmt(row["tokens_per_s_spec"], 2),
-                _fmt(row["tokens_per_s_baseline"], 2), _fmt(row["speedup"], 2, "x"),
-                _fmt(row["speedup_walltime"], 2, "x"), paper_text,
-                "—" if is_missing(row["baseline_mode"]) else str(row["baseline_mode"])], "main"))
+            paper = reference.lookup(
+                row["drafter_id"],
+                row["verifier_id"],
+                m,
+                row["sampler"],
+                row["delta"],
+                row["task"],
+                "speedup_walltime",
+            )
+            paper_text = (
+                ""
+                if paper is None
+                else (f"{'~' if paper.approximate else ''}{paper.value:.2f}x ({paper.device})")
+            )
+            table.rows.append(
+                (
+                    task_title(row["task"]),
+                    [
+                        method_label(row),
+                        _fmt(row["tokens_per_s_spec"], 2),
+                        _fmt(row["tokens_per_s_baseline"], 2),
+                        _fmt(row["speedup"], 2, "x"),
+                        _fmt(row["speedup_walltime"], 2, "x"),
+                        paper_text,
+                        "—" if is_missing(row["baseline_mode"]) else str(row["baseline_mode"]),
+                    ],
+                    "main",
+                )
+            )
         devices = sorted({d for d in rows["device_name"].dropna()})
         table.notes.append(
             f"Device: {' / '.join(devices) or 'unknown'}. speedup (tokens/s) = generated tokens "
             "per second of the method / of the verifier-only baseline on the same prompts; "
             "speedup (wall time) = total decode time of the baseline / of the method. — means "
             "no baseline was measured (baseline=none). The paper timed vLLM on an A100 40GB; "
-            "timings on other hardware or backends are not comparable to it.")
+            "timings on other hardware or backends are not comparable to it."
+        )
         tables.append(table)
     return tables

@@ -25,7 +25,19 @@ from cactus_bench.results.store import ResultStore
 from cactus_bench.results.summarise import summarise
 
 __all__ = [
-    "COLUMNS", "SCHEMA", "REQUIRED_COLUMNS", "MEASUREMENT_COLUMNS", "row_to_cells",
-    "coerce_frame", "summarise", "run_metadata", "config_hash", "device_name", "git_state",
-    "ResultStore", "BaselineCache", "baseline_key", "prompts_hash",
+    "COLUMNS",
+    "SCHEMA",
+    "REQUIRED_COLUMNS",
+    "MEASUREMENT_COLUMNS",
+    "row_to_cells",
+    "coerce_frame",
+    "summarise",
+    "run_metadata",
+    "config_hash",
+    "device_name",
+    "git_state",
+    "ResultStore",
+    "BaselineCache",
+    "baseline_key",
+    "prompts_hash",
 ]

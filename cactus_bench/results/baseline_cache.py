@@ -24,22 +24,39 @@ def prompts_hash(prompts: Sequence) -> str:
     """Hash of the prompts in order: token-id lists or strings."""
     digest = hashlib.sha256()
     for prompt in prompts:
-        digest.update(json.dumps(list(prompt) if not isinstance(prompt, str) else prompt,
-                                 separators=(",", ":")).encode("utf-8"))
+        digest.update(
+            json.dumps(
+                list(prompt) if not isinstance(prompt, str) else prompt, separators=(",", ":")
+            ).encode("utf-8")
+        )
         digest.update(b"\n")
     return digest.hexdigest()[:16]
 
 
-def baseline_key(*, verifier_id: str, task: str, prompts: Sequence, sampling: dict,
-                 max_new_tokens: int, seed: int | None, device_name: str) -> str:
+def baseline_key(
+    *,
+    verifier_id: str,
+    task: str,
+    prompts: Sequence,
+    sampling: dict,
+    max_new_tokens: int,
+    seed: int | None,
+    device_name: str,
+) -> str:
     """Cache key of a baseline; `sampling` holds temperature, top_p, top_k (and any others)."""
     if not prompts:
         raise ValueError("baseline_key needs the prompts the baseline decodes, got none")
-    return config_hash({
-        "verifier_id": verifier_id, "task": task, "prompts": prompts_hash(prompts),
-        "sampling": dict(sampling), "max_new_tokens": max_new_tokens, "seed": seed,
-        "device_name": device_name,
-    })
+    return config_hash(
+        {
+            "verifier_id": verifier_id,
+            "task": task,
+            "prompts": prompts_hash(prompts),
+            "sampling": dict(sampling),
+            "max_new_tokens": max_new_tokens,
+            "seed": seed,
+            "device_name": device_name,
+        }
+    )
 
 
 class BaselineCache:
@@ -50,8 +67,9 @@ class BaselineCache:
 
     def _path(self, key: str) -> Path:
         if not key or not all(c in "0123456789abcdef" for c in key):
-            raise ValueError(f"baseline cache key must be a hex string from baseline_key(), "
-                             f"got {key!r}")
+            raise ValueError(
+                f"baseline cache key must be a hex string from baseline_key(), got {key!r}"
+            )
         return self.directory / f"{key}.json"
 
     def put(self, key: str, records: Iterable, meta: dict | None = None) -> Path:

@@ -37,8 +37,10 @@ def _canonical(value, path: str = "config"):
         return int(value) if value.is_integer() else value
     if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
         return _canonical(value.item(), path)
-    raise TypeError(f"{path} has type {type(value).__name__}; config_hash takes plain dicts "
-                    "(convert a DictConfig with OmegaConf.to_container(cfg, resolve=True))")
+    raise TypeError(
+        f"{path} has type {type(value).__name__}; config_hash takes plain dicts "
+        "(convert a DictConfig with OmegaConf.to_container(cfg, resolve=True))"
+    )
 
 
 def config_hash(config: Mapping) -> str:
@@ -49,15 +51,21 @@ def config_hash(config: Mapping) -> str:
     """
     if not isinstance(config, Mapping):
         raise TypeError(f"config_hash takes a dict, got {type(config).__name__}")
-    text = json.dumps(_canonical(config), sort_keys=True, separators=(",", ":"),
-                      ensure_ascii=True, allow_nan=False)
+    text = json.dumps(
+        _canonical(config),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+        allow_nan=False,
+    )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _git(*args: str) -> str | None:
     try:
-        done = subprocess.run(["git", *args], cwd=_REPO_ROOT, capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            ["git", *args], cwd=_REPO_ROOT, capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None

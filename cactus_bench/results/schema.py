@@ -43,8 +43,11 @@ _SCHEMA: tuple[Column, ...] = (
     Column("dtype", "str", "dtype the models ran in"),
     Column("task", "str", "gsm8k | ifeval | gpqa | demo"),
     Column("n_samples", "int", "number of prompts scored"),
-    Column("sampler", "str",
-           "sps | cactus | cactus_exact | tas | interp | topk | greedy | verifier (no drafts)"),
+    Column(
+        "sampler",
+        "str",
+        "sps | cactus | cactus_exact | tas | interp | topk | greedy | verifier (no drafts)",
+    ),
     Column("delta", "float", "divergence budget (cactus, cactus_exact)"),
     Column("divergence", "str", "f-divergence of the constraint, e.g. kl"),
     Column("threshold", "float", "TAS posterior threshold epsilon"),
@@ -64,14 +67,19 @@ _SCHEMA: tuple[Column, ...] = (
     Column("al", "float", "accepted drafts per verification step, bonus NOT counted (paper's AL)"),
     Column("tokens_per_step", "float", "emitted tokens per step, bonus counted (vLLM's 'AL')"),
     Column("accept_rate", "float", "accepted drafts / drafted tokens"),
-    Column("accept_rate_by_pos", "json", "list: fraction of steps whose draft position j was "
-           "accepted, among steps that drafted position j (sums to AL when every step drafts m)"),
+    Column(
+        "accept_rate_by_pos",
+        "json",
+        "list: fraction of steps whose draft position j was "
+        "accepted, among steps that drafted position j (sums to AL when every step drafts m)",
+    ),
     Column("draft_tokens_drafted", "int", "draft tokens proposed, all steps and prompts"),
     Column("draft_tokens_accepted", "int", "draft tokens accepted"),
     Column("draft_tokens_rejected", "int", "drafted - accepted, incl. drafts after a rejection"),
     Column("generated_tokens", "int", "output tokens after stop handling, all prompts"),
     Column("num_steps", "int", "verification steps (autoregressive: one per token)"),
     # timing
+    Column("prefill_time_s", "float", "seconds of both models' prompt passes, summed"),
     Column("draft_time_s", "float", "seconds spent drafting, summed over prompts"),
     Column("verify_time_s", "float", "seconds spent in verifier forwards"),
     Column("sampler_time_s", "float", "seconds spent in the acceptance rule"),
@@ -98,8 +106,9 @@ COLUMNS: list[str] = [c.name for c in _SCHEMA]
 REQUIRED_COLUMNS: tuple[str, ...] = ("run_id", "config_hash", "task", "sampler", "status")
 
 # Measured numbers: an error row must leave these empty so a failed run never carries stale values.
-MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(COLUMNS[COLUMNS.index("score") : COLUMNS.index(
-    "baseline_mode")])
+MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(
+    COLUMNS[COLUMNS.index("score") : COLUMNS.index("baseline_mode")]
+)
 
 
 def _is_missing(value) -> bool:
@@ -139,15 +148,15 @@ def format_cell(name: str, value) -> str:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
             raise ValueError(f"column {name!r} wants a number, got {value!r}")
         if math.isinf(float(value)):
-            raise ValueError(f"column {name!r} got {value!r}; store a finite number or leave it "
-                             "empty (None)")
+            raise ValueError(
+                f"column {name!r} got {value!r}; store a finite number or leave it empty (None)"
+            )
         return repr(float(value))
     if kind == "json":
         if isinstance(value, str):
             json.loads(value)  # must already be valid JSON
             return value
-        return json.dumps(_json_safe(value), separators=(",", ":"), sort_keys=True,
-                          allow_nan=False)
+        return json.dumps(_json_safe(value), separators=(",", ":"), sort_keys=True, allow_nan=False)
     raise AssertionError(f"unknown column kind {kind!r}")
 
 
@@ -172,8 +181,10 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
     """
     unknown = sorted(set(row) - set(SCHEMA))
     if unknown:
-        raise ValueError(f"unknown result column(s) {unknown}; known columns are "
-                         "cactus_bench.results.COLUMNS (add new ones in results/schema.py)")
+        raise ValueError(
+            f"unknown result column(s) {unknown}; known columns are "
+            "cactus_bench.results.COLUMNS (add new ones in results/schema.py)"
+        )
     for name in REQUIRED_COLUMNS:
         if _is_missing(row.get(name)):
             raise ValueError(f"result row is missing required column {name!r}")
@@ -185,12 +196,16 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
             raise ValueError("an error row needs a one-line message in column 'error'")
         stale = [c for c in MEASUREMENT_COLUMNS if not _is_missing(row.get(c))]
         if stale:
-            raise ValueError(f"an error row must leave measured columns empty, got {stale}: "
-                             "a failed run must not carry stale numbers")
+            raise ValueError(
+                f"an error row must leave measured columns empty, got {stale}: "
+                "a failed run must not carry stale numbers"
+            )
     score = row.get("score")
     if not _is_missing(score) and isinstance(score, numbers.Real) and not 0 <= score <= 1:
-        raise ValueError(f"score must be a fraction in [0, 1] (as lm-eval reports it), got "
-                         f"{score!r}; the report shows it as a percentage")
+        raise ValueError(
+            f"score must be a fraction in [0, 1] (as lm-eval reports it), got "
+            f"{score!r}; the report shows it as a percentage"
+        )
     cells = {name: format_cell(name, value) for name, value in row.items()}
     return [cells.get(name, "") for name in (columns or COLUMNS)]
 

@@ -61,8 +61,10 @@ def _cut_torn_tail(path: Path) -> None:
         handle.seek(max(0, size - (1 << 20)))
         tail = handle.read()
         cut = size - len(tail) + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
-        warnings.warn(f"{path}: dropping a torn last line ({size - cut} bytes) left by an "
-                      "interrupted writer", stacklevel=3)
+        warnings.warn(
+            f"{path}: dropping a torn last line ({size - cut} bytes) left by an interrupted writer",
+            stacklevel=3,
+        )
         handle.truncate(cut)
         handle.flush()
         os.fsync(handle.fileno())
@@ -123,8 +125,10 @@ class ResultStore:
         # rows get empty cells), via a temporary file and an atomic rename.
         widened = header + missing
         temporary = self.csv_path.with_name(self.csv_path.name + ".upgrade.tmp")
-        with open(self.csv_path, newline="", encoding="utf-8") as src, \
-                open(temporary, "w", newline="", encoding="utf-8") as dst:
+        with (
+            open(self.csv_path, newline="", encoding="utf-8") as src,
+            open(temporary, "w", newline="", encoding="utf-8") as dst,
+        ):
             reader = csv.reader(src)
             writer = csv.writer(dst, lineterminator="\n")
             next(reader)
@@ -140,8 +144,10 @@ class ResultStore:
         with open(self.csv_path, newline="", encoding="utf-8") as handle:
             header = next(csv.reader(handle), [])
         if "config_hash" not in header or "status" not in header:
-            raise ValueError(f"{self.csv_path} does not look like a cactus-bench results CSV "
-                             f"(header starts {header[:4]}); point the store at another file")
+            raise ValueError(
+                f"{self.csv_path} does not look like a cactus-bench results CSV "
+                f"(header starts {header[:4]}); point the store at another file"
+            )
         return header
 
     # -- reading ---------------------------------------------------------------------------

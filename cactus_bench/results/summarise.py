@@ -40,6 +40,7 @@ class _Totals:
     accepted_by_pos: list[int]  # [m]: steps whose position j was accepted
     drafted_by_pos: list[int]  # [m]: steps that drafted position j
     times: dict[str, float]
+    prefill_time_s: float | None  # None when a record lacks it (optional in older records)
 
 
 def _as_dict(record) -> Mapping:
@@ -56,23 +57,33 @@ def _totals(records: Iterable, arm: str) -> _Totals:
         raise ValueError(f"summarise needs at least one {arm} record, got none")
     draft_lengths = {int(d.get("num_draft_tokens", 0)) for d in dicts}
     if len(draft_lengths) != 1:
-        raise ValueError(f"{arm} records mix draft lengths {sorted(draft_lengths)}; summarise "
-                         "one configuration at a time")
+        raise ValueError(
+            f"{arm} records mix draft lengths {sorted(draft_lengths)}; summarise "
+            "one configuration at a time"
+        )
     m = draft_lengths.pop()
-    totals = _Totals(len(dicts), m, 0, 0, 0, 0, 0, [0] * m, [0] * m, dict.fromkeys(_TIMES, 0.0))
+    totals = _Totals(
+        len(dicts), m, 0, 0, 0, 0, 0, [0] * m, [0] * m, dict.fromkeys(_TIMES, 0.0), 0.0
+    )
     for index, record in enumerate(dicts):
         missing = [k for k in (*_STEP_LISTS, *_TIMES, "output_ids") if k not in record]
         if missing:
-            raise ValueError(f"{arm} record {index} lacks {missing}; pass RequestRecord objects "
-                             "or RequestRecord.to_dict() output")
+            raise ValueError(
+                f"{arm} record {index} lacks {missing}; pass RequestRecord objects "
+                "or RequestRecord.to_dict() output"
+            )
         drafted, accepted, emitted = (list(record[k]) for k in _STEP_LISTS)
         if not len(drafted) == len(accepted) == len(emitted):
-            raise ValueError(f"{arm} record {index}: per-step lists differ in length "
-                             f"({len(drafted)}, {len(accepted)}, {len(emitted)})")
+            raise ValueError(
+                f"{arm} record {index}: per-step lists differ in length "
+                f"({len(drafted)}, {len(accepted)}, {len(emitted)})"
+            )
         for step, (d, a) in enumerate(zip(drafted, accepted, strict=True)):
             if not 0 <= a <= d <= max(m, 0):
-                raise ValueError(f"{arm} record {index} step {step}: accepted {a} / drafted {d} "
-                                 f"is impossible with m = {m}")
+                raise ValueError(
+                    f"{arm} record {index} step {step}: accepted {a} / drafted {d} "
+                    f"is impossible with m = {m}"
+                )
             for j in range(d):
                 totals.drafted_by_pos[j] += 1
                 totals.accepted_by_pos[j] += j < a
@@ -81,6 +92,12 @@ def _totals(records: Iterable, arm: str) -> _Totals:
         totals.accepted += sum(accepted)
         totals.emitted += sum(emitted)
         totals.generated += len(record["output_ids"])
+        prefill = record.get("prefill_time_s")
+        totals.prefill_time_s = (
+            None
+            if prefill is None or totals.prefill_time_s is None
+            else totals.prefill_time_s + float(prefill)
+        )
         for key in _TIMES:
             value = float(record[key])
             if value < 0:
@@ -111,12 +128,15 @@ def summarise(records: Iterable, baseline_records: Iterable | None = None) -> di
         "accept_rate": _ratio(spec.accepted, spec.drafted) if speculative else None,
         "accept_rate_by_pos": [
             _ratio(a, d) for a, d in zip(spec.accepted_by_pos, spec.drafted_by_pos, strict=True)
-        ] if speculative else None,
+        ]
+        if speculative
+        else None,
         "draft_tokens_drafted": spec.drafted if speculative else None,
         "draft_tokens_accepted": spec.accepted if speculative else None,
         "draft_tokens_rejected": spec.drafted - spec.accepted if speculative else None,
         "generated_tokens": spec.generated,
         "num_steps": spec.num_steps,
+        "prefill_time_s": spec.prefill_time_s,
         "draft_time_s": spec.times["draft_time_s"] if speculative else None,
         "verify_time_s": spec.times["verify_time_s"],
         "sampler_time_s": spec.times["sampler_time_s"] if speculative else None,
@@ -132,18 +152,25 @@ def summarise(records: Iterable, baseline_records: Iterable | None = None) -> di
         return row
     base = _totals(baseline_records, "baseline")
     if base.num_draft_tokens != 0:
-        raise ValueError("baseline records must come from the verifier-only "
-                         f"AutoregressiveDecoder, got num_draft_tokens = {base.num_draft_tokens}")
+        raise ValueError(
+            "baseline records must come from the verifier-only "
+            f"AutoregressiveDecoder, got num_draft_tokens = {base.num_draft_tokens}"
+        )
     if base.n_requests != spec.n_requests:
-        raise ValueError(f"baseline has {base.n_requests} records but the run has "
-                         f"{spec.n_requests}; the baseline must decode the same prompts")
+        raise ValueError(
+            f"baseline has {base.n_requests} records but the run has "
+            f"{spec.n_requests}; the baseline must decode the same prompts"
+        )
     tokens_per_s_baseline = _ratio(base.generated, base.times["total_time_s"])
     row.update(
         wall_time_baseline_s=base.times["total_time_s"],
         baseline_generated_tokens=base.generated,
         tokens_per_s_baseline=tokens_per_s_baseline,
-        speedup=(_ratio(row["tokens_per_s_spec"], tokens_per_s_baseline)
-                 if row["tokens_per_s_spec"] is not None and tokens_per_s_baseline else None),
+        speedup=(
+            _ratio(row["tokens_per_s_spec"], tokens_per_s_baseline)
+            if row["tokens_per_s_spec"] is not None and tokens_per_s_baseline
+            else None
+        ),
         speedup_walltime=_ratio(base.times["total_time_s"], spec.times["total_time_s"]),
     )
     return row

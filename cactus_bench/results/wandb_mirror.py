@@ -23,10 +23,18 @@ class WandbMirror:
         mode = os.environ.get("WANDB_MODE")
         if not mode and not os.environ.get("WANDB_API_KEY"):
             mode = "offline"
-            print(f"wandb: no WANDB_API_KEY, logging offline (sync later with `wandb sync "
-                  f"{dir or 'wandb'}/offline-run-*`)")
-        self.run = wandb.init(project=project, name=run_name, config=dict(config), dir=dir,
-                              mode=mode, reinit="create_new")
+            print(
+                f"wandb: no WANDB_API_KEY, logging offline (sync later with `wandb sync "
+                f"{dir or 'wandb'}/offline-run-*`)"
+            )
+        self.run = wandb.init(
+            project=project,
+            name=run_name,
+            config=dict(config),
+            dir=dir,
+            mode=mode,
+            reinit="create_new",
+        )
         self._steps_logged = 0
         # The AL series gets its own x-axis so it never collides with other logged metrics.
         self.run.define_metric("al_series/step")
@@ -43,8 +51,9 @@ class WandbMirror:
         for name, value in row.items():
             if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
                 continue
-            values[f"{task}/{name}"] = value if isinstance(value, (int, float, str, bool)) \
-                else str(value)
+            values[f"{task}/{name}"] = (
+                value if isinstance(value, (int, float, str, bool)) else str(value)
+            )
         self.run.summary.update(values)
 
     def log_al_series(self, records: Iterable, task: str | None = None) -> int:
@@ -57,9 +66,13 @@ class WandbMirror:
                 count += 1
                 accepted_total += accepted
                 self._steps_logged += 1
-                self.run.log({"al_series/step": self._steps_logged,
-                              prefix + "accepted": accepted,
-                              prefix + "running_al": accepted_total / count})
+                self.run.log(
+                    {
+                        "al_series/step": self._steps_logged,
+                        prefix + "accepted": accepted,
+                        prefix + "running_al": accepted_total / count,
+                    }
+                )
         return count
 
     def finish(self) -> None:
