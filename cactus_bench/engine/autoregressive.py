@@ -1,0 +1,59 @@
+"""The verifier alone, with the speculative decoder's sampling, stopping and bookkeeping: the
+baseline of every speedup (one step per token: drafted 0, accepted 0, emitted 1)."""
+
+from __future__ import annotations
+
+import torch
+
+from cactus_bench.engine.base import BaseDecoder, DecodeState
+from cactus_bench.engine.runtime import ModelRunner, check_token_map
+from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
+
+
+class AutoregressiveDecoder(BaseDecoder):
+    """`generate(prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None)`.
+
+    token_map (optional, 1-D LongTensor of vocabulary ids) restricts sampling to those ids, so
+    the baseline samples exactly the law a SpeculativeDecoder with the same token_map targets.
+    """
+
+    def __init__(
+        self,
+        verifier: torch.nn.Module,
+        tokenizer,
+        sampling: SamplingParams | None = None,
+        eos_token_ids: list[int] | None = None,
+        device: str | torch.device = "cpu",
+        token_map: torch.Tensor | None = None,
+    ):
+        super().__init__(tokenizer, sampling, eos_token_ids, device, eos_model=verifier)
+        self.verifier = ModelRunner(verifier, self.device)
+        self.token_map, self._token_list = check_token_map(token_map, self.device, verifier)
+
+    def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
+        cache = self.verifier.new_cache()
+        self.verifier.prefill(prompt_ids[:-1], cache)
+        state.caches["verifier"] = cache
+        state.pending["verifier"] = torch.tensor([prompt_ids[-1:]], device=self.device)
+
+    def _step(self, state: DecodeState, remaining: int) -> list[int]:
+        clock, record, params = state.clock, state.record, state.params
+        start = clock()
+        logits = self.verifier.forward(state.pending["verifier"], state.caches["verifier"], False)
+        logits = logits[:, -1]  # [1, V]
+        if self.token_map is not None:
+            logits = logits.index_select(-1, self.token_map)  # [1, K]
+        probs = process_logits(logits, params)
+        forwarded = clock()
+        token = sample_token(probs, state.generator, params.is_greedy)  # [1, 1]
+        if self.token_map is not None:
+            token = self.token_map[token]
+        token_id = int(token.item())  # the one sync per token: EOS and stop checks need it
+        record.sampler_time_s += clock() - forwarded
+        record.verify_time_s += forwarded - start
+        record.drafted_per_step.append(0)
+        record.accepted_per_step.append(0)
+        record.emitted_per_step.append(1)
+        state.pending["verifier"] = token
+        state.seq_len += 1
+        return [token_id]

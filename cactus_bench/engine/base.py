@@ -1,0 +1,93 @@
+"""The request loop shared by the speculative and the autoregressive decoder.
+
+Both keep the same cache layout: the verifier's cache holds every token but the last one, which
+is "pending" and goes into the next forward. Prefill therefore covers prompt[:-1], and each step
+feeds the pending token (plus drafts), so a step never re-processes the prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cactus_bench.engine.record import RequestRecord
+from cactus_bench.engine.runtime import Clock, check_prompt, resolve_eos_ids
+from cactus_bench.engine.sampling import SamplingParams
+from cactus_bench.engine.stopping import OutputTracker
+
+
+@dataclass
+class DecodeState:
+    """Per-request mutable state (caches, pending tokens, RNG, bookkeeping)."""
+
+    params: SamplingParams
+    generator: torch.Generator
+    record: RequestRecord
+    clock: Clock
+    seq_len: int  # tokens in the sequence so far (prompt + emitted)
+    caches: dict[str, Any] = field(default_factory=dict)
+    pending: dict[str, torch.Tensor] = field(default_factory=dict)  # [1, n] ids not yet cached
+
+
+class BaseDecoder:
+    """Subclasses implement `_start` (prefill) and `_step` (emit 1..remaining tokens)."""
+
+    num_draft_tokens = 0
+    sampler_name: str | None = None
+
+    def __init__(
+        self, tokenizer, sampling: SamplingParams | None, eos_token_ids, device, eos_model=None
+    ):
+        self.tokenizer = tokenizer
+        self.sampling = sampling if sampling is not None else SamplingParams()
+        if not isinstance(self.sampling, SamplingParams):
+            raise ValueError("sampling must be a SamplingParams, e.g. SamplingParams(0.6, 0.95)")
+        self.device = torch.device(device)
+        self.eos_token_ids = resolve_eos_ids(tokenizer, eos_model, eos_token_ids)
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> RequestRecord:
+        """Decodes one request (batch size 1). The same seed gives the same tokens."""
+        prompt_ids = check_prompt(prompt_ids, max_new_tokens)
+        if isinstance(stop, str):
+            stop = [stop]
+        params = sampling if sampling is not None else self.sampling
+        if seed is None:
+            seed = torch.Generator().seed()  # a fresh random seed, recorded for reproduction
+        generator = torch.Generator(device=self.device).manual_seed(int(seed))
+        record = RequestRecord(
+            prompt_ids=list(prompt_ids),
+            num_draft_tokens=self.num_draft_tokens,
+            seed=int(seed),
+            sampler_name=self._sampler_name(params),
+            sampling=params.to_dict(),
+        )
+        tracker = OutputTracker(self.tokenizer, self.eos_token_ids, stop, max_new_tokens)
+        clock = Clock(self.device)
+        start = clock()
+        state = DecodeState(params, generator, record, clock, seq_len=len(prompt_ids))
+        with torch.inference_mode():
+            self._start(state, prompt_ids)
+            record.prefill_time_s = clock() - start
+            while not tracker.done:
+                tracker.extend(self._step(state, tracker.remaining))
+        record.output_ids, record.text, record.stop_reason = tracker.finish()
+        record.total_time_s = clock() - start
+        return record
+
+    def _sampler_name(self, params: SamplingParams) -> str | None:
+        return self.sampler_name
+
+    def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
+        raise NotImplementedError
+
+    def _step(self, state: DecodeState, remaining: int) -> list[int]:
+        raise NotImplementedError

@@ -1,0 +1,99 @@
+"""What one generation request leaves behind: tokens, text, per-step acceptance and timings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class RequestRecord:
+    """One request. Per-step lists have one entry per verification step.
+
+    Speculative: drafted_per_step[i] drafts were verified, accepted_per_step[i] of them accepted
+    and emitted_per_step[i] = accepted + 1 tokens emitted (the recovered or bonus token
+    included). Autoregressive: one step per token, drafted 0, accepted 0, emitted 1.
+    emitted_per_step counts what the sampler emitted; tokens after an EOS or a stop string in
+    the last step are dropped from output_ids, so sum(emitted_per_step) >= num_generated.
+
+    Times (seconds, wall clock, device synchronised): prefill_time_s is both models' pass
+    over the prompt; draft_time_s the drafter's decode forwards with its sampling;
+    verify_time_s the verifier's decode forwards with the logits processing;
+    sampler_time_s the acceptance rule (speculative) or the token draw (autoregressive);
+    total_time_s the whole request, so total - (the four above) is the engine's own overhead.
+    """
+
+    prompt_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = "length"  # "eos" | "stop" | "length"
+    num_draft_tokens: int = 0  # m; 0 for the autoregressive decoder
+    drafted_per_step: list[int] = field(default_factory=list)
+    accepted_per_step: list[int] = field(default_factory=list)
+    emitted_per_step: list[int] = field(default_factory=list)
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    sampler_time_s: float = 0.0
+    total_time_s: float = 0.0
+    prefill_time_s: float = 0.0
+    seed: int | None = None
+    sampler_name: str | None = None  # the acceptance rule used; None for autoregressive
+    sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams.to_dict()
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.accepted_per_step)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def accepted_length(self) -> float:
+        """The paper's AL: mean accepted draft tokens per step, bonus not counted (0..m)."""
+        if not self.accepted_per_step:
+            return math.nan
+        return sum(self.accepted_per_step) / len(self.accepted_per_step)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """vLLM / Spec-Bench convention: mean emitted tokens per step, bonus included (1..m+1)."""
+        if not self.emitted_per_step:
+            return math.nan
+        return sum(self.emitted_per_step) / len(self.emitted_per_step)
+
+    @property
+    def tokens_per_second(self) -> float:
+        if self.total_time_s <= 0:
+            return math.nan
+        return self.num_generated / self.total_time_s
+
+    @property
+    def overhead_time_s(self) -> float:
+        """Wall time spent outside model forwards and the sampler (bookkeeping, stop checks)."""
+        spent = self.prefill_time_s + self.draft_time_s + self.verify_time_s + self.sampler_time_s
+        return self.total_time_s - spent
+
+    DERIVED = (
+        "num_steps",
+        "num_generated",
+        "accepted_length",
+        "tokens_per_step",
+        "tokens_per_second",
+        "overhead_time_s",
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable: every field plus the derived values (NaN becomes None)."""
+        out = asdict(self)
+        for name in self.DERIVED:
+            value = getattr(self, name)
+            out[name] = None if isinstance(value, float) and math.isnan(value) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """Inverse of `to_dict` (derived and unknown keys are ignored)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in names})

@@ -1,0 +1,137 @@
+"""Thin helpers around HF causal LMs: cached forwards, cache roll-back, clocks, argument checks."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Iterable
+
+import torch
+from transformers import DynamicCache
+
+
+class ModelRunner:
+    """Calls one HF causal LM with a KV cache (transformers 5.x keyword `cache`, older
+    `past_key_values`), asking for the last position's logits only where that is all we need."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device):
+        self.model = model.eval()
+        self.device = device
+        check_model_device(model, device)
+        params = inspect.signature(model.forward).parameters
+        self.cache_keyword = (
+            "past_key_values"
+            if "cache" not in params and ("past_key_values" in params)
+            else "cache"
+        )
+        self.has_logits_to_keep = "logits_to_keep" in params
+
+    def new_cache(self) -> DynamicCache:
+        config = getattr(self.model, "config", None)
+        return DynamicCache(config=config) if config is not None else DynamicCache()
+
+    def forward(self, input_ids: torch.Tensor, cache: DynamicCache, all_logits: bool):
+        """input_ids [1, n] -> logits [1, n, V] (all_logits) or [1, 1, V] (last position)."""
+        kwargs = {self.cache_keyword: cache, "use_cache": True}
+        if self.has_logits_to_keep and not all_logits:
+            kwargs["logits_to_keep"] = 1  # skip the output head on positions we do not read
+        logits = self.model(input_ids=input_ids, **kwargs).logits
+        return logits if all_logits else logits[:, -1:]
+
+    def prefill(self, token_ids: list[int], cache: DynamicCache) -> None:
+        """Runs the prompt through the model to fill the cache (no logits are read)."""
+        if token_ids:
+            ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+            self.forward(ids, cache, all_logits=False)
+
+
+def crop_cache(cache: DynamicCache, length: int) -> None:
+    """Rolls the cache back to its first `length` tokens (transformers 5.x: crop(-removed))."""
+    removed = cache.get_seq_length() - length
+    if removed < 0:
+        raise RuntimeError(f"cannot crop a cache of {cache.get_seq_length()} to {length} tokens")
+    if removed:
+        cache.crop(-removed)
+
+
+class Clock:
+    """perf_counter that first waits for queued CUDA work, so phases are timed honestly."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.sync = device.type == "cuda"
+
+    def __call__(self) -> float:
+        if self.sync:
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+
+def check_model_device(model: torch.nn.Module, device: torch.device) -> None:
+    param = next(model.parameters(), None)
+    if param is not None and param.device.type != device.type:
+        raise ValueError(
+            f"model {type(model).__name__} is on {param.device} but the decoder was given "
+            f"device={device}; move it first with model.to({str(device)!r})"
+        )
+
+
+def resolve_eos_ids(tokenizer, model, eos_token_ids: Iterable[int] | int | None) -> frozenset:
+    """The given ids, or (None) the tokenizer's eos plus the model's generation_config eos."""
+    if eos_token_ids is not None:
+        if isinstance(eos_token_ids, int):
+            return frozenset([eos_token_ids])
+        return frozenset(int(token) for token in eos_token_ids)
+    ids: set[int] = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif config_eos is not None:
+        ids.update(int(token) for token in config_eos)
+    return frozenset(ids)
+
+
+def check_token_map(token_map: torch.Tensor | None, device: torch.device, *models):
+    """Validates a 1-D int64 tensor of distinct vocabulary ids that every model can emit.
+
+    Returns (token_map on device, its ids as a list) or (None, None)."""
+    if token_map is None:
+        return None, None
+    if not isinstance(token_map, torch.Tensor) or token_map.dim() != 1 or token_map.numel() == 0:
+        raise ValueError("token_map must be a non-empty 1-D LongTensor of shared vocabulary ids")
+    if token_map.dtype.is_floating_point or bool((token_map < 0).any()):
+        raise ValueError("token_map must hold non-negative integer vocabulary ids")
+    ids = token_map.long().tolist()
+    if len(set(ids)) != len(ids):
+        raise ValueError("token_map must not repeat a vocabulary id")
+    for model in models:
+        vocab = output_vocab_size(model)
+        if vocab is not None and max(ids) >= vocab:
+            raise ValueError(
+                f"token_map holds id {max(ids)} but {type(model).__name__} has only {vocab} "
+                "output logits: keep only ids both models have"
+            )
+    return token_map.long().to(device), ids
+
+
+def output_vocab_size(model: torch.nn.Module) -> int | None:
+    """Number of logits the model emits, when it can be read without a forward."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    return int(vocab) if vocab is not None else None
+
+
+def check_prompt(prompt_ids, max_new_tokens: int) -> list[int]:
+    if isinstance(prompt_ids, torch.Tensor):
+        prompt_ids = prompt_ids.reshape(-1).tolist()
+    prompt_ids = [int(token) for token in prompt_ids]
+    if not prompt_ids:
+        raise ValueError("prompt_ids is empty: pass at least one token (e.g. a BOS token)")
+    if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1; got {max_new_tokens}")
+    return prompt_ids

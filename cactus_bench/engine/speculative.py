@@ -1,0 +1,176 @@
+"""Draft-verify speculative decoding with any acceptance rule (batch size 1).
+
+One step (paper §2.1): the drafter proposes m tokens n_j ~ p_j from its own KV cache; the
+verifier scores the pending token, the m drafts and thereby the bonus position in ONE forward,
+giving q_1..q_{m+1}; the acceptance rule emits the accepted prefix plus one recovered (first
+rejection) or bonus (all accepted) token; both caches are cropped back to the accepted prefix.
+
+Cache lengths, with L tokens in the sequence before the step and n drafts accepted:
+  verifier: L - 1 cached + (pending + m drafts) = L + m  -> crop to L + n; pending = last emitted
+  drafter:  L + m - 1 after drafting (d_m is never fed) -> crop to L + min(n, m - 1); its pending
+            is the emitted tokens after that (one token, or d_m and the bonus when n = m), so the
+            drafter never re-processes the prefix.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cactus_bench.engine.base import BaseDecoder, DecodeState
+from cactus_bench.engine.runtime import (
+    ModelRunner,
+    check_token_map,
+    crop_cache,
+    output_vocab_size,
+)
+from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
+from cactus_bench.samplers import make_sampler
+
+
+class SpeculativeDecoder(BaseDecoder):
+    """`generate(prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None)`.
+
+    sampler: an acceptance rule from `cactus_bench.samplers.make_sampler`; with temperature 0
+    the decoder verifies with the `greedy` rule instead, so greedy speculative decoding emits
+    exactly the greedy autoregressive tokens. token_map (optional, 1-D LongTensor of vocabulary
+    ids both models share) restricts p and q to those ids before the rule sees them.
+    """
+
+    def __init__(
+        self,
+        drafter: torch.nn.Module,
+        verifier: torch.nn.Module,
+        tokenizer,
+        sampler,
+        num_draft_tokens: int,
+        sampling: SamplingParams | None = None,
+        eos_token_ids: list[int] | None = None,
+        device: str | torch.device = "cpu",
+        token_map: torch.Tensor | None = None,
+    ):
+        super().__init__(tokenizer, sampling, eos_token_ids, device, eos_model=verifier)
+        if not callable(getattr(sampler, "verify", None)):
+            raise ValueError("sampler must be an acceptance rule, e.g. make_sampler('sps')")
+        if (
+            isinstance(num_draft_tokens, bool)
+            or not isinstance(num_draft_tokens, int)
+            or (num_draft_tokens < 1)
+        ):
+            raise ValueError(f"num_draft_tokens must be an integer >= 1; got {num_draft_tokens}")
+        self.sampler = sampler
+        self.greedy_sampler = make_sampler("greedy")
+        self.num_draft_tokens = num_draft_tokens
+        self.drafter = ModelRunner(drafter, self.device)
+        self.verifier = ModelRunner(verifier, self.device)
+        self.token_map, self._token_list = check_token_map(
+            token_map, self.device, drafter, verifier
+        )
+        sizes = (output_vocab_size(drafter), output_vocab_size(verifier))
+        if token_map is None and None not in sizes and sizes[0] != sizes[1]:
+            raise ValueError(
+                f"drafter has {sizes[0]} output logits and verifier {sizes[1]}: pass "
+                f"token_map=torch.arange({min(sizes)}) (or the ids both tokenizers share)"
+            )
+
+    def _sampler_name(self, params: SamplingParams) -> str:
+        rule = self.greedy_sampler if params.is_greedy else self.sampler
+        return getattr(rule, "name", type(rule).__name__)
+
+    def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
+        last = torch.tensor([prompt_ids[-1:]], device=self.device)  # [1, 1]
+        for name, runner in (("drafter", self.drafter), ("verifier", self.verifier)):
+            cache = runner.new_cache()
+            runner.prefill(prompt_ids[:-1], cache)
+            state.caches[name] = cache
+            state.pending[name] = last
+
+    def _step(self, state: DecodeState, remaining: int) -> list[int]:
+        # Never emit more than `remaining`: a step emits at most m + 1 tokens.
+        num_drafts = min(self.num_draft_tokens, remaining - 1)
+        if num_drafts == 0:
+            return self._bonus_step(state)
+        clock, record, params = state.clock, state.record, state.params
+        greedy = params.is_greedy
+        rule = self.greedy_sampler if greedy else self.sampler
+        drafter_cache, verifier_cache = state.caches["drafter"], state.caches["verifier"]
+
+        start = clock()
+        draft_ids = torch.empty((1, num_drafts), dtype=torch.long, device=self.device)  # [1, m]
+        draft_probs = None  # [1, m, V], allocated once V is known
+        next_input = state.pending["drafter"]  # [1, 1] or [1, 2] vocabulary ids
+        for j in range(num_drafts):
+            logits = self.drafter.forward(next_input, drafter_cache, all_logits=False)[:, -1]
+            probs = process_logits(self._restrict(logits), params)  # [1, V] the drafter's p_j
+            if draft_probs is None:
+                draft_probs = probs.new_empty((1, num_drafts, probs.shape[-1]))
+            draft_probs[:, j] = probs
+            token = sample_token(probs, state.generator, greedy)  # [1, 1] n_j ~ p_j
+            draft_ids[:, j : j + 1] = token
+            next_input = self._to_vocab(token)
+        drafted = clock()
+
+        verify_input = torch.cat([state.pending["verifier"], self._to_vocab(draft_ids)], dim=1)
+        logits = self.verifier.forward(verify_input, verifier_cache, all_logits=True)
+        target_probs = process_logits(self._restrict(logits), params)  # [1, m + 1, V]: q_1..q_m+1
+        if target_probs.shape[-1] != draft_probs.shape[-1]:
+            raise ValueError(
+                f"drafter gives {draft_probs.shape[-1]} probabilities, verifier "
+                f"{target_probs.shape[-1]}: pass a token_map of the ids both models share"
+            )
+        verified = clock()
+
+        out = rule.verify(draft_ids, draft_probs, target_probs, generator=state.generator)
+        emitted_row = self._to_vocab(out.token_ids.clamp(min=0))  # [1, m + 1]; tail junk
+        row = out.token_ids[0].tolist()  # the one sync of the step: -1 marks the unused tail
+        num_accepted = sum(1 for token in row if token >= 0) - 1
+        emitted = row[: num_accepted + 1]
+        if self._token_list is not None:
+            emitted = [self._token_list[token] for token in emitted]
+        sampled = clock()
+
+        # Roll back to the accepted prefix (see the module docstring for the lengths).
+        seq_len = state.seq_len
+        crop_cache(verifier_cache, seq_len + num_accepted)
+        drafter_kept = min(num_accepted, num_drafts - 1)
+        crop_cache(drafter_cache, seq_len + drafter_kept)
+        state.pending["verifier"] = emitted_row[:, num_accepted : num_accepted + 1]
+        state.pending["drafter"] = emitted_row[:, drafter_kept : num_accepted + 1]
+        state.seq_len = seq_len + num_accepted + 1
+
+        record.draft_time_s += drafted - start
+        record.verify_time_s += verified - drafted
+        record.sampler_time_s += sampled - verified
+        record.drafted_per_step.append(num_drafts)
+        record.accepted_per_step.append(num_accepted)
+        record.emitted_per_step.append(num_accepted + 1)
+        return emitted
+
+    def _bonus_step(self, state: DecodeState) -> list[int]:
+        """One token left: no drafts; the verifier's token is the bonus, drawn from q."""
+        clock, record, params = state.clock, state.record, state.params
+        start = clock()
+        logits = self.verifier.forward(state.pending["verifier"], state.caches["verifier"], False)
+        probs = process_logits(self._restrict(logits[:, -1]), params)  # [1, V]
+        verified = clock()
+        bonus_is_argmax = getattr(self.sampler, "bonus_is_argmax", False)
+        token = self._to_vocab(
+            sample_token(probs, state.generator, greedy=params.is_greedy or bonus_is_argmax)
+        )  # [1, 1]
+        token_id = int(token.item())
+        record.verify_time_s += verified - start
+        record.sampler_time_s += clock() - verified
+        state.pending["verifier"] = token
+        state.pending["drafter"] = torch.cat([state.pending["drafter"], token], dim=1)
+        state.seq_len += 1
+        record.drafted_per_step.append(0)
+        record.accepted_per_step.append(0)
+        record.emitted_per_step.append(1)
+        return [token_id]
+
+    def _restrict(self, logits: torch.Tensor) -> torch.Tensor:
+        """[..., V_model] -> [..., K] logits of the shared ids (identity without token_map)."""
+        return logits if self.token_map is None else logits.index_select(-1, self.token_map)
+
+    def _to_vocab(self, index: torch.Tensor) -> torch.Tensor:
+        """Sampler-space indices -> vocabulary ids the models read."""
+        return index if self.token_map is None else self.token_map[index]
