@@ -226,3 +226,54 @@ def test_notebook_runs_headless(monkeypatch):
     shown = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
     assert "Cactus (δ = 0.75)" in shown and "-50.0%" in shown
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_rows_written_by_the_store_feed_the_report(tmp_path):
+    """results -> report round trip: what ResultStore writes is what the report reads."""
+    from cactus_bench.results import ResultStore, config_hash, run_metadata, summarise
+
+    def records(accepted: list[int], m: int = 4) -> list[dict]:
+        return [
+            {
+                "num_draft_tokens": m,
+                "drafted_per_step": [m] * len(accepted),
+                "accepted_per_step": accepted,
+                "emitted_per_step": [a + 1 for a in accepted],
+                "output_ids": list(range(sum(accepted) + len(accepted))),
+                "draft_time_s": 0.1,
+                "verify_time_s": 0.2,
+                "sampler_time_s": 0.01,
+                "total_time_s": 0.5,
+            }
+        ]
+
+    store = ResultStore(tmp_path / "demo.csv")
+    for sampler, delta, accepted in (("sps", None, [1, 0, 2, 1]), ("cactus", 0.5, [3, 2, 4, 3])):
+        config = {"pair": "tiny", "sampler": sampler, "delta": delta, "m": 4}
+        store.append(
+            {
+                "run_id": sampler,
+                "config_hash": config_hash(config),
+                "model_pair": "tiny",
+                "drafter_id": "tiny-drafter",
+                "verifier_id": "tiny-verifier",
+                "task": "demo",
+                "sampler": sampler,
+                "delta": delta,
+                "m": 4,
+                "temperature": 0.6,
+                "top_p": 0.95,
+                "top_k": 20,
+                "seed": 0,
+                "score_name": "acc",
+                "score": 0.5,
+                "status": "ok",
+                "baseline_mode": "none",
+                **run_metadata("cpu"),
+                **summarise(records(accepted)),
+            }
+        )
+    markdown = to_markdown(table1(aggregate(load_results([store.csv_path])), None)[0])
+    # SpS rejects 16 - 4 = 12 of 8 generated tokens (r = 1.5); Cactus 16 - 12 = 4 of 16 (0.25)
+    assert _row(markdown, "Cactus (δ = 0.5)") == ["50.00", "3.00", "-83.3%"]
+    assert _row(markdown, "SpS") == ["50.00", "1.00", "ref"]
