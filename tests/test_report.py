@@ -277,3 +277,11 @@ def test_rows_written_by_the_store_feed_the_report(tmp_path):
     # SpS rejects 16 - 4 = 12 of 8 generated tokens (r = 1.5); Cactus 16 - 12 = 4 of 16 (0.25)
     assert _row(markdown, "Cactus (δ = 0.5)") == ["50.00", "3.00", "-83.3%"]
     assert _row(markdown, "SpS") == ["50.00", "1.00", "ref"]
+
+
+def test_score_error_bars_are_the_binomial_standard_error():
+    from cactus_bench.report.plots import _score_stderr
+
+    rows = pd.DataFrame({"score": [0.5, 0.9], "n_samples": [100, 400]})
+    assert _score_stderr(rows, 100.0) == pytest.approx([5.0, 1.5])  # 100 sqrt(p (1 - p) / n)
+    assert _score_stderr(rows.drop(columns="n_samples"), 100.0) is None

@@ -217,3 +217,13 @@ def test_sigkill_mid_append_loop_leaves_a_parseable_csv(tmp_path):
         store.append(make_row(0))  # the lock was released by the kernel with the process
     assert store.csv_path.read_bytes().endswith(b"\n")
     assert len(store.read()) == len(frame) + 1
+
+
+def test_a_torn_header_alone_is_rewritten(tmp_path):
+    store = ResultStore(tmp_path / "runs.csv")
+    store.csv_path.write_text("run_id,config_ha")  # killed while writing the header
+    with pytest.warns(UserWarning, match="torn"):
+        assert store.read().empty
+    with pytest.warns(UserWarning, match="torn"):
+        store.append(make_row(0))
+    assert list(store.read()["run_id"]) == ["run-0"]

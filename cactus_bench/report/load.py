@@ -75,7 +75,7 @@ _MEAN_COLUMNS = (
     "speedup",
     "speedup_walltime",
 )
-_SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens")
+_SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens", "n_samples")
 
 
 def expand_paths(patterns: list[str | Path]) -> list[Path]:
@@ -155,7 +155,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     groups = frame.groupby(keys, dropna=False, sort=False)
     out = groups[list(_MEAN_COLUMNS)].mean()
     for name in _SUM_COLUMNS:
-        out[name] = groups[name].sum(min_count=1)
+        if name in frame.columns:
+            out[name] = groups[name].sum(min_count=1)
     out["accept_rate_by_pos"] = groups["accept_rate_by_pos"].agg(_mean_list)
     for name in ("drafter_id", "verifier_id", "score_name", "baseline_mode"):
         out[name] = groups[name].agg(lambda s: s.dropna().iloc[0] if s.notna().any() else None)

@@ -90,6 +90,14 @@ def _new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, li
     return figure, list(axes), tasks
 
 
+def _score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
+    """Binomial standard error sqrt(p (1 - p) / n) of each accuracy (n = prompts scored)."""
+    if "n_samples" not in rows or rows["n_samples"].isna().any():
+        return None
+    p = rows["score"].astype(float)
+    return list(scale * (p * (1 - p) / rows["n_samples"].astype(float)) ** 0.5)
+
+
 def _draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1.0) -> None:
     for sampler in samplers:
         label, style = REFERENCE_STYLES[sampler]
@@ -119,9 +127,11 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
                 & task_rows[column].notna()
             ].sort_values("delta")
             if len(sweep):
-                ax.plot(
+                ax.errorbar(
                     sweep["delta"].astype(float),
                     sweep[column].astype(float) * scale,
+                    yerr=_score_stderr(sweep, scale) if column == "score" else None,
+                    capsize=3,
                     marker=MARKERS[sampler],
                     color=_color(sampler),
                     label="Cactus" if sampler == "cactus" else "Cactus-exact",
@@ -164,7 +174,7 @@ def score_vs_delta(rows, pair, m) -> Figure:
         m,
         "Task score vs δ",
         "score",
-        "score (%)",
+        "score (%, bars: ±1 binomial s.e.)",
         ("verifier", "sps", "tas"),
         scale=100.0,
     )

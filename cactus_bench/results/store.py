@@ -113,10 +113,11 @@ class ResultStore:
 
     def _header_after_upgrade(self) -> list[str]:
         """The file's header, created or widened to hold every current column. Lock held."""
+        if self.csv_path.exists():
+            _cut_torn_tail(self.csv_path)  # may leave nothing when the header itself was torn
         if not self.csv_path.exists() or self.csv_path.stat().st_size == 0:
             _append_bytes(self.csv_path, _csv_line(COLUMNS))
             return list(COLUMNS)
-        _cut_torn_tail(self.csv_path)
         header = self._read_header()
         missing = [c for c in COLUMNS if c not in header]
         if not missing:
@@ -160,7 +161,14 @@ class ResultStore:
             # An interrupted writer's partial line: not a row (the next append cuts it off).
             warnings.warn(f"{self.csv_path}: ignoring a torn last line", stacklevel=2)
             text = text[: text.rfind("\n") + 1]
+        if not text:  # only a torn header: no rows yet
+            return coerce_frame(pd.DataFrame(columns=COLUMNS))
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+        if "config_hash" not in frame.columns or "status" not in frame.columns:
+            raise ValueError(
+                f"{self.csv_path} does not look like a cactus-bench results CSV "
+                f"(header starts {list(frame.columns[:4])}); point the store at another file"
+            )
         missing = [c for c in COLUMNS if c not in frame.columns]
         for name in missing:  # an older file read before any new append widened it
             frame[name] = ""
