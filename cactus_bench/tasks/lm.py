@@ -22,8 +22,10 @@ from tqdm.auto import tqdm
 from cactus_bench.engine import RequestRecord, SamplingParams
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
 
+# lm-eval's normalize_gen_kwargs folds the token-budget aliases into max_gen_toks.
+MAX_TOKEN_ALIASES = ("max_gen_toks", "max_new_tokens", "max_tokens", "max_completion_tokens")
 SUPPORTED_GEN_KWARGS = frozenset(
-    {"until", "max_gen_toks", "do_sample", "temperature", "top_p", "top_k"}
+    {"until", "do_sample", "temperature", "top_p", "top_k", *MAX_TOKEN_ALIASES}
 )
 
 
