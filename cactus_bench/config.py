@@ -148,18 +148,24 @@ def _fail(message: str) -> None:
 def _check_sampler(sampler: SamplerConf) -> None:
     known = (*SAMPLER_NAMES, VERIFIER_ONLY)
     if sampler.name not in known:
-        _fail(f"unknown sampler {sampler.name!r}{_did_you_mean(sampler.name, known)}; "
-              f"choose one of {', '.join(known)}")
+        _fail(
+            f"unknown sampler {sampler.name!r}{_did_you_mean(sampler.name, known)}; "
+            f"choose one of {', '.join(known)}"
+        )
     allowed = SAMPLER_PARAMS[sampler.name]
     for name in ("delta", "divergence", "threshold", "alpha", "k"):
         value = getattr(sampler, name)
         if value is not None and name not in allowed:
             takes = ", ".join(allowed) or "no parameters"
-            _fail(f"sampler {sampler.name!r} does not take {name} (it takes {takes}); "
-                  f"remove sampler.{name}")
+            _fail(
+                f"sampler {sampler.name!r} does not take {name} (it takes {takes}); "
+                f"remove sampler.{name}"
+            )
         if value is None and name in allowed and name != "divergence":  # others have no default
-            _fail(f"sampler {sampler.name!r} needs sampler.{name}; set it in "
-                  f"configs/sampler/{sampler.name}.yaml or on the command line")
+            _fail(
+                f"sampler {sampler.name!r} needs sampler.{name}; set it in "
+                f"configs/sampler/{sampler.name}.yaml or on the command line"
+            )
     if sampler.delta is not None and sampler.delta < 0:
         _fail(f"delta must be >= 0 (got {sampler.delta}): the divergence budget is in nats")
     if sampler.threshold is not None and not 0 < sampler.threshold <= 1:
@@ -167,8 +173,9 @@ def _check_sampler(sampler: SamplerConf) -> None:
     if sampler.name == "tas" and sampler.alpha is not None and sampler.alpha <= 0:
         _fail(f"sampler.alpha (TAS) must be > 0 (got {sampler.alpha})")
     if sampler.name == "interp" and not 0 <= sampler.alpha <= 1:
-        _fail(f"sampler.alpha (interp weight on the drafter) must be in [0, 1] "
-              f"(got {sampler.alpha})")
+        _fail(
+            f"sampler.alpha (interp weight on the drafter) must be in [0, 1] (got {sampler.alpha})"
+        )
     if sampler.k is not None and sampler.k < 1:
         _fail(f"sampler.k (top-k acceptance) must be >= 1 (got {sampler.k})")
 
@@ -181,8 +188,10 @@ def validate(conf: RunConf) -> None:
         _fail(f"m (draft length) must be >= 1 (got {conf.m})")
     _check_sampler(conf.sampler)
     if conf.task.name not in TASK_NAMES:
-        _fail(f"unknown task {conf.task.name!r}{_did_you_mean(conf.task.name, TASK_NAMES)}; "
-              f"choose one of {', '.join(TASK_NAMES)}")
+        _fail(
+            f"unknown task {conf.task.name!r}{_did_you_mean(conf.task.name, TASK_NAMES)}; "
+            f"choose one of {', '.join(TASK_NAMES)}"
+        )
     if not conf.model.name:
         _fail("model.name is empty; every configs/model/*.yaml needs a name")
     if conf.model.dtype not in DTYPES:
@@ -201,9 +210,11 @@ def validate(conf: RunConf) -> None:
         _fail(f"max_new_tokens must be >= 1 (got {conf.max_new_tokens})")
     if not DEVICE_PATTERN.match(conf.device):
         _fail(f"device must be auto, cpu, mps, cuda or cuda:N (got {conf.device!r})")
-    for key, value, known in (("baseline", conf.baseline, BASELINE_MODES),
-                              ("backend", conf.backend.name, BACKEND_NAMES),
-                              ("logger", conf.logger.name, LOGGER_NAMES)):
+    for key, value, known in (
+        ("baseline", conf.baseline, BASELINE_MODES),
+        ("backend", conf.backend.name, BACKEND_NAMES),
+        ("logger", conf.logger.name, LOGGER_NAMES),
+    ):
         if value not in known:
             _fail(f"{key} must be one of {', '.join(known)} (got {value!r})")
     if conf.logger.mode not in (None, "online", "offline", "disabled"):
@@ -215,8 +226,11 @@ def validate(conf: RunConf) -> None:
 # ---- what identifies a run ----------------------------------------------------------------------
 def sampler_params(sampler: SamplerConf) -> dict[str, Any]:
     """make_sampler keyword arguments: only the parameters this rule takes and that are set."""
-    return {name: getattr(sampler, name) for name in SAMPLER_PARAMS[sampler.name]
-            if getattr(sampler, name) is not None}
+    return {
+        name: getattr(sampler, name)
+        for name in SAMPLER_PARAMS[sampler.name]
+        if getattr(sampler, name) is not None
+    }
 
 
 def is_speculative(conf: RunConf) -> bool:
@@ -291,8 +305,13 @@ def _schema_keys() -> dict[str, tuple[str, ...]]:
     keys = {"": tuple(f.name for f in dataclasses.fields(RunConf))}
     for sub in ("model", "task", "sampler", "backend", "logger"):
         node = RunConf.__dataclass_fields__[sub].type
-        cls = {"ModelConf": ModelConf, "TaskConf": TaskConf, "SamplerConf": SamplerConf,
-               "BackendConf": BackendConf, "LoggerConf": LoggerConf}[str(node)]
+        cls = {
+            "ModelConf": ModelConf,
+            "TaskConf": TaskConf,
+            "SamplerConf": SamplerConf,
+            "BackendConf": BackendConf,
+            "LoggerConf": LoggerConf,
+        }[str(node)]
         keys[sub] = tuple(f.name for f in dataclasses.fields(cls))
     return keys
 

@@ -45,8 +45,10 @@ from cactus_bench.results import (
     summarise,
 )
 
-VLLM_HINT = ("backend=vllm needs the GPU extra (pip install 'cactus-bench[vllm]') and a CUDA "
-             "machine; use backend=hf here")
+VLLM_HINT = (
+    "backend=vllm needs the GPU extra (pip install 'cactus-bench[vllm]') and a CUDA "
+    "machine; use backend=hf here"
+)
 
 
 @dataclass
@@ -77,8 +79,11 @@ def run(conf: RunConf) -> RunOutcome:
     store = ResultStore(csv_path)
     run_hash = config_hash(hash_fields(conf))
     if not conf.force and store.has_finished(run_hash):
-        print(f"skip: {describe(conf)} already has a finished row (config hash {run_hash}) in "
-              f"{csv_path}; force=true reruns it", flush=True)
+        print(
+            f"skip: {describe(conf)} already has a finished row (config hash {run_hash}) in "
+            f"{csv_path}; force=true reruns it",
+            flush=True,
+        )
         return RunOutcome("skipped", csv_path, run_hash)
 
     run_id = new_run_id()
@@ -88,8 +93,14 @@ def run(conf: RunConf) -> RunOutcome:
         measured = _measure(conf)
     except BaseException as error:  # KeyboardInterrupt too: leave a row saying what happened
         message = one_line_error(error) or type(error).__name__
-        store.append({**identity, **run_metadata(conf.device), "status": "error",
-                      "error": f"{type(error).__name__}: {message}"})
+        store.append(
+            {
+                **identity,
+                **run_metadata(conf.device),
+                "status": "error",
+                "error": f"{type(error).__name__}: {message}",
+            }
+        )
         raise
     row = {**identity, **run_metadata(conf.device), **measured.row, "status": "ok"}
     store.append(row)
@@ -133,8 +144,10 @@ def describe(conf: RunConf) -> str:
     """`smollm2_135m / demo / cactus delta=1.0 m=10` (what a log line or table title shows)."""
     params = " ".join(f"{k}={v}" for k, v in sampler_params(conf.sampler).items())
     spec = f" m={conf.m}" if is_speculative(conf) else ""
-    return f"{conf.model.name} / {conf.task.name} / {conf.sampler.name}" \
-           f"{' ' + params if params else ''}{spec}"
+    return (
+        f"{conf.model.name} / {conf.task.name} / {conf.sampler.name}"
+        f"{' ' + params if params else ''}{spec}"
+    )
 
 
 def identity_columns(conf: RunConf, run_id: str, run_hash: str) -> dict[str, Any]:
@@ -180,33 +193,48 @@ def _measure(conf: RunConf) -> _Measured:
     # The rule first: a bad parameter fails before a model loads.
     rule = make_sampler(conf.sampler.name, **sampler_params(conf.sampler)) if speculative else None
     pair = load_pair(pair_spec(conf), device=conf.device, dtype=conf.model.dtype)
-    sampling = SamplingParams(temperature=conf.temperature, top_p=conf.top_p,
-                              top_k=conf.top_k or 0)
+    sampling = SamplingParams(temperature=conf.temperature, top_p=conf.top_p, top_k=conf.top_k or 0)
 
     def verifier_only():
-        return AutoregressiveDecoder(pair.verifier, pair.tokenizer, sampling=sampling,
-                                     device=conf.device)
+        return AutoregressiveDecoder(
+            pair.verifier, pair.tokenizer, sampling=sampling, device=conf.device
+        )
 
     if speculative:
-        decoder = SpeculativeDecoder(pair.drafter, pair.verifier, pair.tokenizer, rule,
-                                     num_draft_tokens=conf.m, sampling=sampling,
-                                     device=conf.device, token_map=pair.token_map)
+        decoder = SpeculativeDecoder(
+            pair.drafter,
+            pair.verifier,
+            pair.tokenizer,
+            rule,
+            num_draft_tokens=conf.m,
+            sampling=sampling,
+            device=conf.device,
+            token_map=pair.token_map,
+        )
     else:
         decoder = verifier_only()
     interleaved = verifier_only() if speculative and conf.baseline == "interleave" else None
 
     def evaluate(task_decoder, baseline):
         return evaluate_task(
-            task=conf.task.name, decoder=task_decoder, baseline=baseline,
-            tokenizer=pair.tokenizer, chat_template_kwargs=pair.chat_template_kwargs,
-            data_dir=resolve_path(conf.data_dir), limit=conf.limit, seed=conf.seed,
-            gen_kwargs=gen_kwargs(conf), max_gen_toks=conf.max_new_tokens)
+            task=conf.task.name,
+            decoder=task_decoder,
+            baseline=baseline,
+            tokenizer=pair.tokenizer,
+            chat_template_kwargs=pair.chat_template_kwargs,
+            data_dir=resolve_path(conf.data_dir),
+            limit=conf.limit,
+            seed=conf.seed,
+            gen_kwargs=gen_kwargs(conf),
+            max_gen_toks=conf.max_new_tokens,
+        )
 
     result = evaluate(decoder, interleaved)
     baseline_records = list(result.baseline_records) if interleaved is not None else None
     if conf.baseline == "cached":
-        baseline_records = _cached_baseline(conf, pair, result.records,
-                                            lambda: evaluate(verifier_only(), None).records)
+        baseline_records = _cached_baseline(
+            conf, pair, result.records, lambda: evaluate(verifier_only(), None).records
+        )
     row = {
         "drafter_id": pair.drafter_id if speculative else None,
         "verifier_id": pair.verifier_id,
@@ -243,14 +271,25 @@ def _cached_baseline(conf: RunConf, pair, records: list, decode_baseline) -> lis
     (it IS the baseline) and reports no speedup; a speculative run reuses them or decodes the
     baseline once, after its own decoding, and stores it for the next run.
     """
-    cache = BaselineCache(resolve_path(conf.baseline_dir)
-                          or Path(resolve_path(conf.results_dir)) / "baselines")
+    cache = BaselineCache(
+        resolve_path(conf.baseline_dir) or Path(resolve_path(conf.results_dir)) / "baselines"
+    )
     prompts = [list(_field(r, "prompt_ids")) for r in records]
     key = baseline_key(
-        verifier_id=pair.verifier_id, task=conf.task.name, prompts=prompts,
-        sampling={"temperature": conf.temperature, "top_p": conf.top_p, "top_k": conf.top_k,
-                  "dtype": conf.model.dtype, "verifier_revision": conf.model.verifier_revision},
-        max_new_tokens=conf.max_new_tokens, seed=conf.seed, device_name=device_name(conf.device))
+        verifier_id=pair.verifier_id,
+        task=conf.task.name,
+        prompts=prompts,
+        sampling={
+            "temperature": conf.temperature,
+            "top_p": conf.top_p,
+            "top_k": conf.top_k,
+            "dtype": conf.model.dtype,
+            "verifier_revision": conf.model.verifier_revision,
+        },
+        max_new_tokens=conf.max_new_tokens,
+        seed=conf.seed,
+        device_name=device_name(conf.device),
+    )
     meta = {"model_pair": conf.model.name, "task": conf.task.name, "limit": conf.limit}
     if not is_speculative(conf):
         cache.put(key, records, meta=meta)
@@ -259,12 +298,13 @@ def _cached_baseline(conf: RunConf, pair, records: list, decode_baseline) -> lis
     if cached is not None:
         print(f"baseline: reusing the cached verifier-only decode {key}", flush=True)
         return cached
-    print("baseline: no cached verifier-only decode of these prompts; decoding it once",
-          flush=True)
+    print("baseline: no cached verifier-only decode of these prompts; decoding it once", flush=True)
     baseline = list(decode_baseline())
     if [list(_field(r, "prompt_ids")) for r in baseline] != prompts:
-        raise RuntimeError("the baseline decoded different prompts than the run; the task's "
-                           "prompts must not depend on the decoder")
+        raise RuntimeError(
+            "the baseline decoded different prompts than the run; the task's "
+            "prompts must not depend on the decoder"
+        )
     cache.put(key, baseline, meta=meta)
     return baseline
 
@@ -295,12 +335,14 @@ def _mirror_to_wandb(conf: RunConf, row: dict, records: list) -> None:
     from cactus_bench.results.wandb_mirror import WandbMirror
 
     mode = {"online": "online", "offline": "offline", "disabled": "disabled"}.get(
-        conf.logger.mode or "")
+        conf.logger.mode or ""
+    )
     run_name = f"{conf.model.name}-{conf.task.name}-{conf.sampler.name}-{row['run_id']}"
     config = {**hash_fields(conf), "run_id": row["run_id"], "config_hash": row["config_hash"]}
     with _environment(WANDB_MODE=mode, WANDB_ENTITY=conf.logger.entity):
-        with WandbMirror(conf.logger.project, run_name, config,
-                         dir=resolve_path(conf.results_dir)) as mirror:
+        with WandbMirror(
+            conf.logger.project, run_name, config, dir=resolve_path(conf.results_dir)
+        ) as mirror:
             mirror.log_row(row)
             mirror.log_al_series(records, task=conf.task.name)
 
@@ -320,10 +362,14 @@ def format_outcome(outcome: RunOutcome) -> str:
         f"{'AL (accepted drafts per step, no bonus)':<44} {_cell(row.get('al'), '.3f')}",
         f"{'acceptance rate (accepted / drafted)':<44} {_cell(row.get('accept_rate'), '.3f')}",
         f"{'tokens/s (run' + (' / verifier baseline)' if base else ')'):<44} "
-        f"{_cell(row.get('tokens_per_s_spec'), '.2f')}"
-        + (f" / {base:.2f}" if base else ""),
+        f"{_cell(row.get('tokens_per_s_spec'), '.2f')}" + (f" / {base:.2f}" if base else ""),
         f"{'speedup (tokens/s ratio)':<44} {_cell(row.get('speedup'), '.3f')}",
     ]
     title = f"{row['model_pair']} / {row['task']} / {row['sampler']}  ({row['n_samples']} prompts)"
-    return "\n".join([title, *("  " + line for line in lines),
-                      f"results: {outcome.csv_path} (run_id {outcome.run_id})"])
+    return "\n".join(
+        [
+            title,
+            *("  " + line for line in lines),
+            f"results: {outcome.csv_path} (run_id {outcome.run_id})",
+        ]
+    )

@@ -88,8 +88,11 @@ def test_every_yaml_composes_and_validates(relative):
 
 def test_default_is_the_embedded_demo():
     conf = compose_run_conf([])
-    assert (conf.model.name, conf.task.name, conf.sampler.name) == ("smollm2_135m", "demo",
-                                                                     "cactus")
+    assert (conf.model.name, conf.task.name, conf.sampler.name) == (
+        "smollm2_135m",
+        "demo",
+        "cactus",
+    )
     assert conf.limit is not None and conf.max_new_tokens <= 256  # minutes on a CPU, not hours
     assert (conf.temperature, conf.top_p, conf.top_k, conf.m) == (0.6, 0.95, 20, 10)
 
@@ -106,8 +109,11 @@ def test_task_defaults_yield_to_presets_and_command_line():
     assert compose_run_conf(["task=gsm8k"]).limit is None
     assert compose_run_conf(["task=gsm8k", "limit=3"]).limit == 3
     demo = compose_run_conf(["experiment=demo"])
-    assert (demo.experiment_name, demo.baseline, demo.results_dir) == ("demo", "cached",
-                                                                       "results/demo")
+    assert (demo.experiment_name, demo.baseline, demo.results_dir) == (
+        "demo",
+        "cached",
+        "results/demo",
+    )
 
 
 def test_table1_preset_covers_the_paper_grid():
@@ -189,19 +195,29 @@ def test_git_env_names_match_the_results_layer():
     from cactus_bench.results import metadata
 
     assert (config_module.GIT_SHA_ENV, config_module.GIT_DIRTY_ENV) == (
-        metadata.GIT_SHA_ENV, metadata.GIT_DIRTY_ENV)
+        metadata.GIT_SHA_ENV,
+        metadata.GIT_DIRTY_ENV,
+    )
 
 
 @pytest.mark.parametrize(
     ("args", "expected"),
-    [(["delta=-1"], "delta must be >= 0"), (["sampler=nope"], "unknown sampler 'nope'"),
-     (["m=x"], "could not be converted to Integer")],
+    [
+        (["delta=-1"], "delta must be >= 0"),
+        (["sampler=nope"], "unknown sampler 'nope'"),
+        (["m=x"], "could not be converted to Integer"),
+    ],
 )
 def test_cli_prints_one_line_and_exits_2(args, expected, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
-    done = subprocess.run([sys.executable, str(REPO / "run.py"), *args,
-                           f"hydra.run.dir={tmp_path}/out"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args, f"hydra.run.dir={tmp_path}/out"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], done.stderr

@@ -38,8 +38,9 @@ class _FakeJob:
 def render_sbatch(config_dir: Path, overrides: list[str], jobs: list[list[str]], monkeypatch):
     """The sbatch script hydra/launcher=slurm would submit for `jobs` (one array)."""
     with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-        cfg = compose("config", overrides=["hydra/launcher=slurm", *overrides],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config", overrides=["hydra/launcher=slurm", *overrides], return_hydra_config=True
+        )
     HydraConfig.instance().set_config(cfg)
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)  # as Hydra instantiates
     assert params.pop("_target_").endswith("SlurmLauncher")
@@ -77,8 +78,12 @@ def test_slurm_launcher_renders_expected_sbatch(tmp_path, monkeypatch):
     monkeypatch.setenv(GIT_DIRTY_ENV, "false")
     script = render_sbatch(
         REPO / "configs",
-        [f"hydra.sweep.dir={tmp_path}/sweep", "hydra.launcher.partition=gpu-a100",
-         "hydra.launcher.account=my-lab", "hydra.launcher.timeout_min=90"],
+        [
+            f"hydra.sweep.dir={tmp_path}/sweep",
+            "hydra.launcher.partition=gpu-a100",
+            "hydra.launcher.account=my-lab",
+            "hydra.launcher.timeout_min=90",
+        ],
         [["sampler=sps"], ["sampler=cactus"], ["sampler=tas"]],
         monkeypatch,
     )
@@ -104,8 +109,12 @@ def test_git_sha_resolves_from_the_checkout_when_not_pinned(tmp_path, monkeypatc
         pytest.skip("not a git checkout with a commit")
     sha = done.stdout.strip()
     monkeypatch.delenv(GIT_SHA_ENV, raising=False)
-    script = render_sbatch(REPO / "configs", [f"hydra.sweep.dir={tmp_path}/sweep"],
-                           [["sampler=sps"], ["sampler=cactus"]], monkeypatch)
+    script = render_sbatch(
+        REPO / "configs",
+        [f"hydra.sweep.dir={tmp_path}/sweep"],
+        [["sampler=sps"], ["sampler=cactus"]],
+        monkeypatch,
+    )
     assert f"export {GIT_SHA_ENV}={sha}" in script
 
 
@@ -115,12 +124,19 @@ def test_local_override_file_sets_cluster_fields(tmp_path, monkeypatch):
     shutil.copytree(REPO / "configs", config_dir, ignore=shutil.ignore_patterns("local"))
     (config_dir / "local").mkdir()
     (config_dir / "local" / "slurm.yaml").write_text("partition: big\naccount: team\nqos: high\n")
-    script = render_sbatch(config_dir, [f"hydra.sweep.dir={tmp_path}/sweep"],
-                           [["sampler=sps"], ["sampler=cactus"]], monkeypatch)
+    script = render_sbatch(
+        config_dir,
+        [f"hydra.sweep.dir={tmp_path}/sweep"],
+        [["sampler=sps"], ["sampler=cactus"]],
+        monkeypatch,
+    )
     flags = sbatch_flags(script)
     assert (flags["partition"], flags["account"], flags["qos"]) == ("big", "team", "high")
     # the command line still wins over the local file
-    script = render_sbatch(config_dir, [f"hydra.sweep.dir={tmp_path}/sweep2",
-                                        "hydra.launcher.partition=small"],
-                           [["sampler=sps"], ["sampler=cactus"]], monkeypatch)
+    script = render_sbatch(
+        config_dir,
+        [f"hydra.sweep.dir={tmp_path}/sweep2", "hydra.launcher.partition=small"],
+        [["sampler=sps"], ["sampler=cactus"]],
+        monkeypatch,
+    )
     assert sbatch_flags(script)["partition"] == "small"

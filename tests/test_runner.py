@@ -1,0 +1,160 @@
+"""The runner on the tiny in-memory pair: rows, records, resume, errors, baselines.
+
+In-process (no subprocess): each run decodes 2 demo prompts of at most 8 tokens.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from cactus_bench import runner
+from cactus_bench.config import ConfigError, RunConf, register_configs, validate
+from cactus_bench.results import MEASUREMENT_COLUMNS, ResultStore
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+register_configs()
+
+
+def tiny_conf(tmp_path: Path, *overrides: str) -> RunConf:
+    """model=tiny_random task=demo, 2 prompts, 8 new tokens, m=3, results under tmp_path."""
+    data_dir = str(SHARED_DATA) if SHARED_DATA.is_dir() else "null"  # demo needs only punkt
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "model=tiny_random",
+                "task=demo",
+                "limit=2",
+                "max_new_tokens=8",
+                "m=3",
+                "device=cpu",
+                f"results_dir={tmp_path / 'results'}",
+                f"data_dir={data_dir}",
+                *overrides,
+            ],
+        )
+    conf = OmegaConf.to_object(cfg)
+    validate(conf)
+    return conf
+
+
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_run_writes_one_row_and_records_then_resume_skips(tmp_path, capsys):
+    conf = tiny_conf(tmp_path, "sampler=cactus", "delta=0.5")
+    outcome = runner.run(conf)
+    assert outcome.status == "ok"
+    assert outcome.csv_path == tmp_path / "results" / "runs.csv"
+    (row,) = csv_rows(outcome.csv_path)
+    assert (row["status"], row["sampler"], row["delta"], row["m"]) == ("ok", "cactus", "0.5", "3")
+    assert (row["model_pair"], row["task"], row["n_samples"]) == ("tiny_random", "demo", "2")
+    assert row["config_hash"] == outcome.config_hash and row["run_id"] == outcome.run_id
+    for column in (
+        "score",
+        "al",
+        "accept_rate",
+        "tokens_per_s_spec",
+        "tokens_per_s_baseline",
+        "speedup",
+        "speedup_walltime",
+        "git_sha",
+        "torch_version",
+        "device_name",
+    ):
+        assert row[column] != "", column
+    assert 0 <= float(row["al"]) <= 3
+    assert row["baseline_mode"] == "interleave" and row["divergence"] == ""
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "results" / "runs.records.jsonl").read_text().splitlines()
+    ]
+    assert sorted((r["arm"], r["request_index"]) for r in records) == [
+        ("baseline", 0),
+        ("baseline", 1),
+        ("spec", 0),
+        ("spec", 1),
+    ]
+    assert all(r["run_id"] == outcome.run_id for r in records)
+    table = runner.format_outcome(outcome)
+    for label in ("score", "AL", "acceptance rate", "tokens/s", "speedup", str(outcome.csv_path)):
+        assert label in table
+
+    # Same config again: skipped before any model loads; the CSV keeps its single row.
+    again = runner.run(tiny_conf(tmp_path, "sampler=cactus", "delta=0.5"))
+    assert (again.status, again.config_hash) == ("skipped", outcome.config_hash)
+    assert "skip" in capsys.readouterr().out
+    assert len(csv_rows(outcome.csv_path)) == 1
+    # force=true reruns it; a different delta is a different run.
+    assert (
+        runner.run(tiny_conf(tmp_path, "sampler=cactus", "delta=0.5", "force=true")).status == "ok"
+    )
+    assert len(csv_rows(outcome.csv_path)) == 2
+    assert not ResultStore(outcome.csv_path).has_finished(
+        runner.config_hash(runner.hash_fields(tiny_conf(tmp_path, "delta=0.25")))
+    )
+
+
+def test_failed_run_appends_error_row_and_reraises(tmp_path):
+    conf = tiny_conf(tmp_path, "sampler=sps", f"data_dir={tmp_path / 'no-such-folder'}")
+    with pytest.raises(Exception, match="no-such-folder"):
+        runner.run(conf)
+    (row,) = csv_rows(tmp_path / "results" / "runs.csv")
+    assert row["status"] == "error"
+    assert "no-such-folder" in row["error"] and "\n" not in row["error"]
+    assert all(row[column] == "" for column in MEASUREMENT_COLUMNS)  # no stale numbers
+    assert row["sampler"] == "sps" and row["config_hash"] != ""
+    # An errored run is not finished: the same config runs again.
+    assert not ResultStore(tmp_path / "results" / "runs.csv").has_finished(row["config_hash"])
+
+
+def test_verifier_run_feeds_the_cached_baseline(tmp_path, capsys):
+    verifier = runner.run(tiny_conf(tmp_path, "sampler=verifier", "baseline=cached"))
+    row = verifier.row
+    assert row["sampler"] == "verifier" and row["m"] is None and row["drafter_id"] is None
+    assert row["al"] is None and row["speedup"] is None  # no speculation, no self-comparison
+    assert row["baseline_mode"] == "none"
+    assert list((tmp_path / "results" / "baselines").glob("*.json"))  # its records, cached
+
+    spec = runner.run(tiny_conf(tmp_path, "sampler=sps", "baseline=cached"))
+    assert "reusing the cached verifier-only decode" in capsys.readouterr().out
+    assert spec.row["baseline_mode"] == "cached"
+    assert spec.row["speedup"] is not None
+    assert spec.row["tokens_per_s_baseline"] == pytest.approx(verifier.row["tokens_per_s_spec"])
+
+
+def test_cached_baseline_is_decoded_once_when_missing(tmp_path, capsys):
+    first = runner.run(tiny_conf(tmp_path, "sampler=tas", "baseline=cached"))
+    assert "decoding it once" in capsys.readouterr().out
+    second = runner.run(tiny_conf(tmp_path, "sampler=sps", "baseline=cached"))
+    assert "reusing" in capsys.readouterr().out
+    assert second.row["tokens_per_s_baseline"] == pytest.approx(first.row["tokens_per_s_baseline"])
+
+
+def test_vllm_backend_says_what_it_needs(tmp_path):
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ConfigError, match=r"pip install 'cactus-bench\[vllm\]'"):
+            runner.run(tiny_conf(tmp_path, "backend=vllm"))
+        assert not (tmp_path / "results" / "runs.csv").exists()  # nothing ran, no row
+    else:
+        pytest.skip("vllm is installed here")
+
+
+def test_experiment_name_picks_the_csv(tmp_path):
+    conf = tiny_conf(tmp_path, "experiment_name=my_study", "sampler=greedy", "temperature=0")
+    outcome = runner.run(conf)
+    assert outcome.csv_path.name == "my_study.csv"
+    assert csv_rows(outcome.csv_path)[0]["experiment"] == "my_study"
