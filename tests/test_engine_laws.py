@@ -1,0 +1,167 @@
+"""Statistical tests: the engine samples the laws the theory says (fixed seeds, chi-square).
+
+With top-k small the verifier's exact joint law of the first tokens can be enumerated by plain
+forwards (no cache), which also checks the cached, rolled-back decoding independently. Every
+test first shows that its check rejects a wrong law, so that it can fail.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from cactus_bench.engine import (
+    AutoregressiveDecoder,
+    SamplingParams,
+    SpeculativeDecoder,
+    process_logits,
+)
+from cactus_bench.samplers import make_sampler
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+PROMPT = [41]  # one token: no prefill, so each request costs only its decode forwards
+P_VALUE_FLOOR = 1e-3  # fixed seeds make each test deterministic; this is the rejection level
+
+
+def chi_square_p_value(counts: Counter, law: dict, n: int) -> float:
+    """Pearson goodness of fit; cells expected < 5 times are pooled (asymptotics hold)."""
+    observed_outside = sum(c for key, c in counts.items() if key not in law)
+    if observed_outside:
+        return 0.0  # an outcome of probability zero
+    stat, df, pooled_obs, pooled_exp = 0.0, -1, 0, 0.0
+    for key, prob in law.items():
+        expected = n * prob
+        if expected < 5:
+            pooled_obs, pooled_exp = pooled_obs + counts.get(key, 0), pooled_exp + expected
+            continue
+        stat += (counts.get(key, 0) - expected) ** 2 / expected
+        df += 1
+    if pooled_exp > 0:
+        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
+        df += 1
+    # Survival function of chi-square(df): regularised upper incomplete gamma.
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
+
+
+def two_sample_p_value(first: Counter, second: Counter) -> float:
+    """Chi-square test of homogeneity of two samples over pooled cells."""
+    total_a, total_b = sum(first.values()), sum(second.values())
+    pooled = first + second
+    law = {key: count / (total_a + total_b) for key, count in pooled.items()}
+    stat, df, small_a, small_b, small_e = 0.0, -1, 0, 0, 0.0
+    for key, prob in law.items():
+        if min(total_a, total_b) * prob < 5:
+            small_a, small_b = small_a + first.get(key, 0), small_b + second.get(key, 0)
+            small_e += prob
+            continue
+        for count, total in ((first.get(key, 0), total_a), (second.get(key, 0), total_b)):
+            stat += (count - total * prob) ** 2 / (total * prob)
+        df += 1
+    if small_e > 0:
+        for count, total in ((small_a, total_a), (small_b, total_b)):
+            stat += (count - total * small_e) ** 2 / (total * small_e)
+        df += 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
+
+
+@torch.inference_mode()
+def next_token_law(model, token_ids, sampling) -> torch.Tensor:
+    """[V] processed law of the next token after token_ids (one uncached forward)."""
+    logits = model(input_ids=torch.tensor([token_ids])).logits[0, -1]
+    probs = process_logits(logits, sampling).double()
+    return probs / probs.sum()
+
+
+def exact_joint_law(model, prompt, sampling, length: int) -> dict[tuple[int, ...], float]:
+    """Exact law of the first `length` tokens, enumerating each processed support."""
+    law = {(): 1.0}
+    for _ in range(length):
+        grown = {}
+        for prefix, prob in law.items():
+            probs = next_token_law(model, prompt + list(prefix), sampling)
+            for token in torch.nonzero(probs).flatten().tolist():
+                grown[prefix + (token,)] = prob * float(probs[token])
+        law = grown
+    return law
+
+
+@pytest.mark.slow
+def test_sps_joint_law_of_three_tokens_matches_the_verifier(tiny_pair):
+    drafter, verifier, tok = tiny_pair
+    sampling = SamplingParams(temperature=0.9, top_k=3, top_p=0.9)  # supports of 1-3 tokens
+    law = exact_joint_law(verifier, PROMPT, sampling, length=3)
+    assert abs(sum(law.values()) - 1) < 1e-9 and 4 <= len(law) <= 27
+    n = 800
+    spec = SpeculativeDecoder(
+        drafter,
+        verifier,
+        tok,
+        make_sampler("sps"),
+        num_draft_tokens=2,
+        sampling=sampling,
+        eos_token_ids=[],
+    )
+    base = AutoregressiveDecoder(verifier, tok, sampling=sampling, eos_token_ids=[])
+    spec_counts, base_counts = Counter(), Counter()
+    accepted = Counter()
+    for seed in range(n):
+        rec = spec.generate(PROMPT, max_new_tokens=3, seed=seed)
+        spec_counts[tuple(rec.output_ids)] += 1
+        accepted[rec.accepted_per_step[0]] += 1
+        base_counts[tuple(base.generate(PROMPT, max_new_tokens=3, seed=seed).output_ids)] += 1
+    assert set(accepted) == {0, 1, 2}  # every acceptance path contributed
+    assert chi_square_p_value(spec_counts, law, n) > P_VALUE_FLOOR
+    assert chi_square_p_value(base_counts, law, n) > P_VALUE_FLOOR
+    assert two_sample_p_value(spec_counts, base_counts) > P_VALUE_FLOOR
+    # The check has power: the drafter's own joint law is rejected.
+    drafter_law = exact_joint_law(drafter, PROMPT, sampling, length=3)
+    assert chi_square_p_value(spec_counts, drafter_law, n) < P_VALUE_FLOOR
+
+
+def test_cactus_first_token_law_matches_output_distribution(tiny_pair):
+    drafter, verifier, tok = tiny_pair
+    sampling = SamplingParams(temperature=1.0, top_k=6)
+    rule = make_sampler("cactus", delta=1.0)
+    p = next_token_law(drafter, PROMPT, sampling)
+    q = next_token_law(verifier, PROMPT, sampling)
+    predicted = rule.output_distribution(p.float(), q.float())
+    support = torch.nonzero(predicted > 1e-12).flatten().tolist()
+    law = {(t,): float(predicted[t]) for t in support}
+    target = {(t,): float(q[t]) for t in torch.nonzero(q).flatten().tolist()}
+    # Every token id is an EOS, so each request stops after its first emitted token; with
+    # max_new_tokens 2 and m = 1 the first step drafts exactly one token.
+    dec = SpeculativeDecoder(
+        drafter,
+        verifier,
+        tok,
+        rule,
+        num_draft_tokens=1,
+        sampling=sampling,
+        eos_token_ids=range(verifier.config.vocab_size),
+    )
+    n = 600
+    counts = Counter()
+    for seed in range(n):
+        rec = dec.generate(PROMPT, max_new_tokens=2, seed=seed)
+        assert rec.drafted_per_step == [1] and rec.stop_reason == "eos"
+        counts[tuple(rec.output_ids)] += 1
+    assert chi_square_p_value(counts, law, n) > P_VALUE_FLOOR
+    # Cactus is lossy here: the same sample rejects the verifier's own law q.
+    assert sum(abs(law.get(k, 0) - target.get(k, 0)) for k in law.keys() | target.keys()) > 0.1
+    assert chi_square_p_value(counts, target, n) < P_VALUE_FLOOR
+
+
+def test_chi_square_helpers_reject_and_accept():
+    law = {(0,): 0.5, (1,): 0.3, (2,): 0.2}
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.multinomial(torch.tensor([0.5, 0.3, 0.2]), 2000, True, generator=generator)
+    counts = Counter((int(t),) for t in draws)
+    assert chi_square_p_value(counts, law, 2000) > P_VALUE_FLOOR
+    assert chi_square_p_value(counts, {(0,): 0.4, (1,): 0.4, (2,): 0.2}, 2000) < P_VALUE_FLOOR
+    assert chi_square_p_value(counts + Counter({(7,): 1}), law, 2001) == 0.0
+    shifted = Counter({(0,): 800, (1,): 800, (2,): 400})
+    assert two_sample_p_value(counts, counts) > 0.99
+    assert two_sample_p_value(counts, shifted) < P_VALUE_FLOOR
