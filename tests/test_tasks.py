@@ -37,11 +37,24 @@ class ScriptedDecoder:
 
     def generate(self, prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None):
         prompt = self.tokenizer.decode(prompt_ids)
-        self.log.append(dict(arm=self.name, prompt=prompt, max_new_tokens=max_new_tokens,
-                             stop=stop, seed=seed, sampling=sampling))
+        self.log.append(
+            dict(
+                arm=self.name,
+                prompt=prompt,
+                max_new_tokens=max_new_tokens,
+                stop=stop,
+                seed=seed,
+                sampling=sampling,
+            )
+        )
         text = self.respond(prompt)
-        return RequestRecord(prompt_ids=list(prompt_ids), output_ids=self.tokenizer.encode(text),
-                             text=text, stop_reason="eos", seed=seed)
+        return RequestRecord(
+            prompt_ids=list(prompt_ids),
+            output_ids=self.tokenizer.encode(text),
+            text=text,
+            stop_reason="eos",
+            seed=seed,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +94,12 @@ def test_strip_thinking(response, answer):
 
 def test_paper_until_drops_newlines_and_adds_chat_end_tokens():
     assert paper_until(["Question:", "\n\n", "\n"]) == [
-        "Question:", "<|eot_id|>", "</s>", "<eos>", "<|im_end|>"]
+        "Question:",
+        "<|eot_id|>",
+        "</s>",
+        "<eos>",
+        "<|im_end|>",
+    ]
     assert paper_until([]) == ["<|eot_id|>", "</s>", "<eos>", "<|im_end|>"]
     assert paper_until("\n") == ["<|eot_id|>", "</s>", "<eos>", "<|im_end|>"]
     assert paper_until(["</s>"]).count("</s>") == 1
@@ -96,22 +114,31 @@ GSM8K_TRAIN = [
     ("Eggs cost $2 each. How much do 9 eggs cost?", "9 * 2 = 18\n#### 18"),
 ]
 GSM8K_TEST = {  # question -> (gold answer, hand-written response)
-    "Mia had 20 stickers and gave away 8. How many are left?": ("20 - 8 = 12\n#### 12",
-                                                               "20 - 8 = 12.\n#### 12"),
-    "A farmer plants 7 rows of 9 trees. How many trees?": ("7 * 9 = 63\n#### 63",
-                                                          "7 rows times 9 trees is 63"),
+    "Mia had 20 stickers and gave away 8. How many are left?": (
+        "20 - 8 = 12\n#### 12",
+        "20 - 8 = 12.\n#### 12",
+    ),
+    "A farmer plants 7 rows of 9 trees. How many trees?": (
+        "7 * 9 = 63\n#### 63",
+        "7 rows times 9 trees is 63",
+    ),
     "A shop sold 1,250 cups on Monday and 750 on Tuesday. How many in total?": (
         "1250 + 750 = 2000\n#### 2000",
-        "<think>maybe #### 1500</think>The total is 2,000 cups.\n#### 2,000"),
-    "Ann has 5 cats and 2 dogs. How many pets?": ("5 + 2 = 7\n#### 7",
-                                                  "<think>so #### 7</think>#### 8"),
+        "<think>maybe #### 1500</think>The total is 2,000 cups.\n#### 2,000",
+    ),
+    "Ann has 5 cats and 2 dogs. How many pets?": (
+        "5 + 2 = 7\n#### 7",
+        "<think>so #### 7</think>#### 8",
+    ),
 }
 
 
 def gsm8k_folder(root):
     write_jsonl(root / "gsm8k/train.jsonl", [{"question": q, "answer": a} for q, a in GSM8K_TRAIN])
-    write_jsonl(root / "gsm8k/test.jsonl",
-                [{"question": q, "answer": gold} for q, (gold, _) in GSM8K_TEST.items()])
+    write_jsonl(
+        root / "gsm8k/test.jsonl",
+        [{"question": q, "answer": gold} for q, (gold, _) in GSM8K_TEST.items()],
+    )
     return root
 
 
@@ -121,8 +148,9 @@ def test_gsm8k_scores_through_lm_eval_filters(tmp_path, tokenizer):
         return GSM8K_TEST[question][1]
 
     decoder = ScriptedDecoder(tokenizer, respond)
-    res = evaluate_task("gsm8k", decoder, tokenizer=tokenizer, data_dir=gsm8k_folder(tmp_path),
-                        show_progress=False)
+    res = evaluate_task(
+        "gsm8k", decoder, tokenizer=tokenizer, data_dir=gsm8k_folder(tmp_path), show_progress=False
+    )
     # strict "#### N": right, missing, right after the <think> decoy is stripped, wrong (the
     # right answer only inside <think>). flexible (last number): right, right, right, wrong.
     assert res.metrics["exact_match,strict-match"] == pytest.approx(2 / 4)
@@ -142,27 +170,40 @@ def test_gsm8k_scores_through_lm_eval_filters(tmp_path, tokenizer):
 
 # ---- IFEval: a few instructions through lm-eval's checkers ---------------------------------------
 IFEVAL_ROWS = [  # (prompt, instructions, kwargs, hand-written response)
-    ("Greet me without commas.", ["punctuation:no_comma"], [{}],
-     "<think>Hmm, well, a greeting</think>Hello there my friend"),  # passes once stripped
+    (
+        "Greet me without commas.",
+        ["punctuation:no_comma"],
+        [{}],
+        "<think>Hmm, well, a greeting</think>Hello there my friend",
+    ),  # passes once stripped
     ("Greet me in lowercase.", ["change_case:english_lowercase"], [{}], "HELLO THERE"),
-    ("Describe a cat in under 10 words.",
-     ["length_constraints:number_words", "keywords:existence"],
-     [{"num_words": 10, "relation": "less than"}, {"keywords": ["cat"]}],
-     "<think>A cat is small and"),  # unclosed: nothing is left to score
+    (
+        "Describe a cat in under 10 words.",
+        ["length_constraints:number_words", "keywords:existence"],
+        [{"num_words": 10, "relation": "less than"}, {"keywords": ["cat"]}],
+        "<think>A cat is small and",
+    ),  # unclosed: nothing is left to score
 ]
 
 
 def test_ifeval_scores_through_lm_eval_checkers(tmp_path, tokenizer):
-    rows = [{"key": i, "prompt": p, "instruction_id_list": ids, "kwargs": kw}
-            for i, (p, ids, kw, _) in enumerate(IFEVAL_ROWS)]
+    rows = [
+        {"key": i, "prompt": p, "instruction_id_list": ids, "kwargs": kw}
+        for i, (p, ids, kw, _) in enumerate(IFEVAL_ROWS)
+    ]
     write_jsonl(tmp_path / "ifeval/input_data.jsonl", rows)
     responses = {p: r for p, _, _, r in IFEVAL_ROWS}
 
     def respond(prompt):
         return next(r for p, r in responses.items() if p in prompt)
 
-    res = evaluate_task("ifeval", ScriptedDecoder(tokenizer, respond), tokenizer=tokenizer,
-                        data_dir=tmp_path, show_progress=False)
+    res = evaluate_task(
+        "ifeval",
+        ScriptedDecoder(tokenizer, respond),
+        tokenizer=tokenizer,
+        data_dir=tmp_path,
+        show_progress=False,
+    )
     assert res.metrics["prompt_level_strict_acc,none"] == pytest.approx(1 / 3)
     assert res.metrics["inst_level_strict_acc,none"] == pytest.approx(1 / 4)
     assert res.metrics["prompt_level_loose_acc,none"] == pytest.approx(1 / 3)
@@ -173,9 +214,13 @@ def test_ifeval_scores_through_lm_eval_checkers(tmp_path, tokenizer):
 
 # ---- GPQA: letter extraction, choice shuffling, password ----------------------------------------
 GPQA_ROWS = [
-    {"Question": f"Which value is listed as number {i}?", "Correct Answer": f"value {i}",
-     "Incorrect Answer 1": f"other {i}a", "Incorrect Answer 2": f"other {i}b",
-     "Incorrect Answer 3": f"other {i}c"}
+    {
+        "Question": f"Which value is listed as number {i}?",
+        "Correct Answer": f"value {i}",
+        "Incorrect Answer 1": f"other {i}a",
+        "Incorrect Answer 2": f"other {i}b",
+        "Incorrect Answer 3": f"other {i}c",
+    }
     for i in range(4)
 ]
 
@@ -189,8 +234,9 @@ def run_gpqa(tmp_path, tokenizer, monkeypatch, respond, seed=1234):
     (tmp_path / "gpqa/dataset.zip").write_bytes(b"stand-in: rows come from read_gpqa_diamond")
     monkeypatch.setattr(task_data, "read_gpqa_diamond", lambda path, password: GPQA_ROWS)
     decoder = ScriptedDecoder(tokenizer, respond)
-    res = evaluate_task("gpqa", decoder, tokenizer=tokenizer, data_dir=tmp_path, seed=seed,
-                        show_progress=False)
+    res = evaluate_task(
+        "gpqa", decoder, tokenizer=tokenizer, data_dir=tmp_path, seed=seed, show_progress=False
+    )
     return res, decoder
 
 
@@ -199,10 +245,12 @@ def test_gpqa_letter_extraction(tmp_path, tokenizer, monkeypatch):
         i = int(re.search(r"number (\d)", prompt).group(1))
         right = letter_of(prompt, f"value {i}")
         wrong = letter_of(prompt, f"other {i}a")
-        return [f"Let me think. The answer is ({right}).",
-                f"The answer is ({wrong}).",
-                f"<think>The answer is ({right}).</think>The answer is ({wrong}).",
-                f"<think>maybe ({wrong})</think>So, ({right}) it is."][i]
+        return [
+            f"Let me think. The answer is ({right}).",
+            f"The answer is ({wrong}).",
+            f"<think>The answer is ({right}).</think>The answer is ({wrong}).",
+            f"<think>maybe ({wrong})</think>So, ({right}) it is.",
+        ][i]
 
     res, _ = run_gpqa(tmp_path, tokenizer, monkeypatch, respond)
     assert res.lm_eval_task == "gpqa_diamond_cot_zeroshot"
@@ -249,8 +297,13 @@ def test_lm_maps_gen_kwargs_and_interleaves_a_baseline(tokenizer):
     lm = CactusBenchLM(spec, tokenizer, baseline=base, seed=5, show_progress=False)
     greedy = {"until": ["STOP", "\n"], "do_sample": False, "temperature": 0.7, "max_gen_toks": 9}
     sampled = {"until": [], "do_sample": True, "temperature": 0.6, "top_p": 0.9, "top_k": 5}
-    out = lm.generate_until([make_request("a", greedy), make_request("b", sampled),
-                             make_request("c", {"until": "X", "max_new_tokens": 3})])
+    out = lm.generate_until(
+        [
+            make_request("a", greedy),
+            make_request("b", sampled),
+            make_request("c", {"until": "X", "max_new_tokens": 3}),
+        ]
+    )
     assert out == ["spec out ", "spec out STOP tail", "spec out STOP tail"]  # cut at "STOP"
     assert [entry["arm"] for entry in log] == ["spec", "base", "base", "spec", "spec", "base"]
     assert log[0]["sampling"] == SamplingParams(temperature=0.0, top_p=1.0, top_k=0)
@@ -278,8 +331,10 @@ def test_lm_rejects_what_it_cannot_do(tokenizer):
 
 def test_lm_chat_template_gets_template_kwargs(tokenizer):
     tok = make_tiny_tokenizer()
-    tok.chat_template = ("{% for m in messages %}{{ m['content'] }}{% endfor %}"
-                         "{% if enable_thinking %}<think>{% else %}<answer>{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if enable_thinking %}<think>{% else %}<answer>{% endif %}"
+    )
     thinking = {"enable_thinking": True}
     lm = CactusBenchLM(ScriptedDecoder(tok, str), tok, chat_template_kwargs=thinking)
     assert lm.apply_chat_template([{"role": "user", "content": "hi"}]) == "hi<think>"
@@ -300,8 +355,12 @@ def test_task_names_and_headline_metrics():
 
 
 def test_seeds_match_the_reference_at_the_default():
-    assert lm_eval_seeds(1234) == {"random_seed": 0, "numpy_random_seed": 1234,
-                                   "torch_random_seed": 1234, "fewshot_random_seed": 1234}
+    assert lm_eval_seeds(1234) == {
+        "random_seed": 0,
+        "numpy_random_seed": 1234,
+        "torch_random_seed": 1234,
+        "fewshot_random_seed": 1234,
+    }
     assert lm_eval_seeds(1235)["random_seed"] == 1
     run_seeds = range(0, 3000, 7)
     assert len({lm_eval_seeds(s)["random_seed"] for s in run_seeds}) == len(run_seeds)
@@ -367,8 +426,10 @@ DEMO_ANSWERS = {  # key -> a response that follows every instruction (so each pr
     9016: "You are invited to my birthday party on [date] at [address]. Please come!",
     9017: "We walked along the sand at dawn.\n\n***\n\nIn the evening we watched the waves.",
     9018: '{"name": "banana", "colour": "yellow"}',
-    9019: ("Welcome to our class! We are all very happy that you are here with us. Please "
-             "ask any of us for help, and we hope you enjoy learning and making new friends."),
+    9019: (
+        "Welcome to our class! We are all very happy that you are here with us. Please "
+        "ask any of us for help, and we hope you enjoy learning and making new friends."
+    ),
     9020: "Name one animal that lives in the sea. A dolphin lives in the sea.",
 }
 
@@ -389,8 +450,12 @@ def test_demo_prompts_are_valid_ifeval_and_doable(monkeypatch):
         for instruction_id, kwargs in zip(row["instruction_id_list"], row["kwargs"], strict=True):
             checker = instructions_registry.INSTRUCTION_DICT[instruction_id](instruction_id)
             checker.build_description(**kwargs)  # lm-eval rejects unknown or missing kwargs
-        example = InputExample(key=row["key"], instruction_id_list=row["instruction_id_list"],
-                               prompt=row["prompt"], kwargs=row["kwargs"])
+        example = InputExample(
+            key=row["key"],
+            instruction_id_list=row["instruction_id_list"],
+            prompt=row["prompt"],
+            kwargs=row["kwargs"],
+        )
         passed = test_instruction_following_strict(example, DEMO_ANSWERS[row["key"]])
         assert passed.follow_all_instructions, (row["key"], passed.follow_instruction_list)
         wrong = test_instruction_following_strict(example, "")
@@ -404,11 +469,17 @@ def test_punkt_from_the_pypi_package(tmp_path, monkeypatch):
     assert root == tmp_path / "cache/cactus_bench/nltk_data"
     text = "Dr. Smith went to Washington. He arrived at 5 p.m. on Monday."
     assert nltk.sent_tokenize(text) == [
-        "Dr. Smith went to Washington.", "He arrived at 5 p.m. on Monday."]
+        "Dr. Smith went to Washington.",
+        "He arrived at 5 p.m. on Monday.",
+    ]
     shared = task_data.Path(__file__).resolve().parents[2] / "shared/data/nltk_data"
     if (shared / task_data.PUNKT_ENGLISH).is_dir():  # same parameters as NLTK's own files
-        for name in ("abbrev_types.txt", "collocations.tab", "sent_starters.txt",
-                     "ortho_context.tab"):
+        for name in (
+            "abbrev_types.txt",
+            "collocations.tab",
+            "sent_starters.txt",
+            "ortho_context.tab",
+        ):
             ours = (root / task_data.PUNKT_ENGLISH / name).read_text().split("\n")
             theirs = (shared / task_data.PUNKT_ENGLISH / name).read_text().split("\n")
             assert sorted(ours) == sorted(theirs), name
