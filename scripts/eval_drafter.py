@@ -1,0 +1,221 @@
+"""Measure the SmolLM2 drafter: per-token acceptance, draft cost, end-to-end speculative speed.
+
+1. Acceptance. The verifier answers held-out prompts (GSM8K *test* questions and IFEval prompts,
+   never used in training) at the demo settings; on those answers both models are run teacher-
+   forced and the per-token sps acceptance sum_x min(p, q) = 1 - TV(p, q) of the processed
+   (temperature, top-k, top-p) distributions is averaged (Leviathan et al.'s alpha per token).
+2. Cost. Median wall time of one cached decode step (batch 1) of the drafter and the verifier,
+   and of a verifier forward over m + 1 tokens, on this machine, with --threads threads.
+3. End to end. SpeculativeDecoder(sps, m) against AutoregressiveDecoder on a few prompts:
+   measured acceptance, tokens per step, tokens/s and the speedup, next to the cost model
+   speedup = E[tokens per step] / (m * c_draft + c_verify(m + 1)) with
+   E = (1 - a^(m+1)) / (1 - a) for i.i.d. per-token acceptance a (Leviathan et al., 2023).
+
+Usage: python scripts/eval_drafter.py [--weights W --config C] [--out results/bench/x.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import DynamicCache
+
+from cactus_bench.engine import (
+    AutoregressiveDecoder,
+    SamplingParams,
+    SpeculativeDecoder,
+    process_logits,
+)
+from cactus_bench.models import LoadedPair
+from cactus_bench.models.drafter import (
+    SMOLLM2_DRAFTER_CONFIG,
+    SMOLLM2_DRAFTER_WEIGHTS,
+    load_drafter,
+)
+from cactus_bench.models.smollm2 import prepare_smollm2
+from cactus_bench.samplers import make_sampler
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def held_out_prompts(data_dir: Path, per_source: int) -> dict[str, list[str]]:
+    """The first ``per_source`` GSM8K test questions and IFEval prompts (evaluation only)."""
+    sources = {"gsm8k_test": data_dir / "gsm8k" / "test.jsonl",
+               "ifeval": data_dir / "ifeval" / "input_data.jsonl"}  # fmt: skip
+    prompts = {}
+    for name, path in sources.items():
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found; pass --data-dir with gsm8k/ and ifeval/")
+        key = "question" if name == "gsm8k_test" else "prompt"
+        with open(path) as fh:
+            prompts[name] = [
+                json.loads(line)[key] for _, line in zip(range(per_source), fh, strict=False)
+            ]
+    return prompts
+
+
+def chat_ids(tokenizer, prompt: str) -> list[int]:
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@torch.no_grad()
+def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> list[float]:
+    """Per-token 1 - TV(p, q) along verifier-sampled answers to ``prompts``."""
+    tok = pair.tokenizer
+    encoded = [chat_ids(tok, p) for p in prompts]
+    width = max(len(e) for e in encoded)
+    ids = torch.full((len(encoded), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, e in enumerate(encoded):  # left padding for batched generation
+        ids[row, width - len(e) :] = torch.tensor(e)
+        mask[row, width - len(e) :] = 1
+    out = pair.verifier.generate(
+        input_ids=ids, attention_mask=mask, do_sample=True, temperature=sampling.temperature,
+        top_p=sampling.top_p, top_k=sampling.top_k, max_new_tokens=args.max_new_tokens,
+        pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    per_token: list[float] = []
+    for row, e in enumerate(tqdm(encoded, desc="teacher-forced p, q", leave=False)):
+        answer = out[row, width:].tolist()
+        if tok.eos_token_id in answer:
+            answer = answer[: answer.index(tok.eos_token_id) + 1]
+        seq = torch.tensor([e + answer])
+        # Position len(e) - 1 + t predicts answer token t.
+        sl = slice(len(e) - 1, len(e) - 1 + len(answer))
+        p = process_logits(pair.verifier(input_ids=seq).logits[0, sl], sampling)  # [G, V]
+        q = process_logits(pair.drafter(input_ids=seq).logits[0, sl], sampling)
+        per_token.extend(torch.minimum(p, q).sum(-1).tolist())
+    return per_token
+
+
+@torch.no_grad()
+def step_cost(model, prompt: list[int], new_tokens: int, repeats: int) -> float:
+    """Median seconds of one cached forward over ``new_tokens`` tokens after ``prompt``."""
+    times = []
+    for _ in range(repeats):
+        cache = DynamicCache()
+        model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True, logits_to_keep=1)
+        feed = torch.tensor([prompt[-new_tokens:]])
+        start = time.perf_counter()
+        model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=new_tokens)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def cost_model_speedup(a: float, m: int, c_draft: float, c_verify: float) -> float:
+    expected = m + 1 if a >= 1 else (1 - a ** (m + 1)) / (1 - a)
+    return expected / (m * c_draft + c_verify)
+
+
+def end_to_end(pair, prompts: list[str], sampling: SamplingParams, args) -> dict:
+    base = AutoregressiveDecoder(pair.verifier, pair.tokenizer, sampling=sampling)
+    spec = SpeculativeDecoder(pair.drafter, pair.verifier, pair.tokenizer, make_sampler("sps"),
+                              num_draft_tokens=args.m, sampling=sampling)  # fmt: skip
+    totals = {"base_tokens": 0, "base_s": 0.0, "spec_tokens": 0, "spec_s": 0.0,
+              "drafted": 0, "accepted": 0, "steps": 0}  # fmt: skip
+    for i, prompt in enumerate(tqdm(prompts, desc="end to end", leave=False)):
+        ids = chat_ids(pair.tokenizer, prompt)
+        b = base.generate(ids, max_new_tokens=args.e2e_tokens, seed=i)
+        s = spec.generate(ids, max_new_tokens=args.e2e_tokens, seed=i)
+        totals["base_tokens"] += b.num_generated
+        totals["base_s"] += b.total_time_s
+        totals["spec_tokens"] += s.num_generated
+        totals["spec_s"] += s.total_time_s
+        totals["drafted"] += sum(s.drafted_per_step)
+        totals["accepted"] += sum(s.accepted_per_step)
+        totals["steps"] += s.num_steps
+    base_tps = totals["base_tokens"] / totals["base_s"]
+    spec_tps = totals["spec_tokens"] / totals["spec_s"]
+    return {
+        "m": args.m,
+        "prompts": len(prompts),
+        "measured_acceptance": totals["accepted"] / max(totals["drafted"], 1),
+        "tokens_per_step": totals["spec_tokens"] / max(totals["steps"], 1),
+        "verifier_tokens_per_s": base_tps,
+        "speculative_tokens_per_s": spec_tps,
+        "speedup": spec_tps / base_tps,
+    }
+
+
+def load_smollm2_pair(weights: Path, config: Path) -> LoadedPair:
+    """The smollm2_135m pair with the drafter weights at ``weights`` (default: committed)."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    model_dir = prepare_smollm2()
+    verifier = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    drafter = load_drafter(verifier, weights, config)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    return LoadedPair(drafter, verifier, tokenizer, str(weights), str(model_dir))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--weights", type=Path, default=SMOLLM2_DRAFTER_WEIGHTS)
+    parser.add_argument("--config", type=Path, default=SMOLLM2_DRAFTER_CONFIG)
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR)
+    parser.add_argument("--per-source", type=int, default=12, help="held-out prompts per source")
+    parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--m", type=int, default=3, help="draft length for end to end and cost")
+    parser.add_argument("--e2e-prompts", type=int, default=3)
+    parser.add_argument("--e2e-tokens", type=int, default=96)
+    parser.add_argument("--cost-repeats", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    sampling = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
+    pair = load_smollm2_pair(args.weights, args.config)
+    report: dict = {"drafter": json.loads(args.config.read_text()), "threads": args.threads,
+                    "sampling": sampling.to_dict()}  # fmt: skip
+
+    prompts = held_out_prompts(args.data_dir, args.per_source)
+    report["acceptance"] = {}
+    for source, texts in prompts.items():
+        values = acceptance_on(pair, texts, sampling, args)
+        report["acceptance"][source] = {"mean": statistics.fmean(values), "tokens": len(values)}
+        print(f"acceptance {source}: {statistics.fmean(values):.3f} over {len(values)} tokens")
+    all_means = [v["mean"] * v["tokens"] for v in report["acceptance"].values()]
+    all_tokens = sum(v["tokens"] for v in report["acceptance"].values())
+    alpha = sum(all_means) / all_tokens
+    report["acceptance"]["all"] = {"mean": alpha, "tokens": all_tokens}
+
+    probe = chat_ids(pair.tokenizer, prompts["gsm8k_test"][0])
+    verify_1 = step_cost(pair.verifier, probe, 1, args.cost_repeats)
+    draft_1 = step_cost(pair.drafter, probe, 1, args.cost_repeats)
+    verify_m = step_cost(pair.verifier, probe, args.m + 1, args.cost_repeats)
+    c_draft, c_verify = draft_1 / verify_1, verify_m / verify_1
+    report["cost"] = {
+        "verifier_step_s": verify_1,
+        "drafter_step_s": draft_1,
+        "drafter_over_verifier": c_draft,
+        f"verify_{args.m + 1}_over_1": c_verify,
+        "cost_model_speedup": cost_model_speedup(alpha, args.m, c_draft, c_verify),
+    }
+    print(
+        f"cost: drafter step {draft_1 * 1e3:.1f} ms = {c_draft:.3f} of verifier "
+        f"{verify_1 * 1e3:.1f} ms; verify {args.m + 1} tokens = {c_verify:.2f}x one"
+    )
+
+    if args.e2e_prompts > 0:
+        texts = (prompts["gsm8k_test"] + prompts["ifeval"])[:: max(1, args.per_source // 2)]
+        report["end_to_end"] = end_to_end(pair, texts[: args.e2e_prompts], sampling, args)
+        print(f"end to end: {json.dumps(report['end_to_end'])}")
+    print(json.dumps(report, indent=2))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
