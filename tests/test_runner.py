@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,16 @@ def test_experiment_name_picks_the_csv(tmp_path):
     outcome = runner.run(conf)
     assert outcome.csv_path.name == "my_study.csv"
     assert csv_rows(outcome.csv_path)[0]["experiment"] == "my_study"
+
+
+@pytest.mark.slow
+def test_wandb_logger_runs_offline_without_api_key(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    outcome = runner.run(tiny_conf(tmp_path, "logger=wandb", "sampler=sps"))
+    assert outcome.status == "ok"
+    assert "offline" in capsys.readouterr().out  # says so
+    assert list((tmp_path / "results" / "wandb").glob("offline-run-*"))
+    assert csv_rows(outcome.csv_path)[0]["status"] == "ok"  # the CSV stays the source of truth
+    assert "WANDB_MODE" not in os.environ  # nothing leaks into later runs of a sweep
