@@ -118,6 +118,8 @@ def test_bad_arguments_fail_with_one_line(tmp_path, tokenizer):
         (dict(task="mmlu"), ValueError, "unknown task"),
         (dict(task="gsm8k", limit=0), ValueError, "limit"),
         (dict(task="gsm8k", seed=-1), ValueError, "seed"),
+        (dict(task="gsm8k", gen_kwargs={"num_beams": 2}), ValueError, "num_beams"),
+        (dict(task="gsm8k", max_gen_toks=0), ValueError, "max_gen_toks"),
         (dict(task="gsm8k", data_dir=tmp_path / "nowhere"), TaskDataError, "does not exist"),
         (dict(task="gsm8k", data_dir=tmp_path), TaskDataError, "gsm8k/train.jsonl"),
         (dict(task="gpqa", data_dir=tmp_path), TaskDataError, "gpqa/dataset.zip"),

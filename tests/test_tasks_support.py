@@ -46,6 +46,7 @@ def write_jsonl(path, rows):
 
 def use_private_caches(tmp_path, monkeypatch) -> None:
     """Generated YAMLs and punkt files go to tmp_path; NLTK's search path is restored after."""
+    monkeypatch.delenv(task_data.CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv(task_data.DATA_DIR_ENV, raising=False)
     monkeypatch.setenv("NLTK_DATA", "")

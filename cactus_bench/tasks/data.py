@@ -29,6 +29,7 @@ from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH, TaskSpec
 
 DATA_DIR_ENV = "CACTUS_BENCH_DATA"
 GPQA_PASSWORD_ENV = "CACTUS_BENCH_GPQA_PASSWORD"
+CACHE_ENV = "CACTUS_BENCH_CACHE"
 GPQA_PUBLIC_PASSWORD = "deserted-untie-orchid"  # published by the GPQA authors in their README
 GPQA_DIAMOND_MEMBER = "dataset/gpqa_diamond.csv"
 LM_EVAL_TASKS_DIR = Path(lm_eval.tasks.__file__).parent
@@ -54,7 +55,10 @@ class TaskDataError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """~/.cache/cactus_bench (or $XDG_CACHE_HOME/cactus_bench): scratch space outside the repo."""
+    """Scratch space outside the repository: $CACTUS_BENCH_CACHE (as for the models), else
+    $XDG_CACHE_HOME/cactus_bench, else ~/.cache/cactus_bench."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "cactus_bench"
 

@@ -34,7 +34,7 @@ from cactus_bench.tasks.data import (
     set_gpqa_password,
     task_yaml_path,
 )
-from cactus_bench.tasks.lm import CactusBenchLM
+from cactus_bench.tasks.lm import SUPPORTED_GEN_KWARGS, CactusBenchLM
 from cactus_bench.tasks.paper_settings import apply_paper_settings
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS, PAPER_GEN_KWARGS, TaskSpec, get_spec
 
@@ -113,6 +113,11 @@ def evaluate_task(
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
     generation = dict(PAPER_GEN_KWARGS if gen_kwargs is None else gen_kwargs)
+    unknown = set(generation) - SUPPORTED_GEN_KWARGS
+    if unknown:
+        raise ValueError(
+            f"unsupported gen_kwargs {sorted(unknown)}; use {sorted(SUPPORTED_GEN_KWARGS)}"
+        )
     generation.setdefault("max_gen_toks", max_gen_toks)
 
     folder = resolve_data_dir(data_dir)
@@ -157,8 +162,8 @@ def evaluate_task(
 
 @functools.cache
 def _empty_task_manager() -> TaskManager:
-    """A TaskManager that indexes nothing: we load tasks by YAML path, which skips the ~10 s
-    scan of lm-eval's thousands of task YAMLs."""
+    """A TaskManager that indexes nothing: tasks are loaded from their own config, which skips
+    the ~10 s scan of lm-eval's thousands of task YAMLs."""
     return TaskManager(include_defaults=False)
 
 
