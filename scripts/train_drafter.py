@@ -248,17 +248,15 @@ def acceptance(drafter, records: list[dict], lookup, subset, args) -> float:
     total, count = 0.0, 0
     for indices in make_batches(records, 4096, 0):
         batch = batch_tensors(records, indices, lookup)
-        student = student_logits(drafter, batch)
+        student = student_logits(drafter, batch)  # [N, K]
         s_vals, s_pos = student.topk(args.top_k, dim=-1)
-        q = torch.zeros(student.shape[0], lookup.shape[0])  # [N, V]
-        q.scatter_(1, subset[s_pos], warp(s_vals, args.temperature, args.top_k, args.top_p))
-        p = torch.zeros_like(q)
-        p.scatter_(
-            1,
-            batch["teacher_ids"],
-            warp(batch["teacher_vals"], args.temperature, args.top_k, args.top_p),
-        )
-        total += float(torch.minimum(p, q).sum())
+        q_sub = torch.zeros_like(student)  # [N, K]: q lives on the subset only
+        q_sub.scatter_(1, s_pos, warp(s_vals, args.temperature, args.top_k, args.top_p))
+        # p lives on the teacher's top-k ids (distinct), so sum_x min(p, q) runs over those.
+        p_top = warp(batch["teacher_vals"], args.temperature, args.top_k, args.top_p)  # [N, k]
+        sub_idx = batch["teacher_sub_idx"]
+        q_at = q_sub.gather(1, sub_idx.clamp(min=0)) * (sub_idx >= 0)
+        total += float(torch.minimum(p_top, q_at).sum())
         count += student.shape[0]
     return total / max(count, 1)
 
