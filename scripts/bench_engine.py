@@ -72,7 +72,9 @@ def load_models(args):
         from cactus_bench.models.tiny import make_tiny_pair
 
         drafter, verifier, tokenizer = make_tiny_pair(seed=0)
-        return drafter.to(args.device), verifier.to(args.device), tokenizer, None, {}
+        dtype = getattr(torch, args.dtype) if args.dtype else torch.float32
+        drafter, verifier = drafter.to(args.device, dtype), verifier.to(args.device, dtype)
+        return drafter, verifier, tokenizer, None, {}
     try:
         from cactus_bench.models import load_pair
     except ImportError as error:

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from cactus_bench.engine import (
     AutoregressiveDecoder,
@@ -129,6 +130,25 @@ def test_cache_rollback_equals_fresh_forward(tiny_pair):
     accepted = record.accepted_per_step[:14]
     assert 0 in accepted and m in accepted and any(0 < a < m for a in accepted)
     assert record.drafted_per_step[14:] == [1, 0, 2, 0]
+
+
+def test_sliding_window_verifier_rolls_back(tiny_pair):
+    """Sliding-window layers keep only their window unless they record the past; roll-back past
+    the window must still work (as for Gemma 2 / Qwen3 with use_sliding_window)."""
+    drafter, verifier, tok = tiny_pair
+    config = verifier.config.to_dict()
+    config.update(use_sliding_window=True, sliding_window=6, max_window_layers=1, layer_types=None)
+    sliding = Qwen3ForCausalLM(Qwen3Config(**config)).eval()
+    sliding.load_state_dict(verifier.state_dict())
+    prompt, sequence = list(range(60, 75)), list(range(60, 75))  # prompt longer than the window
+    with torch.inference_mode():
+        for _ in range(30):  # greedy by fresh full forwards: the reference
+            sequence.append(int(sliding(torch.tensor([sequence])).logits[0, -1].argmax()))
+    base = AutoregressiveDecoder(sliding, tok, sampling=GREEDY, eos_token_ids=[])
+    assert base.generate(prompt, 30).output_ids == sequence[len(prompt) :]
+    for draft_model in (drafter, sliding):
+        rec = spec(draft_model, sliding, tok, 4, GREEDY, eos_token_ids=[]).generate(prompt, 30)
+        assert rec.output_ids == sequence[len(prompt) :]
 
 
 @pytest.mark.parametrize("m", [1, 3, 5])
@@ -321,3 +341,18 @@ def test_bad_arguments_raise_clear_errors(tiny_pair):
         spec(drafter, verifier, tok, 2, token_map=torch.tensor([1, 1, 2]))
     with pytest.raises(ValueError, match="device"):
         AutoregressiveDecoder(verifier, tok, device="meta")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_greedy_equivalence_and_bfloat16_sampling():
+    drafter, verifier, tok = make_tiny_pair(seed=0)
+    drafter, verifier = drafter.to("cuda"), verifier.to("cuda")
+    base = AutoregressiveDecoder(verifier, tok, sampling=GREEDY, eos_token_ids=[], device="cuda")
+    expected = base.generate(PROMPTS[0], 40).output_ids
+    rec = spec(drafter, verifier, tok, 4, GREEDY, eos_token_ids=[], device="cuda")
+    assert rec.generate(PROMPTS[0], 40).output_ids == expected
+    half = spec(drafter.bfloat16(), verifier.bfloat16(), tok, 4, device="cuda", eos_token_ids=[])
+    first, again = (half.generate(PROMPTS[1], 64, seed=3) for _ in range(2))
+    assert first.output_ids == again.output_ids and first.num_generated == 64
+    check_bookkeeping(first, 4, 64)

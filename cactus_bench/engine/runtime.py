@@ -38,19 +38,32 @@ class ModelRunner:
         logits = self.model(input_ids=input_ids, **kwargs).logits
         return logits if all_logits else logits[:, -1:]
 
-    def prefill(self, token_ids: list[int], cache: DynamicCache) -> None:
-        """Runs the prompt through the model to fill the cache (no logits are read)."""
+    def prefilled_cache(self, token_ids: list[int]) -> DynamicCache:
+        """A new cache holding `token_ids` (the prompt but its last token; no logits are read).
+
+        Sliding-window layers keep only their window unless told to record the past, which
+        roll-back needs; as HF's assisted decoding does, recording starts after the prefill so
+        a long prompt does not keep states the model would drop.
+        """
+        cache = self.new_cache()
         if token_ids:
             ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
             self.forward(ids, cache, all_logits=False)
+        if hasattr(cache, "activate_past_recording"):
+            cache.activate_past_recording()
+        return cache
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
-    """Rolls the cache back to its first `length` tokens (transformers 5.x: crop(-removed))."""
+    """Rolls the cache back to its first `length` tokens (transformers 5.x: crop(-removed)).
+
+    Layers that record their past (sliding window) are cropped even when nothing is removed:
+    crop(0) trims them back to their window after a forward.
+    """
     removed = cache.get_seq_length() - length
     if removed < 0:
         raise RuntimeError(f"cannot crop a cache of {cache.get_seq_length()} to {length} tokens")
-    if removed:
+    if removed or any(getattr(layer, "record_past", False) for layer in cache.layers):
         cache.crop(-removed)
 
 

@@ -79,9 +79,7 @@ class SpeculativeDecoder(BaseDecoder):
     def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
         last = torch.tensor([prompt_ids[-1:]], device=self.device)  # [1, 1]
         for name, runner in (("drafter", self.drafter), ("verifier", self.verifier)):
-            cache = runner.new_cache()
-            runner.prefill(prompt_ids[:-1], cache)
-            state.caches[name] = cache
+            state.caches[name] = runner.prefilled_cache(prompt_ids[:-1])
             state.pending[name] = last
 
     def _step(self, state: DecodeState, remaining: int) -> list[int]:
