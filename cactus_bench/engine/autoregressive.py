@@ -31,7 +31,7 @@ class AutoregressiveDecoder(BaseDecoder):
         self.token_map, self._token_list = check_token_map(token_map, self.device, verifier)
 
     def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
-        state.caches["verifier"] = self.verifier.prefilled_cache(prompt_ids[:-1])
+        state.caches["verifier"] = self.verifier.prefilled_cache(prompt_ids[:-1], rollback=False)
         state.pending["verifier"] = torch.tensor([prompt_ids[-1:]], device=self.device)
 
     def _step(self, state: DecodeState, remaining: int) -> list[int]:

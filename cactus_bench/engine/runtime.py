@@ -38,18 +38,19 @@ class ModelRunner:
         logits = self.model(input_ids=input_ids, **kwargs).logits
         return logits if all_logits else logits[:, -1:]
 
-    def prefilled_cache(self, token_ids: list[int]) -> DynamicCache:
+    def prefilled_cache(self, token_ids: list[int], rollback: bool = True) -> DynamicCache:
         """A new cache holding `token_ids` (the prompt but its last token; no logits are read).
 
         Sliding-window layers keep only their window unless told to record the past, which
         roll-back needs; as HF's assisted decoding does, recording starts after the prefill so
-        a long prompt does not keep states the model would drop.
+        a long prompt does not keep states the model would drop. A decoder that never rolls
+        back (autoregressive) passes rollback=False and keeps the window-sized cache.
         """
         cache = self.new_cache()
         if token_ids:
             ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
             self.forward(ids, cache, all_logits=False)
-        if hasattr(cache, "activate_past_recording"):
+        if rollback and hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
         return cache
 
