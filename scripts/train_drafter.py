@@ -170,8 +170,15 @@ def choose_subset(
     for r in records:
         probs = warp(r["top_vals"].float(), args.temperature, args.top_k, args.top_p)
         mass.index_add_(0, r["top_idx"].long().flatten(), probs.flatten().double())
+    total = float(mass.sum())
     mass[always] = float("inf")
     ids = mass.topk(size).indices.sort().values
+    mass[always] = 0.0
+    print(
+        f"subset of {size} ids holds {float(mass[ids].sum()) / total:.4f} of the warped "
+        "teacher mass (the rest the drafter can never propose)",
+        flush=True,
+    )
     return ids
 
 
