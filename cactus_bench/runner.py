@@ -49,6 +49,7 @@ VLLM_HINT = (
     "backend=vllm needs the GPU extra (pip install 'cactus-bench[vllm]') and a CUDA "
     "machine; use backend=hf here"
 )
+WARM_UP_TEXT = "Warm-up: name three colours."
 
 
 @dataclass
@@ -214,6 +215,7 @@ def _measure(conf: RunConf) -> _Measured:
     else:
         decoder = verifier_only()
     interleaved = verifier_only() if speculative and conf.baseline == "interleave" else None
+    warm_up([decoder, interleaved], pair.tokenizer)
 
     def evaluate(task_decoder, baseline):
         return evaluate_task(
@@ -245,6 +247,19 @@ def _measure(conf: RunConf) -> _Measured:
         **summarise(result.records, baseline_records),
     }
     return _Measured(row, list(result.records), baseline_records)
+
+
+def warm_up(decoders: list, tokenizer, new_tokens: int = 8) -> None:
+    """Decode a few tokens with each decoder before anything is timed.
+
+    The first forwards of a model pay one-off costs (allocations, kernel selection, lazy
+    initialisation) that would otherwise land on whichever arm decodes the first prompt, or on a
+    cached baseline decoded by the first job of a sweep. Spec-Bench warms up likewise.
+    """
+    prompt_ids = tokenizer.encode(WARM_UP_TEXT)
+    for decoder in decoders:
+        if decoder is not None:
+            decoder.generate(prompt_ids, max_new_tokens=new_tokens, seed=0)
 
 
 def pair_spec(conf: RunConf):
