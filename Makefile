@@ -4,7 +4,7 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench
+.PHONY: help setup test test-fast lint bench tables plots
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -26,3 +26,10 @@ lint:  ## ruff check and format check
 
 bench:  ## benchmarks: samplers, engine (writes results/bench/*.csv)
 	$(PYTHON) scripts/bench_samplers.py
+	$(PYTHON) scripts/bench_engine.py
+
+tables:  ## Table 1 layout and speedup table from results/*.csv (Markdown + LaTeX)
+	$(PYTHON) -m cactus_bench.report tables --csv 'results/*.csv' --out results
+
+plots:  ## figures from results/*.csv (PNG + PDF under results/figures/)
+	$(PYTHON) -m cactus_bench.report plots --csv 'results/*.csv' --out results

@@ -212,11 +212,18 @@ def _draft_stats(ids, draft_probs, target_probs) -> tuple[DraftStats, torch.Tens
     dtype = torch.float64 if target_probs.dtype == torch.float64 else torch.float32
     target_sums = target_probs.sum(dim=-1, dtype=dtype)  # [B, m + 1]
     draft_sums = draft_probs.sum(dim=-1, dtype=dtype)  # [B, m]
-    for label, sums in (("target_probs", target_sums), ("draft_probs", draft_sums)):
-        if not bool(torch.isfinite(sums).all()):
-            raise ValueError(f"{label} contains NaN or inf: fix the logits before sampling")
-        if bool((sums <= 0).any()):
-            raise ValueError(f"{label} has a row with no positive mass")
+    # One host sync for all checks (each bool() on a CUDA tensor stalls the stream).
+    problems = torch.stack(
+        [
+            ~torch.isfinite(target_sums).all(),
+            (target_sums <= 0).any(),
+            ~torch.isfinite(draft_sums).all(),
+            (draft_sums <= 0).any(),
+            ((ids < 0) | (ids >= target_probs.shape[-1])).any(),
+        ]
+    )
+    if bool(problems.any()):
+        _raise_input_error(problems.tolist(), target_probs.shape[-1])
     index = ids.unsqueeze(-1)
     q_n = target_probs[:, :m].gather(-1, index).squeeze(-1).to(dtype) / target_sums[:, :m]
     p_n = draft_probs.gather(-1, index).squeeze(-1).to(dtype) / draft_sums
@@ -228,6 +235,17 @@ def _draft_stats(ids, draft_probs, target_probs) -> tuple[DraftStats, torch.Tens
         draft_token_ids=ids,
     )
     return stats, draft_sums
+
+
+def _raise_input_error(problems: list[bool], vocab: int) -> None:
+    messages = [
+        "target_probs contains NaN or inf: fix the logits before sampling",
+        "target_probs has a row with no positive mass",
+        "draft_probs contains NaN or inf: fix the logits before sampling",
+        "draft_probs has a row with no positive mass",
+        f"draft_token_ids must lie in [0, {vocab})",
+    ]
+    raise ValueError(next(msg for msg, bad in zip(messages, problems, strict=True) if bad))
 
 
 def _check_shapes(ids, draft_probs, target_probs) -> tuple[int, int, int]:
@@ -253,6 +271,4 @@ def _check_shapes(ids, draft_probs, target_probs) -> tuple[int, int, int]:
             f"vocab mismatch: draft_probs has V={draft_probs.shape[2]}, target_probs has "
             f"V={vocab}; restrict both to the shared token ids first"
         )
-    if bool(((ids < 0) | (ids >= vocab)).any()):
-        raise ValueError(f"draft_token_ids must lie in [0, {vocab})")
     return batch, m, vocab
