@@ -373,9 +373,22 @@ def _git_dirty_resolver() -> str:
     return "" if dirty is None else str(dirty).lower()
 
 
+def _launch_dir_resolver() -> str:
+    return os.environ.get(LAUNCH_DIR_ENV, os.getcwd())
+
+
 def register_resolvers() -> None:
-    """`${git_sha:}` and `${git_dirty:}` for configs (the slurm launcher's setup lines)."""
-    for name, resolver in (("git_sha", _git_sha_resolver), ("git_dirty", _git_dirty_resolver)):
+    """`${git_sha:}`, `${git_dirty:}`, `${launch_dir:}` for the slurm launcher's setup lines.
+
+    The launcher resolves its fields when Hydra instantiates it, in the launching process and
+    before any job config exists (so `${hydra:...}` is not available there).
+    """
+    resolvers = (
+        ("git_sha", _git_sha_resolver),
+        ("git_dirty", _git_dirty_resolver),
+        ("launch_dir", _launch_dir_resolver),
+    )
+    for name, resolver in resolvers:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, resolver)
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import submitit
 from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
 from omegaconf import OmegaConf
@@ -41,7 +40,6 @@ def render_sbatch(config_dir: Path, overrides: list[str], jobs: list[list[str]],
         cfg = compose(
             "config", overrides=["hydra/launcher=slurm", *overrides], return_hydra_config=True
         )
-    HydraConfig.instance().set_config(cfg)
     params = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)  # as Hydra instantiates
     assert params.pop("_target_").endswith("SlurmLauncher")
     rendered: list[str] = []
