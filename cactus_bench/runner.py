@@ -93,24 +93,30 @@ def run(conf: RunConf) -> RunOutcome:
     try:
         measured = _measure(conf)
     except BaseException as error:  # KeyboardInterrupt too: leave a row saying what happened
-        message = one_line_error(error) or type(error).__name__
-        store.append(
-            {
-                **identity,
-                **run_metadata(conf.device),
-                "status": "error",
-                "error": f"{type(error).__name__}: {message}",
-            }
-        )
+        error_row = {**identity, **run_metadata(conf.device), "status": "error"}
+        store.append({**error_row, "error": error_text(error)})
         raise
     row = {**identity, **run_metadata(conf.device), **measured.row, "status": "ok"}
-    store.append(row)
+    # Records first, the row last: a finished row is the commit mark resume trusts, so a run
+    # killed in between leaves orphan records (its run_id has no row), never a row without them.
     store.append_records(run_id, measured.records, arm="spec")
     if measured.baseline_records is not None:
         store.append_records(run_id, measured.baseline_records, arm="baseline")
+    store.append(row)
     if conf.logger.name == "wandb":
-        _mirror_to_wandb(conf, row, measured.records)
+        try:
+            _mirror_to_wandb(conf, row, measured.records)
+        except Exception as error:  # the CSV is the source of truth; a W&B hiccup is a warning
+            print(f"warning: W&B mirror failed ({error_text(error)}); the CSV row is written")
     return RunOutcome("ok", csv_path, run_hash, run_id, row)
+
+
+def error_text(error: BaseException) -> str:
+    """`TypeName: one-line message` for the error column."""
+    name = type(error).__name__
+    if str(error).strip():
+        return f"{name}: {one_line_error(error)}"
+    return f"{name}: interrupted" if isinstance(error, KeyboardInterrupt) else name
 
 
 def check_backend(conf: RunConf) -> None:

@@ -119,6 +119,17 @@ def test_failed_run_appends_error_row_and_reraises(tmp_path):
     assert not ResultStore(tmp_path / "results" / "runs.csv").has_finished(row["config_hash"])
 
 
+def test_interrupted_run_leaves_an_error_row(tmp_path, monkeypatch):
+    def interrupted(conf):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(tiny_conf(tmp_path, "sampler=sps"))
+    (row,) = csv_rows(tmp_path / "results" / "runs.csv")
+    assert (row["status"], row["error"]) == ("error", "KeyboardInterrupt: interrupted")
+
+
 def test_verifier_run_feeds_the_cached_baseline(tmp_path, capsys):
     verifier = runner.run(tiny_conf(tmp_path, "sampler=verifier", "baseline=cached"))
     row = verifier.row
