@@ -92,7 +92,8 @@ def test_default_is_the_embedded_demo():
         "cactus",
     )
     assert conf.limit is not None and conf.max_new_tokens <= 256  # minutes on a CPU, not hours
-    assert (conf.temperature, conf.top_p, conf.top_k, conf.m) == (0.6, 0.95, 20, 10)
+    assert (conf.temperature, conf.top_p, conf.top_k) == (0.6, 0.95, 20)
+    assert compose_run_conf(["task=gsm8k"]).m == 10  # the paper's default draft length
 
 
 def test_shortcuts_reach_the_sampler_and_arms_set_sampler_and_delta():
