@@ -4,15 +4,16 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots
+.PHONY: help setup test test-fast lint bench tables plots drafter run demo
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-setup:  ## create .venv: CPU torch first (never a CUDA build here), then the package with dev extras
+setup:  ## .venv with CPU torch first (never a CUDA build here), the package + dev extras, SmolLM2 cache
 	test -x $(PYTHON) || python3 -m venv .venv
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
 	$(PIP) install --quiet -e '.[dev]'
+	$(PYTHON) scripts/prepare_smollm2.py
 
 test:  ## run the whole test suite (fast and slow)
 	$(PYTHON) -m pytest -q
@@ -33,3 +34,13 @@ tables:  ## Table 1 layout and speedup table from results/*.csv (Markdown + LaTe
 
 plots:  ## figures from results/*.csv (PNG + PDF under results/figures/)
 	$(PYTHON) -m cactus_bench.report plots --csv 'results/*.csv' --out results
+
+drafter:  ## distil the embedded pair's drafter (CPU, ~2 h, resumable; weights land in the package)
+	$(PYTHON) scripts/train_drafter.py
+
+run:  ## the embedded default: SmolLM2-135M pair, demo task, cactus (a few minutes on a CPU)
+	$(PYTHON) run.py
+
+demo:  ## CPU demo sweep on the embedded pair, then its tables and figures under results/demo/
+	$(PYTHON) run.py experiment=demo
+	$(PYTHON) -m cactus_bench.report all --csv 'results/demo/*.csv' --out results/demo
