@@ -4,6 +4,7 @@ stopping (EOS, stop strings, max_new_tokens), record bookkeeping and token maps.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 
 import pytest
@@ -17,11 +18,22 @@ from cactus_bench.engine import (
     SpeculativeDecoder,
 )
 from cactus_bench.engine.base import DecodeState
-from cactus_bench.engine.runtime import Clock
+from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache
+from cactus_bench.engine.runtime import Clock, ModelRunner
 from cactus_bench.models.tiny import make_tiny_pair
 from cactus_bench.samplers import make_sampler
 
 pytestmark = pytest.mark.usefixtures("single_thread")
+
+@pytest.fixture(autouse=True, params=["off", "auto"], ids=["hf_forward", "fast_forward"])
+def forward_path(request, monkeypatch):
+    """Runs every test on HF's eager forward and on the fast static-cache forward (the default,
+    "auto": eager compact forward for these tiny models; compiled runs are in
+    tests/test_fast_forward.py)."""
+    for name in ("SpeculativeDecoder", "AutoregressiveDecoder"):
+        cls = globals()[name]
+        monkeypatch.setitem(globals(), name, functools.partial(cls, fast=request.param))
+    return request.param
 
 GREEDY = SamplingParams(temperature=0.0)
 PAPER = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
@@ -86,17 +98,24 @@ def _last_logits_fresh(model, token_ids):
     return model(input_ids=torch.tensor([token_ids])).logits[0, -1]
 
 
-def _last_logits_cached(model, cache, pending):
+def _last_logits_cached(runner, cache, pending):
+    if isinstance(cache, StaticKVCache):  # forward, then roll back by moving the length
+        length = cache.length
+        logits = runner.forward(pending, cache, all_logits=False)[0, -1]
+        cache.crop(length)
+        return logits
     cache = copy.deepcopy(cache)
-    return model(input_ids=pending, cache=cache, use_cache=True).logits[0, -1]
+    return runner.model(input_ids=pending, cache=cache, use_cache=True).logits[0, -1]
 
 
-def test_cache_rollback_equals_fresh_forward(tiny_pair):
+def test_cache_rollback_equals_fresh_forward(tiny_pair, forward_path):
     """After every step, both caches + their pending tokens give the logits of a fresh forward
     over the whole sequence, whatever was accepted (none, some, all, the bonus-only step)."""
     drafter, verifier, tok = tiny_pair
     m = 3
     dec = spec(drafter, verifier, tok, m, SamplingParams(temperature=1.0), eos_token_ids=[])
+    runner_type = ModelRunner if forward_path == "off" else FastRunner
+    assert isinstance(dec.verifier, runner_type) and isinstance(dec.drafter, runner_type)
     prompt = PROMPTS[1]
     record = RequestRecord(prompt_ids=prompt, num_draft_tokens=m)
     state = DecodeState(
@@ -119,13 +138,13 @@ def test_cache_rollback_equals_fresh_forward(tiny_pair):
             pending_d = state.pending["drafter"]
             assert d_cache.get_seq_length() + pending_d.shape[1] == len(sequence)
             assert pending_d.tolist() == [sequence[d_cache.get_seq_length() :]]
-            for model, cache, pending in (
-                (verifier, v_cache, state.pending["verifier"]),
-                (drafter, d_cache, pending_d),
+            for runner, cache, pending in (
+                (dec.verifier, v_cache, state.pending["verifier"]),
+                (dec.drafter, d_cache, pending_d),
             ):
-                fresh = _last_logits_fresh(model, sequence)
+                fresh = _last_logits_fresh(runner.model, sequence)
                 torch.testing.assert_close(
-                    _last_logits_cached(model, cache, pending), fresh, atol=1e-4, rtol=0
+                    _last_logits_cached(runner, cache, pending), fresh, atol=1e-4, rtol=0
                 )
     accepted = record.accepted_per_step[:14]
     assert 0 in accepted and m in accepted and any(0 < a < m for a in accepted)

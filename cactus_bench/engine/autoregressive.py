@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.engine.base import BaseDecoder, DecodeState
-from cactus_bench.engine.runtime import ModelRunner, check_token_map
+from cactus_bench.engine.runtime import check_token_map, make_runner, resolve_compile
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 
 
@@ -15,6 +15,8 @@ class AutoregressiveDecoder(BaseDecoder):
 
     token_map (optional, 1-D LongTensor of vocabulary ids) restricts sampling to those ids, so
     the baseline samples exactly the law a SpeculativeDecoder with the same token_map targets.
+    fast / compile: as for `SpeculativeDecoder` (the same verifier forward path, so speedups
+    compare like with like).
     """
 
     def __init__(
@@ -25,14 +27,22 @@ class AutoregressiveDecoder(BaseDecoder):
         eos_token_ids: list[int] | None = None,
         device: str | torch.device = "cpu",
         token_map: torch.Tensor | None = None,
+        fast: str = "auto",
+        compile: str = "auto",
     ):
         super().__init__(tokenizer, sampling, eos_token_ids, device, eos_model=verifier)
-        self.verifier = ModelRunner(verifier, self.device)
+        compiled = resolve_compile(verifier, fast, compile)
+        self.verifier = make_runner(verifier, self.device, fast, compiled, sizes=(1,))
         self.token_map, self._token_list = check_token_map(token_map, self.device, verifier)
 
     def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
-        state.caches["verifier"] = self.verifier.prefilled_cache(prompt_ids[:-1], rollback=False)
+        state.caches["verifier"] = self.verifier.prefilled_cache(
+            prompt_ids[:-1], rollback=False, capacity=state.capacity
+        )
         state.pending["verifier"] = torch.tensor([prompt_ids[-1:]], device=self.device)
+
+    def runners(self) -> list:
+        return [self.verifier]
 
     def _step(self, state: DecodeState, remaining: int) -> list[int]:
         clock, record, params = state.clock, state.record, state.params

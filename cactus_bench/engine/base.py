@@ -27,6 +27,7 @@ class DecodeState:
     record: RequestRecord
     clock: Clock
     seq_len: int  # tokens in the sequence so far (prompt + emitted)
+    capacity: int = 0  # the most positions a cache may need (static caches preallocate it)
     caches: dict[str, Any] = field(default_factory=dict)
     pending: dict[str, torch.Tensor] = field(default_factory=dict)  # [1, n] ids not yet cached
 
@@ -73,7 +74,8 @@ class BaseDecoder:
         tracker = OutputTracker(self.tokenizer, self.eos_token_ids, stop, max_new_tokens)
         clock = Clock(self.device)
         start = clock()
-        state = DecodeState(params, generator, record, clock, seq_len=len(prompt_ids))
+        capacity = len(prompt_ids) + max_new_tokens + 2 * (self.num_draft_tokens + 1)
+        state = DecodeState(params, generator, record, clock, len(prompt_ids), capacity)
         with torch.inference_mode():
             self._start(state, prompt_ids)
             record.prefill_time_s = clock() - start
@@ -82,6 +84,23 @@ class BaseDecoder:
         record.output_ids, record.text, record.stop_reason = tracker.finish()
         record.total_time_s = clock() - start
         return record
+
+    def runners(self) -> list:
+        """The model runners (drafter first), for warm-up and inspection."""
+        raise NotImplementedError
+
+    def warmup(self, max_context: int = 0) -> float:
+        """Compiles (where compiled) every forward shape a request will use, for caches of
+        `max_context` positions (prompt + new tokens; 0: the smallest), so that no compile
+        lands inside a timed request. Returns the seconds it took."""
+        clock = Clock(self.device)
+        start = clock()
+        capacity = max_context + 2 * (self.num_draft_tokens + 1)
+        with torch.inference_mode():
+            for runner in self.runners():
+                if hasattr(runner, "warmup"):
+                    runner.warmup(capacity)
+        return clock() - start
 
     def _sampler_name(self, params: SamplingParams) -> str | None:
         return self.sampler_name

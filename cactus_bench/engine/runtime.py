@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections.abc import Iterable
 
 import torch
 from transformers import DynamicCache
+
+from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache, unsupported_reason
+
+FORWARD_MODES = ("auto", "on", "off")
+# compile="auto" compiles models from this many parameters up. Measured here (docs/
+# fast_forward.md): on SmolLM2-135M (CPU float32) the compiled forward is faster per step and
+# its compile (tens of seconds, cached on disk) is paid back within one benchmark; on the tiny
+# test models a compile costs ~20 s against ~1 ms per step, which a test run never recovers.
+COMPILE_MIN_PARAMS = 20_000_000
+logger = logging.getLogger(__name__)
 
 
 class ModelRunner:
@@ -38,8 +49,11 @@ class ModelRunner:
         logits = self.model(input_ids=input_ids, **kwargs).logits
         return logits if all_logits else logits[:, -1:]
 
-    def prefilled_cache(self, token_ids: list[int], rollback: bool = True) -> DynamicCache:
+    def prefilled_cache(
+        self, token_ids: list[int], rollback: bool = True, capacity: int = 0
+    ) -> DynamicCache:
         """A new cache holding `token_ids` (the prompt but its last token; no logits are read).
+        `capacity` (the most positions the request may need) only matters to `FastRunner`.
 
         Sliding-window layers keep only their window unless told to record the past, which
         roll-back needs; as HF's assisted decoding does, recording starts after the prefill so
@@ -55,12 +69,69 @@ class ModelRunner:
         return cache
 
 
+def check_forward_mode(name: str, value: str) -> str:
+    if value not in FORWARD_MODES:
+        raise ValueError(f"{name} must be one of {FORWARD_MODES}; got {value!r}")
+    return value
+
+
+def resolve_compile(model: torch.nn.Module, fast: str, compile: str) -> bool:
+    """Whether to torch.compile the fast forward of `model` (checks fast/compile values).
+
+    "auto": on for models with >= COMPILE_MIN_PARAMS parameters that the fast forward supports.
+    A decoder resolves it once, from its verifier, and applies it to both models, so the
+    speculative decoder and its autoregressive baseline run the verifier the same way."""
+    check_forward_mode("fast", fast)
+    check_forward_mode("compile", compile)
+    if compile == "on" and fast == "off":
+        raise ValueError("compile='on' compiles the fast forward: use fast='auto' or 'on'")
+    if fast == "off" or compile == "off":
+        return False
+    reason = unsupported_reason(model)
+    if compile == "on":
+        if reason is not None:
+            raise ValueError(
+                f"compile='on' needs the fast forward, which cannot run {type(model).__name__} "
+                f"({reason}): use compile='auto' or 'off'"
+            )
+        return True
+    return reason is None and sum(p.numel() for p in model.parameters()) >= COMPILE_MIN_PARAMS
+
+
+def make_runner(
+    model: torch.nn.Module,
+    device: torch.device,
+    fast: str = "auto",
+    compiled: bool = False,
+    sizes: tuple[int, ...] = (1,),
+) -> ModelRunner | FastRunner:
+    """The forward path for one model: `FastRunner` (static cache, compact forward, compiled
+    when `compiled`) or the eager HF `ModelRunner`. fast="auto" takes the fast forward for every
+    architecture it supports (it matches HF's logits to ~1e-6 and is faster on both the tiny
+    and the SmolLM2 models, see docs/fast_forward.md) and HF's otherwise (e.g. Gemma 2)."""
+    check_forward_mode("fast", fast)
+    reason = unsupported_reason(model)
+    if fast == "on" and reason is not None:
+        raise ValueError(
+            f"fast='on' cannot run {type(model).__name__} ({reason}): use fast='auto' or 'off'"
+        )
+    if fast == "off" or reason is not None:
+        if fast == "auto":
+            logger.info("eager HF forward for %s: %s", type(model).__name__, reason)
+        return ModelRunner(model, device)
+    check_model_device(model, device)
+    return FastRunner(model, device, compile=compiled, sizes=sizes)
+
+
 def crop_cache(cache: DynamicCache, length: int) -> None:
     """Rolls the cache back to its first `length` tokens (transformers 5.x: crop(-removed)).
 
     Layers that record their past (sliding window) are cropped even when nothing is removed:
     crop(0) trims them back to their window after a forward.
     """
+    if isinstance(cache, StaticKVCache):
+        cache.crop(length)  # a static cache rolls back by moving its length
+        return
     removed = cache.get_seq_length() - length
     if removed < 0:
         raise RuntimeError(f"cannot crop a cache of {cache.get_seq_length()} to {length} tokens")

@@ -18,10 +18,11 @@ import torch
 
 from cactus_bench.engine.base import BaseDecoder, DecodeState
 from cactus_bench.engine.runtime import (
-    ModelRunner,
     check_token_map,
     crop_cache,
+    make_runner,
     output_vocab_size,
+    resolve_compile,
 )
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 from cactus_bench.samplers import make_sampler
@@ -34,6 +35,10 @@ class SpeculativeDecoder(BaseDecoder):
     the decoder verifies with the `greedy` rule instead, so greedy speculative decoding emits
     exactly the greedy autoregressive tokens. token_map (optional, 1-D LongTensor of vocabulary
     ids both models share) restricts p and q to those ids before the rule sees them.
+
+    fast ("auto" | "on" | "off"): the static-cache compact forward (`fast_runner.FastRunner`)
+    instead of HF's eager forward; compile ("auto" | "on" | "off"): torch.compile of it. Both are
+    resolved from the verifier and applied to both models; "auto" is explained in `runtime`.
     """
 
     def __init__(
@@ -47,6 +52,8 @@ class SpeculativeDecoder(BaseDecoder):
         eos_token_ids: list[int] | None = None,
         device: str | torch.device = "cpu",
         token_map: torch.Tensor | None = None,
+        fast: str = "auto",
+        compile: str = "auto",
     ):
         super().__init__(tokenizer, sampling, eos_token_ids, device, eos_model=verifier)
         if not callable(getattr(sampler, "verify", None)):
@@ -60,8 +67,13 @@ class SpeculativeDecoder(BaseDecoder):
         self.sampler = sampler
         self.greedy_sampler = make_sampler("greedy")
         self.num_draft_tokens = num_draft_tokens
-        self.drafter = ModelRunner(drafter, self.device)
-        self.verifier = ModelRunner(verifier, self.device)
+        compiled = resolve_compile(verifier, fast, compile)
+        # Sizes the steps use: the drafter reads 1 token (2 after an all-accepted step), the
+        # verifier m + 1 (fewer drafts near the token budget are padded up to it) or 1 (bonus).
+        self.drafter = make_runner(drafter, self.device, fast, compiled, sizes=(1, 2))
+        self.verifier = make_runner(
+            verifier, self.device, fast, compiled, sizes=(1, num_draft_tokens + 1)
+        )
         self.token_map, self._token_list = check_token_map(
             token_map, self.device, drafter, verifier
         )
@@ -72,6 +84,9 @@ class SpeculativeDecoder(BaseDecoder):
                 f"token_map=torch.arange({min(sizes)}) (or the ids both tokenizers share)"
             )
 
+    def runners(self) -> list:
+        return [self.drafter, self.verifier]
+
     def _sampler_name(self, params: SamplingParams) -> str:
         rule = self.greedy_sampler if params.is_greedy else self.sampler
         return getattr(rule, "name", type(rule).__name__)
@@ -79,7 +94,7 @@ class SpeculativeDecoder(BaseDecoder):
     def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
         last = torch.tensor([prompt_ids[-1:]], device=self.device)  # [1, 1]
         for name, runner in (("drafter", self.drafter), ("verifier", self.verifier)):
-            state.caches[name] = runner.prefilled_cache(prompt_ids[:-1])
+            state.caches[name] = runner.prefilled_cache(prompt_ids[:-1], capacity=state.capacity)
             state.pending[name] = last
 
     def _step(self, state: DecodeState, remaining: int) -> list[int]:
