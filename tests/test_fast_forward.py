@@ -92,12 +92,11 @@ def test_fast_forward_matches_hf_at_every_step(arch):
         assert compare_along_schedule(model, FastRunner(model, CPU)) < TOLERANCE
 
 
-@pytest.mark.parametrize("pack", [False, True])
-def test_qwen2_biases_and_sliding_windows(tiny_pair, pack):
-    compare_along_schedule(qwen2_model(), FastRunner(qwen2_model(), CPU, pack=pack))
+def test_qwen2_biases_and_sliding_windows(tiny_pair):
+    compare_along_schedule(qwen2_model(), FastRunner(qwen2_model(), CPU))
     sliding = sliding_qwen3(tiny_pair[1])
     assert FastRunner(sliding, CPU).windows[1:] == [6, 6]  # layers past max_window_layers slide
-    compare_along_schedule(sliding, FastRunner(sliding, CPU, pack=pack), prompt_len=20)
+    compare_along_schedule(sliding, FastRunner(sliding, CPU), prompt_len=20)
 
 
 def test_restricted_head_drafter_keeps_minus_infinity():
@@ -105,8 +104,7 @@ def test_restricted_head_drafter_keeps_minus_infinity():
 
     _, verifier, _ = make_tiny_pair(seed=0, arch="llama")
     drafter = build_drafter(verifier, [0, 2], torch.arange(0, verifier.config.vocab_size, 3))
-    runner = FastRunner(drafter, CPU)
-    assert runner.head_t is None  # the SubsetLMHead module runs as is
+    runner = FastRunner(drafter, CPU)  # the SubsetLMHead module runs as is, after the layers
     compare_along_schedule(drafter, runner)
     with torch.inference_mode():
         logits = runner.forward(torch.tensor([[5]]), runner.prefilled_cache([1, 2]), False)

@@ -72,9 +72,11 @@ class BaseDecoder:
             sampling=params.to_dict(),
         )
         tracker = OutputTracker(self.tokenizer, self.eos_token_ids, stop, max_new_tokens)
+        capacity = len(prompt_ids) + max_new_tokens + 2 * (self.num_draft_tokens + 1)
+        with torch.inference_mode():
+            self._warm_runners(capacity)  # compiles (once per cache size) outside the clock
         clock = Clock(self.device)
         start = clock()
-        capacity = len(prompt_ids) + max_new_tokens + 2 * (self.num_draft_tokens + 1)
         state = DecodeState(params, generator, record, clock, len(prompt_ids), capacity)
         with torch.inference_mode():
             self._start(state, prompt_ids)
@@ -91,16 +93,19 @@ class BaseDecoder:
 
     def warmup(self, max_context: int = 0) -> float:
         """Compiles (where compiled) every forward shape a request will use, for caches of
-        `max_context` positions (prompt + new tokens; 0: the smallest), so that no compile
-        lands inside a timed request. Returns the seconds it took."""
+        `max_context` positions (prompt + new tokens; 0: the smallest). `generate` does this
+        itself before starting its clock, so no compile lands inside a timed request; calling
+        it first only moves (and measures) the compile. Returns the seconds it took."""
         clock = Clock(self.device)
         start = clock()
-        capacity = max_context + 2 * (self.num_draft_tokens + 1)
         with torch.inference_mode():
-            for runner in self.runners():
-                if hasattr(runner, "warmup"):
-                    runner.warmup(capacity)
+            self._warm_runners(max_context + 2 * (self.num_draft_tokens + 1))
         return clock() - start
+
+    def _warm_runners(self, capacity: int) -> None:
+        for runner in self.runners():
+            if hasattr(runner, "warmup"):
+                runner.warmup(capacity)
 
     def _sampler_name(self, params: SamplingParams) -> str | None:
         return self.sampler_name

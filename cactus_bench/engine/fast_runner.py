@@ -1,9 +1,12 @@
 """The fast forward: a static KV cache and a compact decoder forward over the HF module's weights.
 
-Why: at batch 1 the eager HF forward is bound by per-operation overhead (mask building, cache
-bookkeeping, attention dispatch), not arithmetic; see docs/fast_forward.md for the numbers. This
-runner keeps the HF modules (projections, RMSNorms, MLP, output head) and replaces the model-level
-glue with a few lines that `torch.compile` can trace into one graph per input length:
+Why: HF's eager forward spends part of each batch-1 step on model-level glue (mask building,
+cache bookkeeping, attention dispatch) and, on GPUs, on kernel launches. This runner keeps the HF
+modules (projections, norms, Qwen3's q/k norms, MLP, output head) and replaces the glue
+with a few lines that `torch.compile` traces into one graph per decoder layer and input length.
+On this project's 2-core CPU a SmolLM2-135M step is mostly the time to stream its 540 MB of fp32
+weights through one core (matrix-vector products at ~6-7 GB/s), which no forward path removes;
+scripts/bench_forward.py measures what is left to gain (results/bench/forward.csv).
 
 - `StaticKVCache`: per layer a preallocated [1, H_kv, capacity, D] key and value buffer plus an
   explicit `length`. A forward over n tokens writes positions length..length+n-1 in place;
@@ -88,56 +91,6 @@ class StaticKVCache:
         self.length = length
 
 
-class PackedLayer:
-    """One decoder layer's projection weights, transposed to [in, out] and fused (q|k|v and
-    gate|up), for CPU: at batch 1 a linear is a matrix-vector product bound by reading the
-    weights, and x @ W^T with W^T contiguous streams them faster than F.linear(x, W) (measured
-    ~1.3x on the head, ~1.4x at 5 rows here); fusing halves the number of products per layer."""
-
-    def __init__(self, layer):
-        attn, mlp = layer.self_attn, layer.mlp
-        projections = (attn.q_proj, attn.k_proj, attn.v_proj)
-        self.qkv = torch.cat([proj.weight for proj in projections]).t().contiguous()  # [H, Q+2K]
-        biases = [proj.bias for proj in projections]
-        self.qkv_bias = None if biases[0] is None else torch.cat(biases)  # [Q + 2K] or None
-        self.splits = [proj.weight.shape[0] for proj in projections]
-        self.out = attn.o_proj.weight.t().contiguous()  # [Q, H]
-        self.out_bias = attn.o_proj.bias
-        self.gate_up = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t().contiguous()
-        self.gate_up_bias = (
-            None
-            if mlp.gate_proj.bias is None
-            else torch.cat([mlp.gate_proj.bias, mlp.up_proj.bias])
-        )
-        self.down = mlp.down_proj.weight.t().contiguous()  # [I, H]
-        self.down_bias = mlp.down_proj.bias
-        self.act = mlp.act_fn
-
-    def tensors(self) -> tuple[torch.Tensor | None, ...]:
-        """(qkv, qkv_bias, out, out_bias, gate_up, gate_up_bias, down, down_bias)."""
-        return (
-            self.qkv,
-            self.qkv_bias,
-            self.out,
-            self.out_bias,
-            self.gate_up,
-            self.gate_up_bias,
-            self.down,
-            self.down_bias,
-        )
-
-    @staticmethod
-    def can_pack(layer) -> bool:
-        mlp = layer.mlp
-        return all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj", "act_fn"))
-
-
-def _matmul(x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., in] @ weight_t [in, out] (+ bias [out])."""
-    out = x @ weight_t
-    return out if bias is None else out + bias
-
-
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -149,7 +102,8 @@ class FastRunner:
     compile: False (the compact forward runs eagerly) or True: `torch.compile` of ONE decoder
     layer, reused by every layer (torch >= 2.5 inlines nn.Modules, so the weights are graph inputs
     and the 30 layers of SmolLM2 share one graph per input length: compiling the whole 30-layer
-    body instead took ~65 s per length here, see docs/fast_forward.md). CPU: inductor; CUDA:
+    body instead took ~65 s per length here, one layer ~15 s, ~2 s from inductor's on-disk
+    cache). CPU: inductor; CUDA:
     mode="reduce-overhead" (CUDA graphs). Embedding, masks, final norm and head stay eager (a
     handful of operations). Prefill always runs eagerly: prompt lengths vary, and one forward
     over many tokens is dominated by its matrix products.
@@ -165,7 +119,6 @@ class FastRunner:
         model: torch.nn.Module,
         device: torch.device,
         compile: bool = False,
-        pack: bool | None = None,
         sizes: tuple[int, ...] = (1,),
     ):
         reason = unsupported_reason(model)
@@ -185,22 +138,11 @@ class FastRunner:
         # Per layer: None (full causal attention) or the window W (attend to the last W keys).
         self.windows = [window if kind == "sliding_attention" else None for kind in layer_types]
         self.has_qk_norm = hasattr(attn, "q_norm")
-        # Packed weights: CPU only (cuBLAS reads F.linear's layout at full speed; a second copy
-        # of the weights would cost GPU memory). They copy the weights once, at construction.
-        if pack is None:
-            pack = device.type == "cpu" and all(PackedLayer.can_pack(x) for x in self.layers)
-        with torch.no_grad():
-            packed = [PackedLayer(layer) for layer in self.layers] if pack else None
-            head = model.get_output_embeddings()
-            plain_head = isinstance(head, torch.nn.Linear) and head.bias is None
-            self.head_t = head.weight.t().contiguous() if pack and plain_head else None  # [H, V]
-        self.splits = packed[0].splits if packed else None
-        self.act = packed[0].act if packed else None
-        self.layer_weights = [x.tensors() for x in packed] if packed else [None] * len(self.layers)
         self._storage: StaticKVCache | None = None
         self._rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None  # [capacity, D] x 2
         self._key_positions: torch.Tensor | None = None  # [capacity] 0..capacity-1
         self.sizes = sorted({int(n) for n in sizes})
+        self._warm_buckets: set[int] = set()  # cache capacities already compiled for
         self.compiled = bool(compile)
         self._layer = self._eager_layer
         if self.compiled:
@@ -211,9 +153,12 @@ class FastRunner:
     def warmup(self, capacity: int = 0) -> None:
         """Runs each registered size through the compiled layer for caches of `capacity`
         positions (graphs are specialised on the capacity bucket), three times on CUDA so that
-        CUDA graphs are recorded. Leaves no request state behind."""
-        if not self.compiled:
+        CUDA graphs are recorded; once per bucket. It recycles the cache buffers: never call it
+        while a request's cache is in use."""
+        bucket = _bucket(max(capacity, MIN_CAPACITY))
+        if not self.compiled or bucket in self._warm_buckets:
             return
+        self._warm_buckets.add(bucket)
         for size in self.sizes:
             cache = self.new_cache(capacity)
             ids = torch.zeros((1, size), dtype=torch.long, device=self.device)
@@ -282,8 +227,6 @@ class FastRunner:
         hidden = self._run(input_ids, cache, compiled=self.compiled)  # [1, n', H] final-normed
         cache.length -= input_ids.shape[1] - num_new  # the padding stays stale
         hidden = hidden[:, :num_new] if all_logits else hidden[:, num_new - 1 : num_new]
-        if self.head_t is not None:
-            return hidden @ self.head_t
         return self.model.lm_head(hidden)
 
     def _run(self, input_ids: torch.Tensor, cache: StaticKVCache, compiled: bool):
@@ -306,46 +249,33 @@ class FastRunner:
         if compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
         hidden = self.model.model.embed_tokens(input_ids)  # [1, n, H]
-        for layer, weights, window, key_cache, value_cache in zip(
-            self.layers, self.layer_weights, self.windows, cache.keys, cache.values, strict=True
+        for layer, window, key_cache, value_cache in zip(
+            self.layers, self.windows, cache.keys, cache.values, strict=True
         ):
             hidden = layer_fn(
-                hidden, layer, weights, cos, sin, positions, key_cache, value_cache, masks[window]
+                hidden, layer, cos, sin, positions, key_cache, value_cache, masks[window]
             )
         cache.length = start + num_new
         return self.model.model.norm(hidden)
 
-    def _eager_layer(
-        self, hidden, layer, weights, cos, sin, positions, key_cache, value_cache, mask
-    ):
-        """One decoder layer, hidden [1, n, H] -> [1, n, H], as HF's Llama/Qwen decoder layer;
-        writes the n new keys/values into the [1, H_kv, capacity, D] caches in place.
-        weights: `PackedLayer.tensors()` or None (call the HF projection modules)."""
+    def _eager_layer(self, hidden, layer, cos, sin, positions, key_cache, value_cache, mask):
+        """One decoder layer, hidden [1, n, H] -> [1, n, H], as HF's Llama/Qwen decoder layer
+        (its own norm, projection and MLP modules); writes the n new keys/values into the
+        [1, H_kv, capacity, D] caches in place."""
         residual = hidden
         hidden = layer.input_layernorm(hidden)
         hidden = residual + self._attention(
-            layer.self_attn, weights, hidden, cos, sin, positions, key_cache, value_cache, mask
+            layer.self_attn, hidden, cos, sin, positions, key_cache, value_cache, mask
         )
-        residual = hidden
-        hidden = layer.post_attention_layernorm(hidden)
-        if weights is None:
-            return residual + layer.mlp(hidden)
-        gate_up, gate_up_bias, down, down_bias = weights[4:]
-        gate, up = _matmul(hidden, gate_up, gate_up_bias).chunk(2, dim=-1)  # SwiGLU
-        return residual + _matmul(self.act(gate) * up, down, down_bias)
+        return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
-    def _attention(self, attn, weights, hidden, cos, sin, positions, key_cache, value_cache, mask):
+    def _attention(self, attn, hidden, cos, sin, positions, key_cache, value_cache, mask):
         """One attention block over the static cache (HF's Llama/Qwen attention, same order)."""
         num_new = hidden.shape[1]
         shape = (1, num_new, -1, self.head_dim)
-        if weights is None:
-            query, key, value = attn.q_proj(hidden), attn.k_proj(hidden), attn.v_proj(hidden)
-        else:
-            qkv = _matmul(hidden, weights[0], weights[1])  # [1, n, Q + 2K]
-            query, key, value = qkv.split(self.splits, dim=-1)
-        query = query.reshape(shape)  # [1, n, H_q, D]
-        key = key.reshape(shape)  # [1, n, H_kv, D]
-        value = value.reshape(shape).transpose(1, 2)  # [1, H_kv, n, D]
+        query = attn.q_proj(hidden).view(shape)  # [1, n, H_q, D]
+        key = attn.k_proj(hidden).view(shape)  # [1, n, H_kv, D]
+        value = attn.v_proj(hidden).view(shape).transpose(1, 2)  # [1, H_kv, n, D]
         if self.has_qk_norm:  # Qwen3: RMSNorm over each head before RoPE
             query, key = attn.q_norm(query), attn.k_norm(key)
         query, key = query.transpose(1, 2), key.transpose(1, 2)
@@ -353,11 +283,11 @@ class FastRunner:
         key = key * cos + _rotate_half(key) * sin
         key_cache.index_copy_(2, positions, key)
         value_cache.index_copy_(2, positions, value)
+        # GQA without copies: enable_gqa broadcasts each key/value head over its query group.
         out = F.scaled_dot_product_attention(
             query, key_cache, value_cache, attn_mask=mask, scale=self.scaling, enable_gqa=True
         )  # [1, H_q, n, D]
-        out = out.transpose(1, 2).reshape(1, num_new, -1)  # [1, n, Q]
-        return attn.o_proj(out) if weights is None else _matmul(out, weights[2], weights[3])
+        return attn.o_proj(out.transpose(1, 2).reshape(1, num_new, -1))
 
 
 def _bucket(capacity: int) -> int:
