@@ -98,17 +98,26 @@ def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> l
 
 
 @torch.no_grad()
-def step_cost(model, prompt: list[int], new_tokens: int, repeats: int) -> float:
-    """Median seconds of one cached forward over ``new_tokens`` tokens after ``prompt``."""
-    times = []
-    for _ in range(repeats):
-        cache = DynamicCache()
-        model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True, logits_to_keep=1)
-        feed = torch.tensor([prompt[-new_tokens:]])
-        start = time.perf_counter()
-        model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=new_tokens)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def step_time(model, prompt: list[int], new_tokens: int) -> float:
+    """Seconds of one cached forward over ``new_tokens`` tokens after ``prompt``."""
+    cache = DynamicCache()
+    model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True, logits_to_keep=1)
+    feed = torch.tensor([prompt[-new_tokens:]])
+    start = time.perf_counter()
+    model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=new_tokens)
+    return time.perf_counter() - start
+
+
+def measure_costs(pair, prompt: list[int], max_m: int, repeats: int) -> dict[str, float]:
+    """Median step times, measured interleaved so that load from other processes on a shared
+    machine hits drafter and verifier alike: keys draft_1 and verify_n for n = 1..max_m + 1."""
+    samples: dict[str, list[float]] = {"draft_1": []}
+    samples.update({f"verify_{n}": [] for n in range(1, max_m + 2)})
+    for _ in tqdm(range(repeats), desc="step costs", leave=False):
+        samples["draft_1"].append(step_time(pair.drafter, prompt, 1))
+        for n in range(1, max_m + 2):
+            samples[f"verify_{n}"].append(step_time(pair.verifier, prompt, n))
+    return {key: statistics.median(values) for key, values in samples.items()}
 
 
 def cost_model_speedup(a: float, m: int, c_draft: float, c_verify: float) -> float:
@@ -165,9 +174,10 @@ def main() -> None:
     parser.add_argument("--per-source", type=int, default=12, help="held-out prompts per source")
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--m", type=int, default=3, help="draft length for end to end and cost")
+    parser.add_argument("--max-m", type=int, default=4, help="cost model for m = 1..max_m")
     parser.add_argument("--e2e-prompts", type=int, default=3)
     parser.add_argument("--e2e-tokens", type=int, default=96)
-    parser.add_argument("--cost-repeats", type=int, default=15)
+    parser.add_argument("--cost-repeats", type=int, default=21)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
@@ -191,21 +201,22 @@ def main() -> None:
     report["acceptance"]["all"] = {"mean": alpha, "tokens": all_tokens}
 
     probe = chat_ids(pair.tokenizer, prompts["gsm8k_test"][0])
-    verify_1 = step_cost(pair.verifier, probe, 1, args.cost_repeats)
-    draft_1 = step_cost(pair.drafter, probe, 1, args.cost_repeats)
-    verify_m = step_cost(pair.verifier, probe, args.m + 1, args.cost_repeats)
-    c_draft, c_verify = draft_1 / verify_1, verify_m / verify_1
+    times = measure_costs(pair, probe, args.max_m, args.cost_repeats)
+    verify_1, draft_1 = times["verify_1"], times["draft_1"]
+    c_draft = draft_1 / verify_1
+    # Verifying m drafts is one cached forward over m + 1 tokens; its cost relative to one token.
+    c_verify = {m: times[f"verify_{m + 1}"] / verify_1 for m in range(1, args.max_m + 1)}
     report["cost"] = {
         "verifier_step_s": verify_1,
         "drafter_step_s": draft_1,
         "drafter_over_verifier": c_draft,
-        f"verify_{args.m + 1}_over_1": c_verify,
-        "cost_model_speedup": cost_model_speedup(alpha, args.m, c_draft, c_verify),
+        "verify_m_plus_1_over_1": c_verify,
+        "cost_model_speedup": {
+            m: cost_model_speedup(alpha, m, c_draft, c) for m, c in c_verify.items()
+        },
     }
-    print(
-        f"cost: drafter step {draft_1 * 1e3:.1f} ms = {c_draft:.3f} of verifier "
-        f"{verify_1 * 1e3:.1f} ms; verify {args.m + 1} tokens = {c_verify:.2f}x one"
-    )
+    print(f"cost: drafter step {draft_1 * 1e3:.1f} ms = {c_draft:.3f} of verifier "
+          f"{verify_1 * 1e3:.1f} ms; verify m + 1 tokens over one: {c_verify}")  # fmt: skip
 
     if args.e2e_prompts > 0:
         texts = (prompts["gsm8k_test"] + prompts["ifeval"])[:: max(1, args.per_source // 2)]
