@@ -9,7 +9,7 @@ Sections (each printed and appended to results/bench/forward.csv, one row per nu
 2. decode: AutoregressiveDecoder greedy tokens/s (EOS ignored), fast="off" vs compile="on".
 3. compile: seconds to warm up (compile) the verifier for the shapes sps decoding uses, in a
    fresh process with an empty inductor cache (cold) and again with that cache (warm).
-4. e2e: if the trained drafter exists (or on the tiny pair), SpeculativeDecoder (sps, m) over
+4. e2e: if the trained drafter exists (or on the tiny pair), SpeculativeDecoder (sps, --e2e-m) over
    AutoregressiveDecoder, both on the compiled fast path, next to the same ratio on HF's eager
    path; paper sampling (T 0.6, top-p 0.95, top-k 20), same seeds, interleaved.
 Timings on a shared machine are noisy: the 1-minute load average is recorded with every row.
@@ -52,6 +52,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--context", type=int, default=128, help="cached tokens before a forward")
     parser.add_argument("--m", type=int, default=4, help="draft tokens per step (e2e, compile)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--e2e-m", default="1,2,4", help="draft lengths for the e2e section")
+    parser.add_argument("--e2e-repeats", type=int, default=3, help="seeds in the e2e section")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip")
     parser.add_argument("--out", default="results/bench/forward.csv")
     parser.add_argument("--probe-compile", action="store_true", help=argparse.SUPPRESS)
@@ -120,7 +122,7 @@ def bench_forward(verifier, tokenizer, args) -> dict[tuple[str, int], float]:
     return {key: statistics.median(values[1:]) for key, values in times.items()}
 
 
-def bench_decode(decoders: dict, prompt: list[int], args, sampling, seeds) -> dict[str, float]:
+def bench_decode(decoders: dict, prompt: list[int], args, sampling, seeds) -> dict:
     """Median tokens/s of each decoder (interleaved per seed, EOS ignored)."""
     rates: dict[str, list[float]] = {name: [] for name in decoders}
     for seed in tqdm(seeds, desc="decode"):
@@ -241,28 +243,24 @@ def main() -> None:
             emit("compile", "fast_compiled", args.m + 1, "cold_s", run_probe(args, cache_dir))
             emit("compile", "fast_compiled", args.m + 1, "warm_s", run_probe(args, cache_dir))
     if "e2e" not in skip and drafter is not None:
+        draft_counts = [int(m) for m in args.e2e_m.split(",")]
         arms = {}
         for path, fast, compiled in (("hf_eager", "off", "off"), ("fast_compiled", "on", "on")):
-            arms[f"{path}/ar"] = AutoregressiveDecoder(
+            arms[path, 0] = AutoregressiveDecoder(
                 verifier, tokenizer, eos_token_ids=[], fast=fast, compile=compiled
             )
-            arms[f"{path}/sps"] = SpeculativeDecoder(
-                drafter,
-                verifier,
-                tokenizer,
-                make_sampler("sps"),
-                args.m,
-                eos_token_ids=[],
-                fast=fast,
-                compile=compiled,
-            )
+            for m in draft_counts:
+                arms[path, m] = SpeculativeDecoder(drafter, verifier, tokenizer,
+                                                   make_sampler("sps"), m, eos_token_ids=[],
+                                                   fast=fast, compile=compiled)  # fmt: skip
         for decoder in arms.values():
             decoder.warmup(args.context + args.max_new_tokens)
-        rates = bench_decode(arms, prompt, args, PAPER, seeds)
-        for arm, rate in rates.items():
-            emit("e2e", arm, args.m, "tok_per_s", rate)
+        rates = bench_decode(arms, prompt, args, PAPER, range(args.e2e_repeats))
+        for (path, m), rate in rates.items():
+            emit("e2e", path + ("/sps" if m else "/ar"), m, "tok_per_s", rate)
         for path in ("hf_eager", "fast_compiled"):
-            emit("e2e", path, args.m, "sps_speedup", rates[f"{path}/sps"] / rates[f"{path}/ar"])
+            for m in draft_counts:
+                emit("e2e", path, m, "sps_speedup", rates[path, m] / rates[path, 0])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     new_file = not out.exists()
