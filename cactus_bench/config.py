@@ -30,6 +30,7 @@ TASK_NAMES = ("gsm8k", "ifeval", "gpqa", "demo")
 BASELINE_MODES = ("interleave", "cached", "none")
 BACKEND_NAMES = ("hf", "vllm")
 LOGGER_NAMES = ("csv", "wandb")
+ENGINE_SWITCHES = ("auto", "on", "off")
 DTYPES = ("float32", "bfloat16", "float16", "auto")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -88,6 +89,14 @@ class BackendConf:
 
 
 @dataclass
+class EngineConf:
+    """The HF engine's forward path, identical for both arms (issue 8): `engine.compile=off`."""
+
+    fast: str = "auto"  # static KV cache + compact forward: auto | on | off
+    compile: str = "auto"  # torch.compile of that forward: auto | on | off
+
+
+@dataclass
 class LoggerConf:
     name: str = "csv"
     project: str = "cactus-bench"  # W&B project (logger=wandb only)
@@ -104,6 +113,7 @@ class RunConf:
     sampler: SamplerConf = MISSING
     backend: BackendConf = MISSING
     logger: LoggerConf = MISSING
+    engine: EngineConf = field(default_factory=EngineConf)
     experiment_name: str | None = None  # CSV is <results_dir>/<experiment_name or "runs">.csv
     delta: float = 1.0  # shortcut read by the cactus sampler YAMLs
     m: int = 10  # draft length: tokens drafted per verification step
@@ -214,6 +224,8 @@ def validate(conf: RunConf) -> None:
         ("baseline", conf.baseline, BASELINE_MODES),
         ("backend", conf.backend.name, BACKEND_NAMES),
         ("logger", conf.logger.name, LOGGER_NAMES),
+        ("engine.fast", conf.engine.fast, ENGINE_SWITCHES),
+        ("engine.compile", conf.engine.compile, ENGINE_SWITCHES),
     ):
         if value not in known:
             _fail(f"{key} must be one of {', '.join(known)} (got {value!r})")
@@ -263,6 +275,7 @@ def hash_fields(conf: RunConf) -> dict[str, Any]:
         "max_new_tokens": conf.max_new_tokens,
         "device": conf.device,
         "backend": conf.backend.name,
+        "engine": dataclasses.asdict(conf.engine),  # changes timings, so a separate run
         "baseline": conf.baseline if is_speculative(conf) else "none",
     }
 

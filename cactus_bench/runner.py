@@ -201,10 +201,16 @@ def _measure(conf: RunConf) -> _Measured:
     rule = make_sampler(conf.sampler.name, **sampler_params(conf.sampler)) if speculative else None
     pair = load_pair(pair_spec(conf), device=conf.device, dtype=conf.model.dtype)
     sampling = SamplingParams(temperature=conf.temperature, top_p=conf.top_p, top_k=conf.top_k or 0)
+    engine = {"fast": conf.engine.fast, "compile": conf.engine.compile}  # same path for both arms
 
     def verifier_only():
         return AutoregressiveDecoder(
-            pair.verifier, pair.tokenizer, sampling=sampling, device=conf.device
+            pair.verifier,
+            pair.tokenizer,
+            sampling=sampling,
+            device=conf.device,
+            token_map=pair.token_map,  # the same restricted law as the speculative arm
+            **engine,
         )
 
     if speculative:
@@ -217,6 +223,7 @@ def _measure(conf: RunConf) -> _Measured:
             sampling=sampling,
             device=conf.device,
             token_map=pair.token_map,
+            **engine,
         )
     else:
         decoder = verifier_only()

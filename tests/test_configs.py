@@ -136,6 +136,7 @@ def test_table1_preset_covers_the_paper_grid():
         (["sampler=cactis"], "unknown sampler 'cactis' (did you mean 'cactus'?)"),
         (["delta=abc"], "could not be converted to Float"),
         (["baseline=sometimes"], "baseline must be one of interleave, cached, none"),
+        (["engine.compile=always"], "engine.compile must be one of auto, on, off"),
         (["limit=0"], "limit must be >= 1"),
         (["top_p=0"], "top_p must be in (0, 1]"),
         (["device=gpu"], "device must be auto, cpu, mps, cuda or cuda:N"),
