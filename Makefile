@@ -25,9 +25,10 @@ lint:  ## ruff check and format check
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
-bench:  ## benchmarks: samplers, engine (writes results/bench/*.csv)
+bench:  ## benchmarks: samplers, engine vs transformers, fast forward (results/bench/*.csv)
 	$(PYTHON) scripts/bench_samplers.py
 	$(PYTHON) scripts/bench_engine.py
+	$(PYTHON) scripts/bench_forward.py
 
 tables:  ## Table 1 layout and speedup table from results/*.csv (Markdown + LaTeX)
 	$(PYTHON) -m cactus_bench.report tables --csv 'results/*.csv' --out results
