@@ -129,6 +129,7 @@ class RunConf:
     force: bool = False  # rerun even when a finished row with this config hash exists
     data_dir: str | None = None  # offline data folder (default: env CACTUS_BENCH_DATA)
     results_dir: str = "results"
+    threads: int | None = None  # torch CPU threads; None = torch's default (all cores)
 
 
 def register_configs() -> None:
@@ -231,6 +232,8 @@ def validate(conf: RunConf) -> None:
             _fail(f"{key} must be one of {', '.join(known)} (got {value!r})")
     if conf.logger.mode not in (None, "online", "offline", "disabled"):
         _fail(f"logger.mode must be online, offline, disabled or null (got {conf.logger.mode!r})")
+    if conf.threads is not None and conf.threads < 1:
+        _fail(f"threads must be >= 1 or null for torch's default (got {conf.threads})")
     if not conf.results_dir:
         _fail("results_dir is empty; give a folder for the results CSV")
 
@@ -276,6 +279,7 @@ def hash_fields(conf: RunConf) -> dict[str, Any]:
         "device": conf.device,
         "backend": conf.backend.name,
         "engine": dataclasses.asdict(conf.engine),  # changes timings, so a separate run
+        "threads": conf.threads,
         "baseline": conf.baseline if is_speculative(conf) else "none",
     }
 

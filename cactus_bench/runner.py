@@ -196,6 +196,8 @@ def _measure(conf: RunConf) -> _Measured:
     from cactus_bench.tasks import evaluate_task
 
     torch.manual_seed(conf.seed)
+    if conf.threads is not None:
+        torch.set_num_threads(conf.threads)
     speculative = is_speculative(conf)
     # The rule first: a bad parameter fails before a model loads.
     rule = make_sampler(conf.sampler.name, **sampler_params(conf.sampler)) if speculative else None

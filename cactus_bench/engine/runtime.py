@@ -13,12 +13,12 @@ from transformers import DynamicCache
 from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache, unsupported_reason
 
 FORWARD_MODES = ("auto", "on", "off")
-# compile="auto" compiles models from this many parameters up. Measured here (scripts/
-# bench_forward.py): on SmolLM2-135M (CPU float32, 1 thread) the compiled forward took ~82 ms per
-# decode step against ~102 ms for HF's eager one, and its compile (~15 s per shape cold, ~2 s
-# from inductor's disk cache) is paid back within one benchmark; on the tiny test models a
-# compile costs ~20 s against ~1 ms per step, which a test run never recovers. On GPUs batch-1
-# steps are launch-bound, which mode="reduce-overhead" (CUDA graphs) targets.
+# compile="auto" compiles on CUDA only, for models from this many parameters up: batch-1 GPU steps
+# are launch-bound, which mode="reduce-overhead" (CUDA graphs) targets. On this 2-core CPU the
+# compiled forward of SmolLM2-135M measured 9.1-9.3 tok/s against 9.3-10.8 for the uncompiled fast
+# forward (results/bench/forward.csv: decode is memory-bound, ~540 MB of fp32 weights per step),
+# so its 15-27 s cold compile never pays; `compile="on"` still compiles on CPU. On the tiny test
+# models a compile costs ~20 s against ~1 ms per step.
 COMPILE_MIN_PARAMS = 20_000_000
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,8 @@ def check_forward_mode(name: str, value: str) -> str:
 def resolve_compile(model: torch.nn.Module, fast: str, compile: str) -> bool:
     """Whether to torch.compile the fast forward of `model` (checks fast/compile values).
 
-    "auto": on for models with >= COMPILE_MIN_PARAMS parameters that the fast forward supports.
+    "auto": on for CUDA models with >= COMPILE_MIN_PARAMS parameters that the fast forward
+    supports (see the measurements above COMPILE_MIN_PARAMS).
     A decoder resolves it once, from its verifier, and applies it to both models, so the
     speculative decoder and its autoregressive baseline run the verifier the same way."""
     check_forward_mode("fast", fast)
@@ -97,7 +98,13 @@ def resolve_compile(model: torch.nn.Module, fast: str, compile: str) -> bool:
                 f"({reason}): use compile='auto' or 'off'"
             )
         return True
-    return reason is None and sum(p.numel() for p in model.parameters()) >= COMPILE_MIN_PARAMS
+    first = next(model.parameters(), None)
+    on_cuda = first is not None and first.device.type == "cuda"
+    return (
+        on_cuda
+        and reason is None
+        and sum(p.numel() for p in model.parameters()) >= COMPILE_MIN_PARAMS
+    )
 
 
 def make_runner(
