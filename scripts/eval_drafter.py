@@ -147,7 +147,10 @@ def end_to_end(pair, prompts: list[str], sampling: SamplingParams, args) -> dict
     return {
         "m": args.m,
         "prompts": len(prompts),
-        "measured_acceptance": totals["accepted"] / max(totals["drafted"], 1),
+        # Drafts after the first rejection count as drafted and not accepted, so this is
+        # (a + ... + a^m) / m for per-token acceptance a, not a itself.
+        "accepted_over_drafted": totals["accepted"] / max(totals["drafted"], 1),
+        "accepted_length": totals["accepted"] / max(totals["steps"], 1),
         "tokens_per_step": totals["spec_tokens"] / max(totals["steps"], 1),
         "verifier_tokens_per_s": base_tps,
         "speculative_tokens_per_s": spec_tps,
