@@ -76,7 +76,7 @@ def extract_gguf(root: Path | None = None) -> Path:
 
 
 def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
-    """Load the GGUF with transformers, rebuild a plain Llama model, save safetensors + tokenizer."""
+    """Load the GGUF with transformers, rebuild a plain Llama model, save it and the tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
