@@ -109,8 +109,11 @@ def device_name(device: str) -> str:
         index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
         return torch.cuda.get_device_name(index)
     if device == "cpu":
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        return f"CPU: {_cpu_name()} ({threads or os.cpu_count()} threads)"
+        import torch  # the runner has loaded it already; its thread count shapes every timing
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        cores = cores or os.cpu_count()
+        return f"CPU: {_cpu_name()} ({cores} cores, {torch.get_num_threads()} torch threads)"
     return device
 
 
