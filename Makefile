@@ -4,7 +4,7 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots drafter run demo
+.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ plots:  ## figures from results/*.csv (PNG + PDF under results/figures/)
 
 drafter:  ## distil the embedded pair's drafter (CPU, ~2 h, resumable; weights land in the package)
 	$(PYTHON) scripts/train_drafter.py
+
+eval-drafter:  ## drafter acceptance, step costs and the speedup cost model (~5 min)
+	$(PYTHON) scripts/eval_drafter.py --out results/bench/drafter_smollm2.json
 
 run:  ## the embedded default: SmolLM2-135M pair, demo task, cactus (a few minutes on a CPU)
 	$(PYTHON) run.py
