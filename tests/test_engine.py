@@ -25,6 +25,7 @@ from cactus_bench.samplers import make_sampler
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
+
 @pytest.fixture(autouse=True, params=["off", "auto"], ids=["hf_forward", "fast_forward"])
 def forward_path(request, monkeypatch):
     """Runs every test on HF's eager forward and on the fast static-cache forward (the default,
@@ -34,6 +35,7 @@ def forward_path(request, monkeypatch):
         cls = globals()[name]
         monkeypatch.setitem(globals(), name, functools.partial(cls, fast=request.param))
     return request.param
+
 
 GREEDY = SamplingParams(temperature=0.0)
 PAPER = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)

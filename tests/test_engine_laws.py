@@ -23,6 +23,7 @@ from cactus_bench.samplers import make_sampler
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
+
 @pytest.fixture(autouse=True, params=["off", "auto"], ids=["hf_forward", "fast_forward"])
 def forward_path(request, monkeypatch):
     """Runs every test on HF's eager forward and on the fast static-cache forward (the default,
@@ -32,6 +33,7 @@ def forward_path(request, monkeypatch):
         cls = globals()[name]
         monkeypatch.setitem(globals(), name, functools.partial(cls, fast=request.param))
     return request.param
+
 
 PROMPT = [41]  # one token: no prefill, so each request costs only its decode forwards
 P_VALUE_FLOOR = 1e-3  # fixed seeds make each test deterministic; this is the rejection level
