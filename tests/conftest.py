@@ -1,6 +1,9 @@
-"""Shared fixtures: the tiny in-memory model pair (built once per session) and a one-thread mode."""
+"""Shared fixtures: the tiny in-memory model pair (built once per session), a one-thread mode,
+and running a module's decoder tests on both forward paths."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
@@ -23,3 +26,16 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(params=["off", "auto"], ids=["hf_forward", "fast_forward"])
+def forward_path(request, monkeypatch):
+    """Runs a module's tests on HF's eager forward and on the fast static-cache forward (the
+    default, "auto": the eager compact forward for tiny models; compiled runs are in
+    tests/test_fast_forward.py) by binding `fast=` into the decoder classes the module
+    imported. Opt in with `pytestmark = pytest.mark.usefixtures("forward_path")`."""
+    for name in ("SpeculativeDecoder", "AutoregressiveDecoder"):
+        cls = getattr(request.module, name, None)
+        if cls is not None:
+            monkeypatch.setattr(request.module, name, functools.partial(cls, fast=request.param))
+    return request.param

@@ -4,7 +4,6 @@ stopping (EOS, stop strings, max_new_tokens), record bookkeeping and token maps.
 from __future__ import annotations
 
 import copy
-import functools
 import json
 
 import pytest
@@ -23,18 +22,7 @@ from cactus_bench.engine.runtime import Clock, ModelRunner
 from cactus_bench.models.tiny import make_tiny_pair
 from cactus_bench.samplers import make_sampler
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-@pytest.fixture(autouse=True, params=["off", "auto"], ids=["hf_forward", "fast_forward"])
-def forward_path(request, monkeypatch):
-    """Runs every test on HF's eager forward and on the fast static-cache forward (the default,
-    "auto": eager compact forward for these tiny models; compiled runs are in
-    tests/test_fast_forward.py)."""
-    for name in ("SpeculativeDecoder", "AutoregressiveDecoder"):
-        cls = globals()[name]
-        monkeypatch.setitem(globals(), name, functools.partial(cls, fast=request.param))
-    return request.param
+pytestmark = pytest.mark.usefixtures("single_thread", "forward_path")
 
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -7,7 +7,6 @@ test first shows that its check rejects a wrong law, so that it can fail.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 
 import pytest
@@ -21,18 +20,7 @@ from cactus_bench.engine import (
 )
 from cactus_bench.samplers import make_sampler
 
-pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-@pytest.fixture(autouse=True, params=["off", "auto"], ids=["hf_forward", "fast_forward"])
-def forward_path(request, monkeypatch):
-    """Runs every test on HF's eager forward and on the fast static-cache forward (the default,
-    "auto": eager compact forward for these tiny models; compiled runs are in
-    tests/test_fast_forward.py)."""
-    for name in ("SpeculativeDecoder", "AutoregressiveDecoder"):
-        cls = globals()[name]
-        monkeypatch.setitem(globals(), name, functools.partial(cls, fast=request.param))
-    return request.param
+pytestmark = pytest.mark.usefixtures("single_thread", "forward_path")
 
 
 PROMPT = [41]  # one token: no prefill, so each request costs only its decode forwards
