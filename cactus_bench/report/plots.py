@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,12 +82,15 @@ def _value(row, column: str, scale: float = 1.0) -> float | None:
 
 def _new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, list[Axes], list]:
     tasks = sorted(rows["task"].unique(), key=task_sort_key)
-    figure = Figure(figsize=(4.6 * len(tasks) + 0.6, 4.2), layout="constrained")
+    width = 4.6 * len(tasks) + 0.6
+    figure = Figure(figsize=(width, 4.2), layout="constrained")
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]
     devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
-    figure.suptitle(
-        f"{what}: {pair_title(rows, pair)}, m = {m if m else '—'}\n{devices}", fontsize=10
+    # Long hub ids would run off the figure: wrap at ~12 characters per inch (fontsize 10).
+    title = textwrap.fill(
+        f"{what}: {pair_title(rows, pair)}, m = {m if m else '—'}", int(width * 12)
     )
+    figure.suptitle(f"{title}\n{devices}", fontsize=10)
     return figure, list(axes), tasks
 
 
