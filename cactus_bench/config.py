@@ -85,7 +85,13 @@ class SamplerConf:
 
 @dataclass
 class BackendConf:
+    """hf: this project's engine. vllm: vLLM (GPU); the other fields reach vllm.LLM only."""
+
     name: str = "hf"
+    gpu_memory_utilization: float = 0.85  # vllm: share of GPU memory per engine (both arms)
+    enforce_eager: bool = False  # vllm: no CUDA graphs
+    tensor_parallel_size: int = 1  # vllm: GPUs per engine
+    max_model_len: int | None = None  # vllm: context cap (None: the model's own)
 
 
 @dataclass
@@ -230,6 +236,15 @@ def validate(conf: RunConf) -> None:
     ):
         if value not in known:
             _fail(f"{key} must be one of {', '.join(known)} (got {value!r})")
+    if not 0 < conf.backend.gpu_memory_utilization <= 1:
+        _fail(
+            "backend.gpu_memory_utilization must be in (0, 1] "
+            f"(got {conf.backend.gpu_memory_utilization})"
+        )
+    if conf.backend.tensor_parallel_size < 1:
+        _fail(f"backend.tensor_parallel_size must be >= 1 (got {conf.backend.tensor_parallel_size})")
+    if conf.backend.max_model_len is not None and conf.backend.max_model_len < 1:
+        _fail(f"backend.max_model_len must be >= 1 or null (got {conf.backend.max_model_len})")
     if conf.logger.mode not in (None, "online", "offline", "disabled"):
         _fail(f"logger.mode must be online, offline, disabled or null (got {conf.logger.mode!r})")
     if conf.threads is not None and conf.threads < 1:
@@ -277,7 +292,10 @@ def hash_fields(conf: RunConf) -> dict[str, Any]:
         "top_k": conf.top_k,
         "max_new_tokens": conf.max_new_tokens,
         "device": conf.device,
-        "backend": conf.backend.name,
+        # hf keeps the bare name (earlier rows' hashes stay valid); vllm's options change timings
+        "backend": conf.backend.name
+        if conf.backend.name == "hf"
+        else dataclasses.asdict(conf.backend),
         "engine": dataclasses.asdict(conf.engine),  # changes timings, so a separate run
         "threads": conf.threads,
         "baseline": conf.baseline if is_speculative(conf) else "none",

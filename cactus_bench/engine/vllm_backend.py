@@ -1,0 +1,311 @@
+"""backend=vllm: the paper's timing engine, driven one request at a time like Spec-Bench.
+
+    from cactus_bench.engine.vllm_backend import VllmOptions, build_llm, VllmDecoder
+    llm = build_llm(verifier_id, drafter_id=drafter_id, m=10, rule=("cactus", {"delta": 0.75}),
+                    dtype="bfloat16", seed=1234, options=VllmOptions())
+    dec = VllmDecoder(llm, tokenizer, num_draft_tokens=10, sampler_name="cactus", sampling=sp)
+    rec = dec.generate(prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None)
+
+vLLM is imported only inside functions, so this module imports (and is tested) on CPU.
+
+What is measured, and how (never invented):
+- The acceptance rule runs inside vLLM through `cactus_bench.engine.vllm_acceptance` (the
+  `vllm.general_plugins` entry point reads CACTUS_BENCH_VLLM_RULE, set by `build_llm` before
+  vLLM starts its worker processes).
+- Per request, the deltas of vLLM's cumulative counters around `llm.generate` (batch 1, nothing
+  else running): vllm:spec_decode_num_drafts (verification steps with drafts),
+  ..._num_draft_tokens, ..._num_accepted_tokens and ..._num_accepted_tokens_per_pos.
+  The per-position vector gives the exact multiset of accepted counts per step
+  (#steps accepting exactly k = per_pos[k-1] - per_pos[k]); the ORDER of steps is not
+  recoverable, so per-step lists are written sorted (longest acceptance first) and the record
+  says so (`step_order = "sorted"`). Every pooled metric of results.summarise (AL, tokens/step,
+  acceptance rate and by position) depends only on that multiset, so it is exact. Drafted
+  counts per step are exact when every step drafted m tokens (vLLM drafts fewer only near the
+  context limit); otherwise `drafted_exact` is False and the shortfall is taken from the steps
+  that accepted least (totals stay exact).
+- total_time_s is the wall time of `llm.generate`; vLLM does not expose per-phase times, so the
+  runner writes the draft/verify/sampler/prefill columns as empty cells for this backend.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cactus_bench.engine.record import RequestRecord
+from cactus_bench.engine.sampling import SamplingParams
+from cactus_bench.engine.stopping import cut_at_stop
+from cactus_bench.engine.vllm_acceptance import RULE_ENV, parse_rule_spec, rule_spec
+
+SPEC_METRICS = {
+    "drafts": "vllm:spec_decode_num_drafts",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "accepted": "vllm:spec_decode_num_accepted_tokens",
+    "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos",
+}
+
+
+@dataclass
+class VllmOptions:
+    """configs/backend/vllm.yaml (BackendConf) fields that reach `vllm.LLM`."""
+
+    gpu_memory_utilization: float = 0.85
+    enforce_eager: bool = False
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+
+
+@dataclass
+class VllmRequestRecord(RequestRecord):
+    """A RequestRecord whose per-step lists were rebuilt from vLLM's counters (see above)."""
+
+    step_order: str = "sorted"  # per-step lists are a sorted multiset, not in decode order
+    drafted_exact: bool = True
+    vllm_counters: dict[str, Any] = field(default_factory=dict)  # the raw per-request deltas
+
+
+# ---- building the engine -------------------------------------------------------------------------
+def speculative_config(
+    drafter_id: str, m: int, drafter_revision: str | None = None
+) -> dict[str, Any]:
+    """vLLM's draft-model speculation with sampled drafts (the paper samples drafts)."""
+    config = {
+        "method": "draft_model",
+        "model": drafter_id,
+        "num_speculative_tokens": int(m),
+        "draft_sample_method": "probabilistic",  # greedy drafts would pass no drafter law
+    }
+    if drafter_revision:
+        config["revision"] = drafter_revision
+    return config
+
+
+def llm_kwargs(
+    verifier_id: str,
+    *,
+    drafter_id: str | None,
+    m: int,
+    dtype: str,
+    seed: int,
+    options: VllmOptions,
+    verifier_revision: str | None = None,
+    drafter_revision: str | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of `vllm.LLM` (pure, so tested without vLLM)."""
+    kwargs: dict[str, Any] = {
+        "model": verifier_id,
+        "dtype": "auto" if dtype == "auto" else dtype,
+        "seed": int(seed),
+        "disable_log_stats": False,  # the spec-decode counters need stats on
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "enforce_eager": options.enforce_eager,
+        "tensor_parallel_size": options.tensor_parallel_size,
+    }
+    if options.max_model_len:
+        kwargs["max_model_len"] = int(options.max_model_len)
+    if verifier_revision:
+        kwargs["revision"] = verifier_revision
+    if drafter_id is not None:  # the verifier-only arm is an LLM without speculative_config
+        kwargs["speculative_config"] = speculative_config(drafter_id, m, drafter_revision)
+    return kwargs
+
+
+def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwargs):
+    """A `vllm.LLM`; `rule=(name, params)` is exported to RULE_ENV before vLLM starts workers.
+
+    The variable stays set for this process (vLLM may start workers lazily); a verifier-only
+    engine clears it.
+    """
+    if rule is not None:
+        text = rule_spec(*rule)
+        parse_rule_spec(text)  # a bad rule fails here, before any model loads
+        os.environ[RULE_ENV] = text
+    else:
+        os.environ.pop(RULE_ENV, None)
+    from vllm import LLM
+
+    from cactus_bench.engine.vllm_acceptance import register
+
+    register()  # this process too (VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model here)
+    return LLM(**llm_kwargs(verifier_id, **kwargs))
+
+
+# ---- counters ------------------------------------------------------------------------------------
+def spec_counters(metrics: Iterable) -> dict[str, Any]:
+    """Sum vLLM's spec-decode counters over engines: {drafts, draft_tokens, accepted, per_pos}.
+
+    `metrics` is `llm.get_metrics()`: objects with .name and .value (Counter) or .values (Vector).
+    """
+    totals: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}
+    names = {name: key for key, name in SPEC_METRICS.items()}
+    for metric in metrics:
+        key = names.get(str(metric.name).removesuffix("_total"))
+        if key == "per_pos":
+            values = [int(v) for v in metric.values]
+            grow = len(values) - len(totals["per_pos"])
+            totals["per_pos"] += [0] * max(0, grow)
+            for j, value in enumerate(values):
+                totals["per_pos"][j] += value
+        elif key is not None:
+            totals[key] += int(metric.value)
+    return totals
+
+
+def counter_delta(before: dict, after: dict) -> dict[str, Any]:
+    per_pos = [a - (before["per_pos"][j] if j < len(before["per_pos"]) else 0)
+               for j, a in enumerate(after["per_pos"])]  # fmt: skip
+    return {
+        "drafts": after["drafts"] - before["drafts"],
+        "draft_tokens": after["draft_tokens"] - before["draft_tokens"],
+        "accepted": after["accepted"] - before["accepted"],
+        "per_pos": per_pos,
+    }
+
+
+def steps_from_counters(delta: dict, m: int) -> tuple[list[int], list[int], bool]:
+    """(drafted_per_step, accepted_per_step, drafted_exact) from one request's counter deltas.
+
+    Accepted counts: the exact multiset, sorted descending. Raises ValueError when the counters
+    contradict each other (e.g. another request ran concurrently).
+    """
+    steps, drafted_total = int(delta["drafts"]), int(delta["draft_tokens"])
+    per_pos = [int(v) for v in delta["per_pos"][:m]] + [0] * max(0, m - len(delta["per_pos"]))
+    survivors = [steps, *per_pos, 0]  # survivors[k] = #steps accepting >= k
+    if any(b > a for a, b in zip(survivors, survivors[1:])) or min(survivors) < 0:
+        raise ValueError(f"inconsistent spec-decode counters {delta}: per-position counts rise")
+    accepted: list[int] = []
+    for k in range(m, -1, -1):
+        accepted += [k] * (survivors[k] - survivors[k + 1])
+    if sum(accepted) != int(delta["accepted"]):
+        raise ValueError(
+            f"inconsistent spec-decode counters {delta}: per-position counts sum to "
+            f"{sum(accepted)}, accepted tokens to {delta['accepted']}"
+        )
+    drafted = [m] * steps
+    shortfall = m * steps - drafted_total
+    if shortfall < 0:
+        raise ValueError(f"inconsistent spec-decode counters {delta}: more drafts than m per step")
+    for i in range(steps - 1, -1, -1):  # take drafts back from the steps that accepted least
+        cut = min(shortfall, drafted[i] - accepted[i])
+        drafted[i] -= cut
+        shortfall -= cut
+    if shortfall:
+        raise ValueError(f"inconsistent spec-decode counters {delta}: fewer drafts than accepts")
+    return drafted, accepted, drafted_total == m * steps
+
+
+# ---- the decoder ---------------------------------------------------------------------------------
+class VllmDecoder:
+    """`generate(...) -> RequestRecord` like the HF decoders, one request per call."""
+
+    def __init__(
+        self,
+        llm,
+        tokenizer,
+        *,
+        num_draft_tokens: int,
+        sampler_name: str | None,
+        sampling: SamplingParams | None = None,
+        eos_token_ids: Iterable[int] | None = None,
+    ):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.num_draft_tokens = int(num_draft_tokens)  # 0 for the verifier-only arm
+        self.sampler_name = sampler_name if num_draft_tokens else None
+        self.sampling = sampling if sampling is not None else SamplingParams()
+        self.eos_token_ids = None if eos_token_ids is None else sorted(set(eos_token_ids))
+
+    def vllm_sampling(self, params: SamplingParams, max_new_tokens: int, stop, seed: int):
+        from vllm import SamplingParams as VllmSamplingParams
+
+        return VllmSamplingParams(**sampling_kwargs(params, max_new_tokens, stop, seed,
+                                                    self.eos_token_ids))  # fmt: skip
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> RequestRecord:
+        import torch
+
+        if isinstance(stop, str):
+            stop = [stop]
+        params = sampling if sampling is not None else self.sampling
+        if seed is None:
+            seed = torch.Generator().seed() % (2**63)
+        vllm_params = self.vllm_sampling(params, max_new_tokens, stop, int(seed))
+        speculative = self.num_draft_tokens > 0
+        before = spec_counters(self.llm.get_metrics()) if speculative else None
+        start = time.perf_counter()
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(prompt_ids)}], vllm_params, use_tqdm=False
+        )
+        total = time.perf_counter() - start
+        completion = outputs[0].outputs[0]
+        return self._record(prompt_ids, completion, params, int(seed), stop, total, before)
+
+    def _record(self, prompt_ids, completion, params, seed, stop, total, before) -> RequestRecord:
+        output_ids = list(completion.token_ids)
+        text, cut = cut_at_stop(completion.text, stop or [])
+        reason = stop_reason(completion.finish_reason, completion.stop_reason) or (
+            "stop" if cut else "length"
+        )
+        common = {
+            "prompt_ids": list(prompt_ids),
+            "output_ids": output_ids,
+            "text": text,
+            "stop_reason": reason,
+            "num_draft_tokens": self.num_draft_tokens,
+            "total_time_s": total,
+            "seed": seed,
+            "sampler_name": self.sampler_name,
+            "sampling": params.to_dict(),
+        }
+        if before is None:  # verifier only: one step per token
+            n = len(output_ids)
+            return RequestRecord(
+                **common, drafted_per_step=[0] * n, accepted_per_step=[0] * n,
+                emitted_per_step=[1] * n,
+            )  # fmt: skip
+        delta = counter_delta(before, spec_counters(self.llm.get_metrics()))
+        drafted, accepted, exact = steps_from_counters(delta, self.num_draft_tokens)
+        return VllmRequestRecord(
+            **common,
+            drafted_per_step=drafted,
+            accepted_per_step=accepted,
+            emitted_per_step=[a + 1 for a in accepted],
+            drafted_exact=exact,
+            vllm_counters=delta,
+        )
+
+
+def sampling_kwargs(params: SamplingParams, max_new_tokens, stop, seed, eos_token_ids) -> dict:
+    """`vllm.SamplingParams` keyword arguments (pure). Temperature 0 is vLLM's greedy."""
+    kwargs: dict[str, Any] = {
+        "temperature": float(params.temperature),
+        "top_p": float(params.top_p),
+        "max_tokens": int(max_new_tokens),
+        "seed": int(seed),
+    }
+    if params.top_k:
+        kwargs["top_k"] = int(params.top_k)
+    if stop:
+        kwargs["stop"] = list(stop)
+    if eos_token_ids:
+        kwargs["stop_token_ids"] = list(eos_token_ids)
+    return kwargs
+
+
+def stop_reason(finish_reason: str | None, vllm_stop_reason) -> str | None:
+    """vLLM's (finish_reason, stop_reason) -> "eos" | "stop" | "length" (None: unknown)."""
+    if finish_reason == "length":
+        return "length"
+    if finish_reason == "stop":
+        return "stop" if isinstance(vllm_stop_reason, str) else "eos"
+    return None
