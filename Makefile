@@ -45,6 +45,14 @@ eval-drafter:  ## drafter acceptance, step costs and the speedup cost model (~5 
 run:  ## the embedded default: SmolLM2-135M pair, demo task, cactus (a few minutes on a CPU)
 	$(PYTHON) run.py
 
-demo:  ## CPU demo sweep on the embedded pair, then its tables and figures under results/demo/
+# Offline data for the demo's GSM8K slice: DATA_DIR=..., else $$CACTUS_BENCH_DATA, else ../shared/data.
+DATA_DIR ?= $(or $(CACTUS_BENCH_DATA),$(wildcard ../shared/data))
+
+demo:  ## CPU demo sweep on the embedded pair (+ a GSM8K slice given DATA_DIR), tables and figures
 	$(PYTHON) run.py experiment=demo
+ifneq ($(strip $(DATA_DIR)),)
+	$(PYTHON) run.py experiment=demo_gsm8k data_dir=$(abspath $(DATA_DIR))
+else
+	@echo "demo: GSM8K slice skipped: no data folder (make demo DATA_DIR=/path/like/shared/data)"
+endif
 	$(PYTHON) -m cactus_bench.report all --csv 'results/demo/*.csv' --out results/demo

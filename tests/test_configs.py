@@ -115,6 +115,19 @@ def test_task_defaults_yield_to_presets_and_command_line():
     )
 
 
+def test_demo_gsm8k_slice_extends_the_demo_sweep_into_the_same_csv():
+    demo = compose_cfg(["experiment=demo"], hydra_node=True)
+    gsm8k = compose_cfg(["experiment=demo_gsm8k", "task=gsm8k"], hydra_node=True)
+    demo_params, gsm8k_params = sweep_params(demo), sweep_params(gsm8k)
+    assert demo_params["task"] == ["demo"] and gsm8k_params["task"] == ["gsm8k"]
+    assert gsm8k_params["arm"] == demo_params["arm"]  # same eleven arms, same pair
+    assert len(demo_params["arm"]) == 11
+    for key in ("experiment_name", "results_dir", "baseline", "m", "threads", "device"):
+        assert gsm8k[key] == demo[key], key
+    # the preset's slice size wins over the GSM8K task's own defaults (all 1,319, 4096 tokens)
+    assert (gsm8k.limit, gsm8k.max_new_tokens) == (4, 96)
+
+
 def test_table1_preset_covers_the_paper_grid():
     cfg = compose_cfg(["experiment=table1"], hydra_node=True)
     params = sweep_params(cfg)
