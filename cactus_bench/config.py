@@ -242,7 +242,9 @@ def validate(conf: RunConf) -> None:
             f"(got {conf.backend.gpu_memory_utilization})"
         )
     if conf.backend.tensor_parallel_size < 1:
-        _fail(f"backend.tensor_parallel_size must be >= 1 (got {conf.backend.tensor_parallel_size})")
+        _fail(
+            f"backend.tensor_parallel_size must be >= 1 (got {conf.backend.tensor_parallel_size})"
+        )
     if conf.backend.max_model_len is not None and conf.backend.max_model_len < 1:
         _fail(f"backend.max_model_len must be >= 1 or null (got {conf.backend.max_model_len})")
     if conf.logger.mode not in (None, "online", "offline", "disabled"):

@@ -24,11 +24,16 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 def _metadata(temperature=None, generators=None):
     """A stand-in for vLLM's SamplingMetadata (the fields rejection_sample reads)."""
     if temperature is None:
-        return SimpleNamespace(all_greedy=False, all_random=True, temperature=None,
-                               generators=generators or {})  # fmt: skip
+        return SimpleNamespace(
+            all_greedy=False, all_random=True, temperature=None, generators=generators or {}
+        )
     t = torch.tensor(temperature, dtype=torch.float32)
-    return SimpleNamespace(all_greedy=bool((t == 0).all()), all_random=bool((t > 0).all()),
-                           temperature=t, generators=generators or {})  # fmt: skip
+    return SimpleNamespace(
+        all_greedy=bool((t == 0).all()),
+        all_random=bool((t > 0).all()),
+        temperature=t,
+        generators=generators or {},
+    )
 
 
 def _ragged(counts, vocab=6, seed=0):
@@ -64,9 +69,16 @@ def test_v1_rejection_recovers_and_pads():
     target = q.clone()
     target[1] = torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0])  # draft 2 has no verifier mass
     out = va.rejection_sample_v1(
-        ids, counts, 4, torch.tensor([3]), q, target, torch.tensor([[4]]), _metadata(),
+        ids,
+        counts,
+        4,
+        torch.tensor([3]),
+        q,
+        target,
+        torch.tensor([[4]]),
+        _metadata(),
         rule=make_sampler("sps"),
-    )  # fmt: skip
+    )
     assert out[0, 0] == 1 and out[0, 1] in (0, 1)  # recovered from max(target - q, 0)
     assert out[0, 2:].tolist() == [-1, -1, -1]
 
@@ -76,9 +88,16 @@ def test_v1_greedy_rows_follow_vllm_whatever_the_rule():
     logits = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 1.0], [0.0, 5.0, 1.0], [3.0, 0.0, 1.0]])
     ids = torch.tensor([1, 2, 1, 0])  # row 0: accept, reject (argmax 0); row 1: accept both
     out = va.rejection_sample_v1(
-        ids, counts, 2, torch.tensor([2, 4]), None, logits, torch.tensor([[2], [2]]),
-        _metadata([0.0, 0.0]), rule=make_sampler("cactus", delta=1.0),
-    )  # fmt: skip
+        ids,
+        counts,
+        2,
+        torch.tensor([2, 4]),
+        None,
+        logits,
+        torch.tensor([[2], [2]]),
+        _metadata([0.0, 0.0]),
+        rule=make_sampler("cactus", delta=1.0),
+    )
     assert out.tolist() == [[1, 0, -1], [1, 0, 2]]
 
 
@@ -86,11 +105,13 @@ def test_no_draft_probs_needs_a_drafter_free_rule():
     counts = [2]
     ids, cu, _, p, bonus = _ragged(counts)
     with pytest.raises(ValueError, match='draft_sample_method="probabilistic"') as error:
-        va.rejection_sample_v1(ids, counts, 2, cu, None, p, bonus, _metadata(),
-                               rule=make_sampler("cactus", delta=0.5))  # fmt: skip
+        va.rejection_sample_v1(
+            ids, counts, 2, cu, None, p, bonus, _metadata(), rule=make_sampler("cactus", delta=0.5)
+        )
     assert "\n" not in str(error.value)
-    out = va.rejection_sample_v1(ids, counts, 2, cu, None, p, bonus, _metadata(),
-                                 rule=make_sampler("tas", threshold=0.09))  # fmt: skip
+    out = va.rejection_sample_v1(
+        ids, counts, 2, cu, None, p, bonus, _metadata(), rule=make_sampler("tas", threshold=0.09)
+    )
     assert out.shape == (1, 3) and (out[0, 0] >= 0)
 
 
@@ -100,8 +121,9 @@ def test_v1_equals_the_sampler_on_padded_tensors_for_one_generator():
     rule = make_sampler("cactus", delta=0.5)
     for seed in range(20):
         gen = torch.Generator().manual_seed(seed)
-        out = va.rejection_sample_v1(ids, counts, 5, cu, q, p, bonus,
-                                     _metadata(generators={0: gen}), rule=rule)  # fmt: skip
+        out = va.rejection_sample_v1(
+            ids, counts, 5, cu, q, p, bonus, _metadata(generators={0: gen}), rule=rule
+        )
         direct = rule.verify(
             ids.view(1, 4),
             q.view(1, 4, 7),
@@ -120,8 +142,11 @@ def test_cactus_at_delta_zero_is_sps_through_the_bridge():
         outs = []
         for rule in (make_sampler("sps"), make_sampler("cactus", delta=0.0)):
             gens = {b: torch.Generator().manual_seed(seed * 10 + b) for b in range(4)}
-            outs.append(va.rejection_sample_v1(ids, counts, 3, cu, q, p, bonus,
-                                               _metadata(generators=gens), rule=rule))  # fmt: skip
+            outs.append(
+                va.rejection_sample_v1(
+                    ids, counts, 3, cu, q, p, bonus, _metadata(generators=gens), rule=rule
+                )
+            )
         assert torch.equal(outs[0], outs[1])
 
 
@@ -141,11 +166,16 @@ def test_sps_through_the_bridge_emits_the_verifier_law():
     counts = [1] * n_req
     torch.manual_seed(12)
     out = va.rejection_sample_v1(
-        ids, counts, 1, torch.arange(1, n_req + 1), drafter.expand(n_req, vocab).contiguous(),
+        ids,
+        counts,
+        1,
+        torch.arange(1, n_req + 1),
+        drafter.expand(n_req, vocab).contiguous(),
         verifier.expand(n_req, vocab).contiguous(),
         torch.multinomial(verifier, n_req, replacement=True, generator=g).view(-1, 1),
-        _metadata(), rule=make_sampler("sps"),
-    )  # fmt: skip
+        _metadata(),
+        rule=make_sampler("sps"),
+    )
     first = out[:, 0].long()
     assert _chi2(first, verifier) < 25.7
     assert _chi2(first, drafter) > 200  # the test can fail: the drafter's law is far off
@@ -160,31 +190,64 @@ def test_v2_layout_state_rows_placeholders_and_num_sampled():
     # request 0: 3 drafts; request 1: 1 draft then placeholders
     draft_sampled = torch.tensor([9, 4, 1, 2, 9, 5, -1, -1])
     cu = torch.tensor([0, 4, 8])
-    target = torch.cat([
-        torch.cat([logits[2] / temp, torch.zeros(1, vocab)]),
-        torch.cat([logits[0] / temp, torch.zeros(1, vocab)]),
-    ])  # verifier rows = drafter rows after temperature: every valid draft is accepted
+    target = torch.cat(
+        [
+            torch.cat([logits[2] / temp, torch.zeros(1, vocab)]),
+            torch.cat([logits[0] / temp, torch.zeros(1, vocab)]),
+        ]
+    )  # verifier rows = drafter rows after temperature: every valid draft is accepted
     sampled, num_sampled = va.rejection_sample_v2(
-        target, logits, draft_sampled, cu, torch.arange(8), idx_mapping, None, None,
-        torch.tensor([temp, 1.0, temp]), torch.tensor([7, 8, 9]), k,
+        target,
+        logits,
+        draft_sampled,
+        cu,
+        torch.arange(8),
+        idx_mapping,
+        None,
+        None,
+        torch.tensor([temp, 1.0, temp]),
+        torch.tensor([7, 8, 9]),
+        k,
         rule=make_sampler("sps"),
-    )  # fmt: skip
+    )
     assert sampled.dtype == torch.int64 and num_sampled.dtype == torch.int32
     assert num_sampled.tolist() == [4, 2]
     assert sampled[0, :3].tolist() == [4, 1, 2] and sampled[1, 0] == 5
     assert sampled[1, 2:].tolist() == [-1, -1]
     again, _ = va.rejection_sample_v2(
-        target, logits, draft_sampled, cu, torch.arange(8), idx_mapping, None, None,
-        torch.tensor([temp, 1.0, temp]), torch.tensor([7, 8, 9]), k, rule=make_sampler("sps"),
-    )  # fmt: skip
+        target,
+        logits,
+        draft_sampled,
+        cu,
+        torch.arange(8),
+        idx_mapping,
+        None,
+        None,
+        torch.tensor([temp, 1.0, temp]),
+        torch.tensor([7, 8, 9]),
+        k,
+        rule=make_sampler("sps"),
+    )
     assert torch.equal(sampled, again)  # seeded by vLLM's request seed and position
 
 
 def test_v2_refuses_vllm_own_lossy_methods():
     with pytest.raises(ValueError, match="rejection_sample_method"):
-        va.rejection_sample_v2(torch.zeros(2, 3), None, torch.tensor([0, 1]), torch.tensor([0, 2]),
-                               torch.arange(2), torch.tensor([0]), None, None, torch.ones(1),
-                               torch.zeros(1), 1, torch.ones(1), rule=make_sampler("sps"))  # fmt: skip
+        va.rejection_sample_v2(
+            torch.zeros(2, 3),
+            None,
+            torch.tensor([0, 1]),
+            torch.tensor([0, 2]),
+            torch.arange(2),
+            torch.tensor([0]),
+            None,
+            None,
+            torch.ones(1),
+            torch.zeros(1),
+            1,
+            torch.ones(1),
+            rule=make_sampler("sps"),
+        )
 
 
 # ---- patching and the plugin ---------------------------------------------------------------------
@@ -266,9 +329,11 @@ def test_llm_kwargs_for_both_arms():
     options = vb.VllmOptions(gpu_memory_utilization=0.4, enforce_eager=True)
     spec = vb.llm_kwargs("V", drafter_id="D", m=7, dtype="bfloat16", seed=3, options=options)
     assert spec["speculative_config"] == {
-        "method": "draft_model", "model": "D", "num_speculative_tokens": 7,
+        "method": "draft_model",
+        "model": "D",
+        "num_speculative_tokens": 7,
         "draft_sample_method": "probabilistic",
-    }  # fmt: skip
+    }
     assert spec["disable_log_stats"] is False and spec["gpu_memory_utilization"] == 0.4
     base = vb.llm_kwargs("V", drafter_id=None, m=7, dtype="bfloat16", seed=3, options=options)
     assert "speculative_config" not in base
@@ -293,9 +358,15 @@ def test_counters_rebuild_the_exact_accept_multiset():
     assert sorted(accepted) == [0, 1, 2, 3] and drafted == [3, 3, 3, 3] and exact
     from cactus_bench.results import summarise
 
-    record = vb.VllmRequestRecord(prompt_ids=[1], output_ids=[5] * 10, num_draft_tokens=3,
-                                  drafted_per_step=drafted, accepted_per_step=accepted,
-                                  emitted_per_step=[a + 1 for a in accepted], total_time_s=1.0)  # fmt: skip
+    record = vb.VllmRequestRecord(
+        prompt_ids=[1],
+        output_ids=[5] * 10,
+        num_draft_tokens=3,
+        drafted_per_step=drafted,
+        accepted_per_step=accepted,
+        emitted_per_step=[a + 1 for a in accepted],
+        total_time_s=1.0,
+    )
     row = summarise([record])
     assert row["al"] == pytest.approx(1.5) and row["accept_rate_by_pos"] == [0.75, 0.5, 0.25]
     assert record.to_dict()["step_order"] == "sorted"
@@ -308,8 +379,9 @@ def test_counters_short_drafts_and_contradictions():
     assert sum(drafted) == 4 and sum(accepted) == 3 and not exact
     assert all(a <= d for a, d in zip(accepted, drafted, strict=True))
     with pytest.raises(ValueError, match="inconsistent"):
-        vb.steps_from_counters({"drafts": 1, "draft_tokens": 3, "accepted": 2,
-                                "per_pos": [1, 1, 1]}, 3)  # fmt: skip
+        vb.steps_from_counters(
+            {"drafts": 1, "draft_tokens": 3, "accepted": 2, "per_pos": [1, 1, 1]}, 3
+        )
 
 
 def test_stop_reason_and_sampling_kwargs():
@@ -319,8 +391,15 @@ def test_stop_reason_and_sampling_kwargs():
     from cactus_bench.engine import SamplingParams
 
     kw = vb.sampling_kwargs(SamplingParams(0.6, 0.95, 20), 64, ["Q:"], 5, [2])
-    assert kw == {"temperature": 0.6, "top_p": 0.95, "max_tokens": 64, "seed": 5, "top_k": 20,
-                  "stop": ["Q:"], "stop_token_ids": [2]}  # fmt: skip
+    assert kw == {
+        "temperature": 0.6,
+        "top_p": 0.95,
+        "max_tokens": 64,
+        "seed": 5,
+        "top_k": 20,
+        "stop": ["Q:"],
+        "stop_token_ids": [2],
+    }
 
 
 # ---- runner --------------------------------------------------------------------------------------
@@ -328,17 +407,26 @@ def _conf(tmp_path, *overrides):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from cactus_bench.config import RunConf, register_configs
+    from cactus_bench.config import register_configs
 
     register_configs()
     data_dir = str(SHARED_DATA) if SHARED_DATA.is_dir() else "null"
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose("config", overrides=[
-            "model=tiny_random", "task=demo", "limit=2", "max_new_tokens=8", "m=3",
-            "device=cpu", f"results_dir={tmp_path / 'results'}", f"data_dir={data_dir}",
-            *overrides,
-        ])  # fmt: skip
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConf), cfg))
+        cfg = compose(
+            "config",
+            overrides=[
+                "model=tiny_random",
+                "task=demo",
+                "limit=2",
+                "max_new_tokens=8",
+                "m=3",
+                "device=cpu",
+                f"results_dir={tmp_path / 'results'}",
+                f"data_dir={data_dir}",
+                *overrides,
+            ],
+        )
+    return OmegaConf.to_object(cfg)
 
 
 def test_backend_vllm_without_vllm_is_one_line(tmp_path):
@@ -377,8 +465,12 @@ class _FakeLLM:
         if "speculative_config" in self.kwargs:  # steps accepting 3 and 1
             d, t, a, pp = self.counts
             self.counts = [d + 2, t + 6, a + 4, [pp[0] + 2, pp[1] + 1, pp[2] + 1]]
-        done = SimpleNamespace(token_ids=[65, 66, 67, 68, 69, 70], text="ABCDEF",
-                               finish_reason="length", stop_reason=None)  # fmt: skip
+        done = SimpleNamespace(
+            token_ids=[65, 66, 67, 68, 69, 70],
+            text="ABCDEF",
+            finish_reason="length",
+            stop_reason=None,
+        )
         return [SimpleNamespace(outputs=[done])]
 
 
@@ -391,7 +483,7 @@ def test_runner_drives_fake_vllm_engines(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", fake)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(va, "register", lambda: [])  # no real vLLM modules to patch
-    monkeypatch.delenv(va.RULE_ENV, raising=False)
+    monkeypatch.setenv(va.RULE_ENV, "")  # restored (removed) after the test
     outcome = runner.run(_conf(tmp_path, "backend=vllm", "sampler=cactus", "delta=0.5"))
     row = outcome.row
     assert row["al"] == pytest.approx(2.0) and row["tokens_per_step"] == pytest.approx(3.0)
@@ -401,7 +493,7 @@ def test_runner_drives_fake_vllm_engines(tmp_path, monkeypatch):
     assert va.rule_from_env().params() == {"delta": 0.5}  # exported for vLLM's workers
 
 
-# ---- GPU + vLLM (never run on the CPU machine) ----------------------------------------------------
+# ---- GPU + vLLM (never run on the CPU machine) ------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_real_vllm_tiny_pair_runs_cactus(monkeypatch):
@@ -411,11 +503,18 @@ def test_real_vllm_tiny_pair_runs_cactus(monkeypatch):
     from cactus_bench.engine import SamplingParams
 
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    llm = vb.build_llm("Qwen/Qwen3-0.6B", rule=("cactus", {"delta": 0.75}),
-                       drafter_id="Qwen/Qwen3-0.6B", m=3, dtype="bfloat16", seed=0,
-                       options=vb.VllmOptions(gpu_memory_utilization=0.3, max_model_len=512))  # fmt: skip
-    dec = vb.VllmDecoder(llm, None, num_draft_tokens=3, sampler_name="cactus",
-                         sampling=SamplingParams(0.6, 0.95, 20))  # fmt: skip
+    llm = vb.build_llm(
+        "Qwen/Qwen3-0.6B",
+        rule=("cactus", {"delta": 0.75}),
+        drafter_id="Qwen/Qwen3-0.6B",
+        m=3,
+        dtype="bfloat16",
+        seed=0,
+        options=vb.VllmOptions(gpu_memory_utilization=0.3, max_model_len=512),
+    )
+    dec = vb.VllmDecoder(
+        llm, None, num_draft_tokens=3, sampler_name="cactus", sampling=SamplingParams(0.6, 0.95, 20)
+    )
     record = dec.generate([9707, 11, 847, 829, 374], 32, seed=1)
     assert record.num_generated > 0 and record.num_steps > 0
     assert 0 <= record.accepted_length <= 3

@@ -33,6 +33,7 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from cactus_bench.engine.record import RequestRecord
@@ -116,15 +117,13 @@ def llm_kwargs(
 def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwargs):
     """A `vllm.LLM`; `rule=(name, params)` is exported to RULE_ENV before vLLM starts workers.
 
-    The variable stays set for this process (vLLM may start workers lazily); a verifier-only
-    engine clears it.
+    The variable stays set for this process (a verifier-only engine has no rejection sampler to
+    patch, so it is harmless there).
     """
     if rule is not None:
         text = rule_spec(*rule)
         parse_rule_spec(text)  # a bad rule fails here, before any model loads
         os.environ[RULE_ENV] = text
-    else:
-        os.environ.pop(RULE_ENV, None)
     from vllm import LLM
 
     from cactus_bench.engine.vllm_acceptance import register
@@ -155,8 +154,10 @@ def spec_counters(metrics: Iterable) -> dict[str, Any]:
 
 
 def counter_delta(before: dict, after: dict) -> dict[str, Any]:
-    per_pos = [a - (before["per_pos"][j] if j < len(before["per_pos"]) else 0)
-               for j, a in enumerate(after["per_pos"])]  # fmt: skip
+    per_pos = [
+        a - (before["per_pos"][j] if j < len(before["per_pos"]) else 0)
+        for j, a in enumerate(after["per_pos"])
+    ]
     return {
         "drafts": after["drafts"] - before["drafts"],
         "draft_tokens": after["draft_tokens"] - before["draft_tokens"],
@@ -174,7 +175,7 @@ def steps_from_counters(delta: dict, m: int) -> tuple[list[int], list[int], bool
     steps, drafted_total = int(delta["drafts"]), int(delta["draft_tokens"])
     per_pos = [int(v) for v in delta["per_pos"][:m]] + [0] * max(0, m - len(delta["per_pos"]))
     survivors = [steps, *per_pos, 0]  # survivors[k] = #steps accepting >= k
-    if any(b > a for a, b in zip(survivors, survivors[1:])) or min(survivors) < 0:
+    if any(b > a for a, b in pairwise(survivors)) or min(survivors) < 0:
         raise ValueError(f"inconsistent spec-decode counters {delta}: per-position counts rise")
     accepted: list[int] = []
     for k in range(m, -1, -1):
@@ -221,8 +222,9 @@ class VllmDecoder:
     def vllm_sampling(self, params: SamplingParams, max_new_tokens: int, stop, seed: int):
         from vllm import SamplingParams as VllmSamplingParams
 
-        return VllmSamplingParams(**sampling_kwargs(params, max_new_tokens, stop, seed,
-                                                    self.eos_token_ids))  # fmt: skip
+        return VllmSamplingParams(
+            **sampling_kwargs(params, max_new_tokens, stop, seed, self.eos_token_ids)
+        )
 
     def generate(
         self,
@@ -270,9 +272,11 @@ class VllmDecoder:
         if before is None:  # verifier only: one step per token
             n = len(output_ids)
             return RequestRecord(
-                **common, drafted_per_step=[0] * n, accepted_per_step=[0] * n,
+                **common,
+                drafted_per_step=[0] * n,
+                accepted_per_step=[0] * n,
                 emitted_per_step=[1] * n,
-            )  # fmt: skip
+            )
         delta = counter_delta(before, spec_counters(self.llm.get_metrics()))
         drafted, accepted, exact = steps_from_counters(delta, self.num_draft_tokens)
         return VllmRequestRecord(
