@@ -285,3 +285,33 @@ def test_score_error_bars_are_the_binomial_standard_error():
     rows = pd.DataFrame({"score": [0.5, 0.9], "n_samples": [100, 400]})
     assert _score_stderr(rows, 100.0) == pytest.approx([5.0, 1.5])  # 100 sqrt(p (1 - p) / n)
     assert _score_stderr(rows.drop(columns="n_samples"), 100.0) is None
+
+
+def test_score_vs_al_flat_scores_and_crowded_labels_stay_readable(agg):
+    """All-zero scores (a 135M verifier on GSM8K) get a +-5 point axis, not one zoomed into
+    float noise; δ labels of points that share a score do not print over each other."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
+    rows = rows.copy()
+    rows["score"] = rows["score"].where(rows["score"].isna(), 0.0)
+    sweep = rows[rows["sampler"] == "cactus"].iloc[0]
+    crowded = pd.DataFrame([sweep] * 4)  # four δ points at nearly the same AL and score
+    crowded["delta"] = [0.25, 0.5, 1.0, 2.0]
+    crowded["al"] = float(sweep["al"]) + pd.Series([0.0, 0.01, 0.02, 0.03]).to_numpy()
+    rows = pd.concat([rows[rows["sampler"] != "cactus"], crowded], ignore_index=True)
+    figure = FIGURES["score_vs_al"](rows, pair, m)
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    figure.draw(renderer)
+    ax = [a for a in figure.axes if a.collections][0]
+    low, high = ax.get_ylim()
+    assert (low, high) == pytest.approx((-5.0, 5.0))
+    assert not ax.yaxis.get_major_formatter().get_offset()
+    # the text's own box (an Annotation's extent would include its leader line)
+    boxes = [Text.get_window_extent(t, renderer) for t in ax.texts if t.get_text()[:2] == "δ="]
+    assert len(boxes) == 4
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert Bbox.intersection(a, b) is None or Bbox.intersection(a, b).width < 1, (a, b)

@@ -87,11 +87,21 @@ def _new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, li
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]
     devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
     # Long hub ids would run off the figure: wrap at ~12 characters per inch (fontsize 10).
-    title = textwrap.fill(
-        f"{what}: {pair_title(rows, pair)}, m = {m if m else '—'}", int(width * 12)
-    )
+    # (non-breaking spaces keep "m = 2" on one line: textwrap splits on ASCII whitespace only)
+    m_text = f"m = {m if m else '—'}".replace(" ", "\u00a0")
+    title = textwrap.fill(f"{what}: {pair_title(rows, pair)}, {m_text}", int(width * 12))
+    title = title.replace("\u00a0", " ")
     figure.suptitle(f"{title}\n{devices}", fontsize=10)
     return figure, list(axes), tasks
+
+
+def _readable_score_axis(ax: Axes, values) -> None:
+    """Plain tick labels, and a +-5 point band when every score is the same (e.g. all 0 %):
+    matplotlib would otherwise zoom into float noise and label the axis '1e-17'."""
+    ax.yaxis.get_major_formatter().set_useOffset(False)
+    values = [v for v in values if v is not None]
+    if values and max(values) - min(values) < 1e-6:
+        ax.set_ylim(values[0] - 5.0, values[0] + 5.0)
 
 
 def _score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
@@ -149,6 +159,8 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
             )
             continue
         _draw_references(ax, task_rows, column, references, scale)
+        if column == "score":
+            _readable_score_axis(ax, list(task_rows["score"].dropna().astype(float) * scale))
         if unity:
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
         ax.set_xlim(0, 1.08 * max_delta)  # δ = 0 is SpS: the references meet the sweep there
@@ -199,9 +211,11 @@ def speedup_vs_delta(rows, pair, m) -> Figure:
 
 def score_vs_al(rows, pair, m) -> Figure:
     figure, axes, tasks = _new_figure(rows, pair, m, "Quality-speed trade-off")
+    label_axes = []
     for ax, task in zip(axes, tasks, strict=True):
         task_rows = rows[(rows["task"] == task)]
         ax.set_title(task_title(task), fontsize=10)
+        labels = []  # (AL, score %, text, color) of each δ point
         points = task_rows[task_rows["al"].notna() & task_rows["score"].notna()]
         if points.empty:
             _say_missing(ax, f"No speculative rows with AL and score for {task_title(task)}.")
@@ -216,21 +230,66 @@ def score_vs_al(rows, pair, m) -> Figure:
                 label=method_label(group.iloc[0]).split(" (")[0],
             )
             if sampler in SWEEP_SAMPLERS:
-                for _, row in group.iterrows():
-                    ax.annotate(
-                        f"δ={float(row['delta']):g}",
-                        (float(row["al"]), float(row["score"]) * 100),
-                        textcoords="offset points",
-                        xytext=(4, 4),
-                        fontsize=7,
-                    )
+                labels += [
+                    (float(row["al"]), float(row["score"]) * 100, f"δ={float(row['delta']):g}")
+                    + (_color(sampler),)
+                    for _, row in group.iterrows()
+                ]
         _draw_references(ax, task_rows, "score", ("verifier",), 100.0)
+        _readable_score_axis(ax, list(task_rows["score"].dropna().astype(float) * 100))
         ax.margins(0.12)  # room for the δ labels
+        label_axes.append((ax, labels))
         ax.set_xlabel("AL (accepted draft tokens / step, no bonus)")
         ax.set_ylabel("score (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    figure.draw_without_rendering()  # final layout and limits: label boxes are placed in pixels
+    for ax, labels in label_axes:
+        _place_labels(ax, labels)
     return figure
+
+
+LABEL_FONTSIZE = 7
+
+
+def _place_labels(ax: Axes, labels: list[tuple]) -> None:
+    """Greedy placement of the δ labels: each takes the first of a few spots around its marker
+    whose box overlaps no marker and no label placed before it (sweep points often share a
+    score, so one fixed offset prints labels over each other)."""
+    if not labels:
+        return
+    px = ax.figure.dpi / 72  # pixels per point
+    centres = ax.transData.transform([(x, y) for x, y, _, _ in labels])
+    # the markers themselves, ~10 pt wide, are taken from the start
+    taken = [(cx - 5 * px, cy - 5 * px, cx + 5 * px, cy + 5 * px) for cx, cy in centres]
+    for own, ((x, y, text, color), (cx, cy)) in enumerate(zip(labels, centres, strict=True)):
+        w, h = 0.62 * LABEL_FONTSIZE * len(text), LABEL_FONTSIZE  # label box, in points
+        # right-above, right-below, left-above, left-below, then further up / down on the right
+        spots = [(4, 3), (4, -3 - h), (-4 - w, 3), (-4 - w, -3 - h)]
+        spots += [(4, 12), (4, -12 - h), (4, 21), (4, -21 - h)]
+        boxes = [
+            (cx + dx * px, cy + dy * px, cx + (dx + w) * px, cy + (dy + h) * px) for dx, dy in spots
+        ]
+        others = taken[:own] + taken[own + 1 :]  # a label may touch its own marker
+        free = [i for i, box in enumerate(boxes) if not any(_overlap(box, t) for t in others)]
+        pick = free[0] if free else 0
+        taken.append(boxes[pick])
+        ax.annotate(
+            text,
+            (x, y),
+            textcoords="offset points",
+            xytext=spots[pick],
+            fontsize=LABEL_FONTSIZE,
+            color=color,
+            va="bottom",
+            ha="left",
+            # a faint leader line once a label had to move away from its marker
+            arrowprops=None if pick == 0 else {"arrowstyle": "-", "lw": 0.4, "color": color},
+        )
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 def accept_by_position(rows, pair, m) -> Figure:
