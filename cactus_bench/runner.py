@@ -64,7 +64,7 @@ class RunOutcome:
 
 
 @dataclass
-class _Measured:
+class Measured:
     row: dict[str, Any]  # task and speculation columns
     records: list  # RequestRecords of the run's decoder
     baseline_records: list | None  # of the verifier-only baseline (records or their dicts)
@@ -186,7 +186,7 @@ def identity_columns(conf: RunConf, run_id: str, run_hash: str) -> dict[str, Any
 
 
 # ---- measuring ----------------------------------------------------------------------------------
-def _measure(conf: RunConf) -> _Measured:
+def _measure(conf: RunConf) -> Measured:
     import torch
 
     from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
@@ -197,8 +197,10 @@ def _measure(conf: RunConf) -> _Measured:
     torch.manual_seed(conf.seed)
     if conf.threads is not None:
         torch.set_num_threads(conf.threads)
-    if conf.backend.name == "vllm":
-        return _measure_vllm(conf)
+    if conf.backend.name == "vllm":  # vLLM engines instead of this project's (GPU only)
+        from cactus_bench.runner_vllm import measure_vllm
+
+        return measure_vllm(conf)
     speculative = is_speculative(conf)
     # The rule first: a bad parameter fails before a model loads.
     rule = make_sampler(conf.sampler.name, **sampler_params(conf.sampler)) if speculative else None
@@ -247,10 +249,10 @@ def _measure(conf: RunConf) -> _Measured:
             max_gen_toks=conf.max_new_tokens,
         )
 
-    return _evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only, evaluate)
+    return evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only, evaluate)
 
 
-def _evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only, evaluate) -> _Measured:
+def evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only, evaluate) -> Measured:
     """Decode the task (and its baseline), then summarise; shared by both backends."""
     speculative = is_speculative(conf)
     result = evaluate(decoder, interleaved)
@@ -270,81 +272,7 @@ def _evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only, eva
     }
     if conf.backend.name == "vllm":  # vLLM exposes no per-phase times: empty cells, not 0
         row.update(prefill_time_s=None, draft_time_s=None, verify_time_s=None, sampler_time_s=None)
-    return _Measured(row, list(result.records), baseline_records)
-
-
-def _measure_vllm(conf: RunConf) -> _Measured:
-    """backend=vllm: vLLM engines for both arms (cactus_bench.engine.vllm_backend)."""
-    from types import SimpleNamespace
-
-    from cactus_bench.engine import SamplingParams
-    from cactus_bench.engine.vllm_backend import VllmDecoder, VllmOptions, build_llm
-    from cactus_bench.models.loading import load_tokenizer
-    from cactus_bench.samplers import make_sampler
-    from cactus_bench.tasks import evaluate_task
-
-    speculative = is_speculative(conf)
-    params = sampler_params(conf.sampler)
-    if speculative:
-        make_sampler(conf.sampler.name, **params)  # a bad parameter fails before vLLM starts
-    model = conf.model
-    tokenizer = load_tokenizer(model.verifier, model.verifier_revision)
-    pair = SimpleNamespace(  # what the task loop and the baseline cache read of a LoadedPair
-        tokenizer=tokenizer,
-        drafter_id=model.drafter,
-        verifier_id=model.verifier,
-        chat_template_kwargs=dict(model.chat_template_kwargs),
-    )
-    two_engines = speculative and conf.baseline in ("interleave", "cached")
-    options = VllmOptions(
-        gpu_memory_utilization=conf.backend.gpu_memory_utilization / (2 if two_engines else 1),
-        enforce_eager=conf.backend.enforce_eager,
-        tensor_parallel_size=conf.backend.tensor_parallel_size,
-        max_model_len=conf.backend.max_model_len,
-    )
-    sampling = SamplingParams(temperature=conf.temperature, top_p=conf.top_p, top_k=conf.top_k or 0)
-    engines: dict = {}
-
-    def make(spec: bool) -> VllmDecoder:
-        if spec not in engines:
-            engines[spec] = build_llm(
-                model.verifier,
-                rule=(conf.sampler.name, params) if spec else None,
-                drafter_id=model.drafter if spec else None,
-                m=conf.m,
-                dtype=model.dtype,
-                seed=conf.seed,
-                options=options,
-                verifier_revision=model.verifier_revision,
-                drafter_revision=model.drafter_revision,
-            )
-        return VllmDecoder(
-            engines[spec],
-            tokenizer,
-            num_draft_tokens=conf.m if spec else 0,
-            sampler_name=conf.sampler.name if spec else None,
-            sampling=sampling,
-        )
-
-    decoder = make(speculative)
-    interleaved = make(False) if speculative and conf.baseline == "interleave" else None
-    warm_up([decoder, interleaved], tokenizer)
-
-    def evaluate(task_decoder, baseline):
-        return evaluate_task(
-            task=conf.task.name,
-            decoder=task_decoder,
-            baseline=baseline,
-            tokenizer=tokenizer,
-            chat_template_kwargs=pair.chat_template_kwargs,
-            data_dir=resolve_path(conf.data_dir),
-            limit=conf.limit,
-            seed=conf.seed,
-            gen_kwargs=gen_kwargs(conf),
-            max_gen_toks=conf.max_new_tokens,
-        )
-
-    return _evaluate_and_summarise(conf, pair, decoder, interleaved, lambda: make(False), evaluate)
+    return Measured(row, list(result.records), baseline_records)
 
 
 def warm_up(decoders: list, tokenizer, new_tokens: int = 8) -> None:

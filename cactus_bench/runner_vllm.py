@@ -1,0 +1,86 @@
+"""backend=vllm: the runner's measurement with vLLM engines for both arms (GPU only).
+
+The same task loop, baseline handling and summary as the HF path (cactus_bench.runner); only
+the decoders differ: cactus_bench.engine.vllm_backend builds them, and the acceptance rule runs
+inside vLLM through cactus_bench.engine.vllm_acceptance. Kept apart so that runner.py reads top
+to bottom for the CPU path everyone runs.
+"""
+
+from __future__ import annotations
+
+from cactus_bench.config import RunConf, is_speculative, resolve_path, sampler_params
+from cactus_bench.runner import Measured, evaluate_and_summarise, gen_kwargs, warm_up
+
+
+def measure_vllm(conf: RunConf) -> Measured:
+    """backend=vllm: vLLM engines for both arms (cactus_bench.engine.vllm_backend)."""
+    from types import SimpleNamespace
+
+    from cactus_bench.engine import SamplingParams
+    from cactus_bench.engine.vllm_backend import VllmDecoder, VllmOptions, build_llm
+    from cactus_bench.models.loading import load_tokenizer
+    from cactus_bench.samplers import make_sampler
+    from cactus_bench.tasks import evaluate_task
+
+    speculative = is_speculative(conf)
+    params = sampler_params(conf.sampler)
+    if speculative:
+        make_sampler(conf.sampler.name, **params)  # a bad parameter fails before vLLM starts
+    model = conf.model
+    tokenizer = load_tokenizer(model.verifier, model.verifier_revision)
+    pair = SimpleNamespace(  # what the task loop and the baseline cache read of a LoadedPair
+        tokenizer=tokenizer,
+        drafter_id=model.drafter,
+        verifier_id=model.verifier,
+        chat_template_kwargs=dict(model.chat_template_kwargs),
+    )
+    two_engines = speculative and conf.baseline in ("interleave", "cached")
+    options = VllmOptions(
+        gpu_memory_utilization=conf.backend.gpu_memory_utilization / (2 if two_engines else 1),
+        enforce_eager=conf.backend.enforce_eager,
+        tensor_parallel_size=conf.backend.tensor_parallel_size,
+        max_model_len=conf.backend.max_model_len,
+    )
+    sampling = SamplingParams(temperature=conf.temperature, top_p=conf.top_p, top_k=conf.top_k or 0)
+    engines: dict = {}
+
+    def make(spec: bool) -> VllmDecoder:
+        if spec not in engines:
+            engines[spec] = build_llm(
+                model.verifier,
+                rule=(conf.sampler.name, params) if spec else None,
+                drafter_id=model.drafter if spec else None,
+                m=conf.m,
+                dtype=model.dtype,
+                seed=conf.seed,
+                options=options,
+                verifier_revision=model.verifier_revision,
+                drafter_revision=model.drafter_revision,
+            )
+        return VllmDecoder(
+            engines[spec],
+            tokenizer,
+            num_draft_tokens=conf.m if spec else 0,
+            sampler_name=conf.sampler.name if spec else None,
+            sampling=sampling,
+        )
+
+    decoder = make(speculative)
+    interleaved = make(False) if speculative and conf.baseline == "interleave" else None
+    warm_up([decoder, interleaved], tokenizer)
+
+    def evaluate(task_decoder, baseline):
+        return evaluate_task(
+            task=conf.task.name,
+            decoder=task_decoder,
+            baseline=baseline,
+            tokenizer=tokenizer,
+            chat_template_kwargs=pair.chat_template_kwargs,
+            data_dir=resolve_path(conf.data_dir),
+            limit=conf.limit,
+            seed=conf.seed,
+            gen_kwargs=gen_kwargs(conf),
+            max_gen_toks=conf.max_new_tokens,
+        )
+
+    return evaluate_and_summarise(conf, pair, decoder, interleaved, lambda: make(False), evaluate)
