@@ -192,7 +192,6 @@ def _measure(conf: RunConf) -> Measured:
     from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
     from cactus_bench.models import load_pair
     from cactus_bench.samplers import make_sampler
-    from cactus_bench.tasks import evaluate_task
 
     torch.manual_seed(conf.seed)
     if conf.threads is not None:
@@ -235,6 +234,17 @@ def _measure(conf: RunConf) -> Measured:
     interleaved = verifier_only() if speculative and conf.baseline == "interleave" else None
     warm_up([decoder, interleaved], pair.tokenizer)
 
+    return evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only)
+
+
+def evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only) -> Measured:
+    """Decode the task (and its baseline), then summarise; shared by both backends.
+
+    pair: anything with tokenizer, chat_template_kwargs, drafter_id, verifier_id (a LoadedPair,
+    or the vLLM runner's stand-in); verifier_only() builds the verifier-only decoder on demand.
+    """
+    from cactus_bench.tasks import evaluate_task
+
     def evaluate(task_decoder, baseline):
         return evaluate_task(
             task=conf.task.name,
@@ -249,11 +259,6 @@ def _measure(conf: RunConf) -> Measured:
             max_gen_toks=conf.max_new_tokens,
         )
 
-    return evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only, evaluate)
-
-
-def evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only, evaluate) -> Measured:
-    """Decode the task (and its baseline), then summarise; shared by both backends."""
     speculative = is_speculative(conf)
     result = evaluate(decoder, interleaved)
     baseline_records = list(result.baseline_records) if interleaved is not None else None

@@ -8,8 +8,8 @@ to bottom for the CPU path everyone runs.
 
 from __future__ import annotations
 
-from cactus_bench.config import RunConf, is_speculative, resolve_path, sampler_params
-from cactus_bench.runner import Measured, evaluate_and_summarise, gen_kwargs, warm_up
+from cactus_bench.config import RunConf, is_speculative, sampler_params
+from cactus_bench.runner import Measured, evaluate_and_summarise, warm_up
 
 
 def measure_vllm(conf: RunConf) -> Measured:
@@ -20,7 +20,6 @@ def measure_vllm(conf: RunConf) -> Measured:
     from cactus_bench.engine.vllm_backend import VllmDecoder, VllmOptions, build_llm
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.samplers import make_sampler
-    from cactus_bench.tasks import evaluate_task
 
     speculative = is_speculative(conf)
     params = sampler_params(conf.sampler)
@@ -69,18 +68,4 @@ def measure_vllm(conf: RunConf) -> Measured:
     interleaved = make(False) if speculative and conf.baseline == "interleave" else None
     warm_up([decoder, interleaved], tokenizer)
 
-    def evaluate(task_decoder, baseline):
-        return evaluate_task(
-            task=conf.task.name,
-            decoder=task_decoder,
-            baseline=baseline,
-            tokenizer=tokenizer,
-            chat_template_kwargs=pair.chat_template_kwargs,
-            data_dir=resolve_path(conf.data_dir),
-            limit=conf.limit,
-            seed=conf.seed,
-            gen_kwargs=gen_kwargs(conf),
-            max_gen_toks=conf.max_new_tokens,
-        )
-
-    return evaluate_and_summarise(conf, pair, decoder, interleaved, lambda: make(False), evaluate)
+    return evaluate_and_summarise(conf, pair, decoder, interleaved, lambda: make(False))

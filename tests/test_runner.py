@@ -26,6 +26,13 @@ register_configs()
 
 def tiny_conf(tmp_path: Path, *overrides: str) -> RunConf:
     """model=tiny_random task=demo, 2 prompts, 8 new tokens, m=3, results under tmp_path."""
+    conf = compose_tiny(tmp_path, *overrides)
+    validate(conf)
+    return conf
+
+
+def compose_tiny(tmp_path: Path, *overrides: str) -> RunConf:
+    """tiny_conf's composition without validate(), for tests of validation itself."""
     data_dir = str(SHARED_DATA) if SHARED_DATA.is_dir() else "null"  # demo needs only punkt
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
         cfg = compose(
@@ -42,9 +49,7 @@ def tiny_conf(tmp_path: Path, *overrides: str) -> RunConf:
                 *overrides,
             ],
         )
-    conf = OmegaConf.to_object(cfg)
-    validate(conf)
-    return conf
+    return OmegaConf.to_object(cfg)
 
 
 def csv_rows(path: Path) -> list[dict[str, str]]:

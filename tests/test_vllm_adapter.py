@@ -196,38 +196,14 @@ def test_v2_layout_state_rows_placeholders_and_num_sampled():
             torch.cat([logits[0] / temp, torch.zeros(1, vocab)]),
         ]
     )  # verifier rows = drafter rows after temperature: every valid draft is accepted
-    sampled, num_sampled = va.rejection_sample_v2(
-        target,
-        logits,
-        draft_sampled,
-        cu,
-        torch.arange(8),
-        idx_mapping,
-        None,
-        None,
-        torch.tensor([temp, 1.0, temp]),
-        torch.tensor([7, 8, 9]),
-        k,
-        rule=make_sampler("sps"),
-    )
+    layout = (target, logits, draft_sampled, cu, torch.arange(8), idx_mapping, None, None)
+    state = (torch.tensor([temp, 1.0, temp]), torch.tensor([7, 8, 9]), k)  # temperature, seed
+    sampled, num_sampled = va.rejection_sample_v2(*layout, *state, rule=make_sampler("sps"))
     assert sampled.dtype == torch.int64 and num_sampled.dtype == torch.int32
     assert num_sampled.tolist() == [4, 2]
     assert sampled[0, :3].tolist() == [4, 1, 2] and sampled[1, 0] == 5
     assert sampled[1, 2:].tolist() == [-1, -1]
-    again, _ = va.rejection_sample_v2(
-        target,
-        logits,
-        draft_sampled,
-        cu,
-        torch.arange(8),
-        idx_mapping,
-        None,
-        None,
-        torch.tensor([temp, 1.0, temp]),
-        torch.tensor([7, 8, 9]),
-        k,
-        rule=make_sampler("sps"),
-    )
+    again, _ = va.rejection_sample_v2(*layout, *state, rule=make_sampler("sps"))
     assert torch.equal(sampled, again)  # seeded by vLLM's request seed and position
 
 
@@ -404,29 +380,9 @@ def test_stop_reason_and_sampling_kwargs():
 
 # ---- runner --------------------------------------------------------------------------------------
 def _conf(tmp_path, *overrides):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from test_runner import compose_tiny  # the runner tests' tiny config, not validated
 
-    from cactus_bench.config import register_configs
-
-    register_configs()
-    data_dir = str(SHARED_DATA) if SHARED_DATA.is_dir() else "null"
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                "model=tiny_random",
-                "task=demo",
-                "limit=2",
-                "max_new_tokens=8",
-                "m=3",
-                "device=cpu",
-                f"results_dir={tmp_path / 'results'}",
-                f"data_dir={data_dir}",
-                *overrides,
-            ],
-        )
-    return OmegaConf.to_object(cfg)
+    return compose_tiny(tmp_path, *overrides)
 
 
 def test_backend_vllm_without_vllm_is_one_line(tmp_path):
