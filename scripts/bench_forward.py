@@ -10,8 +10,8 @@ Sections (each printed and appended to results/bench/forward.csv, one row per nu
 3. compile: seconds to warm up (compile) the verifier for the shapes sps decoding uses, in a
    fresh process with an empty inductor cache (cold) and again with that cache (warm).
 4. e2e: if the trained drafter exists (or on the tiny pair), SpeculativeDecoder (sps, --e2e-m) over
-   AutoregressiveDecoder, both on the compiled fast path, next to the same ratio on HF's eager
-   path; paper sampling (T 0.6, top-p 0.95, top-k 20), same seeds, interleaved.
+   AutoregressiveDecoder on each forward path (HF eager, fast eager = the CPU default, fast
+   compiled), paper sampling (T 0.6, top-p 0.95, top-k 20), same seeds, interleaved.
 Timings on a shared machine are noisy: the 1-minute load average is recorded with every row.
 """
 
@@ -245,7 +245,10 @@ def main() -> None:
     if "e2e" not in skip and drafter is not None:
         draft_counts = [int(m) for m in args.e2e_m.split(",")]
         arms = {}
-        for path, fast, compiled in (("hf_eager", "off", "off"), ("fast_compiled", "on", "on")):
+        # the three forward paths: HF's, this project's (the CPU default), and compiled (CUDA's)
+        e2e_paths = (("hf_eager", "off", "off"), ("fast_eager", "on", "off"))
+        e2e_paths += (("fast_compiled", "on", "on"),)
+        for path, fast, compiled in e2e_paths:
             arms[path, 0] = AutoregressiveDecoder(
                 verifier, tokenizer, eos_token_ids=[], fast=fast, compile=compiled
             )
@@ -258,7 +261,7 @@ def main() -> None:
         rates = bench_decode(arms, prompt, args, PAPER, range(args.e2e_repeats))
         for (path, m), rate in rates.items():
             emit("e2e", path + ("/sps" if m else "/ar"), m, "tok_per_s", rate)
-        for path in ("hf_eager", "fast_compiled"):
+        for path, _, _ in e2e_paths:
             for m in draft_counts:
                 emit("e2e", path, m, "sps_speedup", rates[path, m] / rates[path, 0])
     out = Path(args.out)
