@@ -246,8 +246,11 @@ def main() -> None:
         draft_counts = [int(m) for m in args.e2e_m.split(",")]
         arms = {}
         # the three forward paths: HF's, this project's (the CPU default), and compiled (CUDA's)
-        e2e_paths = (("hf_eager", "off", "off"), ("fast_eager", "on", "off"))
-        e2e_paths += (("fast_compiled", "on", "on"),)
+        e2e_paths = (
+            ("hf_eager", "off", "off"),
+            ("fast_eager", "on", "off"),
+            ("fast_compiled", "on", "on"),
+        )
         for path, fast, compiled in e2e_paths:
             arms[path, 0] = AutoregressiveDecoder(
                 verifier, tokenizer, eos_token_ids=[], fast=fast, compile=compiled

@@ -95,13 +95,13 @@ def _new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, li
     return figure, list(axes), tasks
 
 
-def _readable_score_axis(ax: Axes, values) -> None:
+def _readable_score_axis(ax: Axes, scores: pd.Series, scale: float) -> None:
     """Plain tick labels, and a +-5 point band when every score is the same (e.g. all 0 %):
     matplotlib would otherwise zoom into float noise and label the axis '1e-17'."""
     ax.yaxis.get_major_formatter().set_useOffset(False)
-    values = [v for v in values if v is not None]
-    if values and max(values) - min(values) < 1e-6:
-        ax.set_ylim(values[0] - 5.0, values[0] + 5.0)
+    values = scores.dropna().astype(float) * scale
+    if len(values) and values.max() - values.min() < 1e-6:
+        ax.set_ylim(values.iloc[0] - 5.0, values.iloc[0] + 5.0)
 
 
 def _score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
@@ -160,7 +160,7 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
             continue
         _draw_references(ax, task_rows, column, references, scale)
         if column == "score":
-            _readable_score_axis(ax, list(task_rows["score"].dropna().astype(float) * scale))
+            _readable_score_axis(ax, task_rows["score"], scale)
         if unity:
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
         ax.set_xlim(0, 1.08 * max_delta)  # δ = 0 is SpS: the references meet the sweep there
@@ -236,7 +236,7 @@ def score_vs_al(rows, pair, m) -> Figure:
                     for _, row in group.iterrows()
                 ]
         _draw_references(ax, task_rows, "score", ("verifier",), 100.0)
-        _readable_score_axis(ax, list(task_rows["score"].dropna().astype(float) * 100))
+        _readable_score_axis(ax, task_rows["score"], 100.0)
         ax.margins(0.12)  # room for the δ labels
         label_axes.append((ax, labels))
         ax.set_xlabel("AL (accepted draft tokens / step, no bonus)")
@@ -352,6 +352,8 @@ def make_figures(agg: pd.DataFrame, out_dir: str | Path, formats=("png", "pdf"))
         figure = FIGURES[kind](rows, pair, m)
         for fmt in formats:
             path = out_dir / f"{kind}__{_slug(pair)}__m{m if m else 'none'}.{fmt}"
-            figure.savefig(path, dpi=150)
+            # no creation date in PDFs: redrawing the same CSV gives the same bytes (no git churn)
+            metadata = {"CreationDate": None} if fmt == "pdf" else None
+            figure.savefig(path, dpi=150, metadata=metadata)
             written.append(path)
     return written
