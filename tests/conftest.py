@@ -1,12 +1,20 @@
 """Shared fixtures: the tiny in-memory model pair (built once per session), a one-thread mode,
-and running a module's decoder tests on both forward paths."""
+and running a module's decoder tests on both forward paths; the fixed hypothesis profile."""
 
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 import torch
+from hypothesis import settings
+
+# Property tests draw the same examples on every run (CI must not pass or fail by luck);
+# HYPOTHESIS_PROFILE=explore draws fresh ones, e.g. to hunt for new counterexamples.
+settings.register_profile("fixed", derandomize=True)
+settings.register_profile("explore", derandomize=False, max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 @pytest.fixture(scope="session")

@@ -50,10 +50,12 @@ def binary_divergence(gamma: torch.Tensor, q_n: torch.Tensor, divergence: str) -
     if divergence == "reverse_kl":
         return _xlogy_ratio(q, g) + _xlogy_ratio(1 - q, 1 - g)
     if divergence == "chi2":
-        # (g - q)^2 / q + (g - q)^2 / (1 - q); a zero denominator with a zero numerator is 0.
-        diff2 = (g - q) ** 2
-        left = torch.where(diff2 == 0, torch.zeros_like(g), diff2 / q)
-        right = torch.where(diff2 == 0, torch.zeros_like(g), diff2 / (1 - q))
+        # (g - q)^2 / q + (g - q)^2 / (1 - q), as ((g - q) / sqrt(q))^2: squaring a tiny g - q
+        # first would round in the subnormal range (q = 5e-324 gave 1.0 for a true 0.75); a zero
+        # denominator with a zero numerator is 0.
+        diff = g - q
+        left = torch.where(diff == 0, torch.zeros_like(g), (diff / q.sqrt()) ** 2)
+        right = torch.where(diff == 0, torch.zeros_like(g), (diff / (1 - q).sqrt()) ** 2)
         return left + right
     if divergence == "hellinger":
         return (g.sqrt() - q.sqrt()) ** 2 + ((1 - g).sqrt() - (1 - q).sqrt()) ** 2
@@ -69,9 +71,9 @@ def full_divergence(h: torch.Tensor, q: torch.Tensor, divergence: str) -> torch.
         return _xlogy_ratio(h, q).sum(-1)
     if divergence == "reverse_kl":
         return _xlogy_ratio(q, h).sum(-1)
-    if divergence == "chi2":
-        diff2 = (h - q) ** 2
-        return torch.where(diff2 == 0, torch.zeros_like(h), diff2 / q).sum(-1)
+    if divergence == "chi2":  # as in binary_divergence: no squaring of tiny differences
+        diff = h - q
+        return torch.where(diff == 0, torch.zeros_like(h), (diff / q.sqrt()) ** 2).sum(-1)
     if divergence == "hellinger":
         return ((h.sqrt() - q.sqrt()) ** 2).sum(-1)
     return 0.5 * (h - q).abs().sum(-1)
@@ -103,7 +105,9 @@ def exact_gamma(q_n: torch.Tensor, delta: float, divergence: str = "kl") -> torc
     if divergence == "tv":
         return torch.clamp(q + delta, max=1.0)
     if divergence == "chi2":
-        return torch.clamp(q + torch.sqrt(delta * q * (1 - q)), max=1.0)
+        # sqrt(delta q (1 - q)) as a product of square roots: delta * q would round in the
+        # subnormal range and overshoot the budget (q = 5e-324, delta = 0.75 certified 1.0)
+        return torch.clamp(q + math.sqrt(delta) * q.sqrt() * (1 - q).sqrt(), max=1.0)
     if divergence == "hellinger":
         # With sqrt(q) = sin(theta), sqrt(gamma) = sin(phi): d = 2 - 2 cos(phi - theta), so the
         # boundary is phi = theta + arccos(1 - delta / 2), capped at pi/2 (gamma = 1).
