@@ -100,6 +100,13 @@ def test_cactus_exact_law_by_hand():
     )
 
 
+def test_every_registered_rule_is_in_the_law_tests():
+    """A rule added to SAMPLERS must join RULES, or it would skip every law test below."""
+    from cactus_bench.samplers import SAMPLERS
+
+    assert set(SAMPLERS) == {name for name, _ in RULES}
+
+
 @pytest.mark.parametrize(("name", "params"), RULES, ids=RULE_IDS)
 def test_monte_carlo_matches_output_distribution(name, params):
     rule = make_sampler(name, **params)
