@@ -1,8 +1,8 @@
 """backend=vllm: the runner's measurement with vLLM engines for both arms (GPU only).
 
 The same task loop, baseline handling and summary as the HF path (cactus_bench.runner); only
-the decoders differ: cactus_bench.engine.vllm_backend builds them, and the acceptance rule runs
-inside vLLM through cactus_bench.engine.vllm_acceptance. Kept apart so that runner.py reads top
+the decoders differ: cactus_bench.vllm.decoder builds them, and the acceptance rule runs
+inside vLLM through cactus_bench.vllm.acceptance. Kept apart so that runner.py reads top
 to bottom for the CPU path everyone runs.
 """
 
@@ -13,11 +13,11 @@ from cactus_bench.runner import Measured, evaluate_and_summarise, warm_up
 
 
 def measure_vllm(conf: RunConf) -> Measured:
-    """backend=vllm: vLLM engines for both arms (cactus_bench.engine.vllm_backend)."""
+    """backend=vllm: vLLM engines for both arms (cactus_bench.vllm.decoder)."""
     from types import SimpleNamespace
 
     from cactus_bench.engine import SamplingParams
-    from cactus_bench.engine.vllm_backend import VllmDecoder, VllmOptions, build_llm
+    from cactus_bench.vllm.decoder import VllmDecoder, VllmOptions, build_llm
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.samplers import make_sampler
 

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cactus_bench.engine import vllm_acceptance as va
-from cactus_bench.engine import vllm_backend as vb
+from cactus_bench.vllm import acceptance as va
+from cactus_bench.vllm import decoder as vb
 from cactus_bench.samplers import make_sampler
 
 REPO = Path(__file__).resolve().parents[1]
@@ -297,7 +297,7 @@ def _has_vllm() -> bool:
 def test_entry_point_is_declared():
     text = (REPO / "pyproject.toml").read_text()
     assert '[project.entry-points."vllm.general_plugins"]' in text
-    assert '"cactus_bench.engine.vllm_acceptance:register"' in text
+    assert '"cactus_bench.vllm.acceptance:register"' in text
 
 
 # ---- backend helpers -----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """backend=vllm: the paper's timing engine, driven one request at a time like Spec-Bench.
 
-    from cactus_bench.engine.vllm_backend import VllmOptions, build_llm, VllmDecoder
+    from cactus_bench.vllm.decoder import VllmOptions, build_llm, VllmDecoder
     llm = build_llm(verifier_id, drafter_id=drafter_id, m=10, rule=("cactus", {"delta": 0.75}),
                     dtype="bfloat16", seed=1234, options=VllmOptions())
     dec = VllmDecoder(llm, tokenizer, num_draft_tokens=10, sampler_name="cactus", sampling=sp)
@@ -9,7 +9,7 @@
 vLLM is imported only inside functions, so this module imports (and is tested) on CPU.
 
 What is measured, and how (never invented):
-- The acceptance rule runs inside vLLM through `cactus_bench.engine.vllm_acceptance` (the
+- The acceptance rule runs inside vLLM through `cactus_bench.vllm.acceptance` (the
   `vllm.general_plugins` entry point reads CACTUS_BENCH_VLLM_RULE, set by `build_llm` before
   vLLM starts its worker processes).
 - Per request, the deltas of vLLM's cumulative counters around `llm.generate` (batch 1, nothing
@@ -39,7 +39,7 @@ from typing import Any
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.engine.stopping import cut_at_stop
-from cactus_bench.engine.vllm_acceptance import RULE_ENV, parse_rule_spec, rule_spec
+from cactus_bench.vllm.acceptance import RULE_ENV, parse_rule_spec, rule_spec
 
 SPEC_METRICS = {
     "drafts": "vllm:spec_decode_num_drafts",
@@ -126,7 +126,7 @@ def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwarg
         os.environ[RULE_ENV] = text
     from vllm import LLM
 
-    from cactus_bench.engine.vllm_acceptance import register
+    from cactus_bench.vllm.acceptance import register
 
     register()  # this process too (VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model here)
     return LLM(**llm_kwargs(verifier_id, **kwargs))
