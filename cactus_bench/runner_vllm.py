@@ -17,9 +17,9 @@ def measure_vllm(conf: RunConf) -> Measured:
     from types import SimpleNamespace
 
     from cactus_bench.engine import SamplingParams
-    from cactus_bench.vllm.decoder import VllmDecoder, VllmOptions, build_llm
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.samplers import make_sampler
+    from cactus_bench.vllm.decoder import VllmDecoder, VllmOptions, build_llm
 
     speculative = is_speculative(conf)
     params = sampler_params(conf.sampler)

@@ -97,6 +97,8 @@ if __name__ == "__main__" and "--write" in sys.argv:
         with tempfile.TemporaryDirectory() as tmp:
             out[" ".join(overrides)] = _run_one(Path(tmp), overrides)
             print("captured", " ".join(overrides), flush=True)
-    lines = [f"{json.dumps(key)}: {json.dumps(value, sort_keys=True)}" for key, value in out.items()]
+    lines = [
+        f"{json.dumps(key)}: {json.dumps(value, sort_keys=True)}" for key, value in out.items()
+    ]
     FIXTURE.write_text("{\n" + ",\n".join(lines) + "\n}\n", encoding="utf-8")
     print(f"wrote {FIXTURE}")

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import decoder as vb
-from cactus_bench.samplers import make_sampler
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -1,4 +1,4 @@
-"""The draft-verify engine (HF transformers) and the verifier-only baseline; vLLM: cactus_bench.vllm.
+"""The draft-verify engine (HF transformers) and the verifier-only baseline (vLLM: ../vllm).
 
 from cactus_bench.engine import SamplingParams, SpeculativeDecoder, AutoregressiveDecoder
 sp = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)   # temperature 0 => greedy
