@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from cactus_bench.models.hub import HubModelUnavailable, explain_unavailable
 from cactus_bench.models.registry import (
     EMBEDDED_PREFIX,
     SMOLLM2_DRAFTER_ID,
@@ -198,10 +199,12 @@ def load_pair(
         for model_id in (spec.drafter, spec.verifier):
             if model_id.startswith(EMBEDDED_PREFIX):
                 raise ValueError(f"unknown embedded model {model_id!r} in pair {spec.name}")
-        tokenizer = load_tokenizer(spec.verifier, spec.verifier_revision)
-        drafter_tokenizer = load_tokenizer(spec.drafter, spec.drafter_revision)
-        verifier = load_model(spec.verifier, device, torch_dtype, spec.verifier_revision, True)
-        drafter = load_model(spec.drafter, device, torch_dtype, spec.drafter_revision, False)
+        verifier_args = ("verifier", spec.verifier, spec.verifier_revision)
+        drafter_args = ("drafter", spec.drafter, spec.drafter_revision)
+        tokenizer = _explained(*verifier_args, load_tokenizer)
+        drafter_tokenizer = _explained(*drafter_args, load_tokenizer)
+        verifier = _explained(*verifier_args, load_model, device, torch_dtype, spread=True)
+        drafter = _explained(*drafter_args, load_model, device, torch_dtype, spread=False)
     token_map = shared_token_ids(
         drafter_tokenizer, tokenizer, output_size(drafter), output_size(verifier),
         spec.drafter, spec.verifier,
@@ -216,6 +219,19 @@ def load_pair(
         token_map=token_map,
         max_context=spec.max_context,
     )
+
+
+def _explained(role: str, model_id: str, revision: str | None, load, *args, **kwargs):
+    """`load(model_id, *args, revision=revision, **kwargs)`; a hub checkpoint that cannot be
+    loaded (not cached offline, gated, unknown revision) fails with one line naming the fix."""
+    try:
+        return load(model_id, *args, revision=revision, **kwargs)
+    except OSError as error:
+        is_hub = _source(model_id)[0] == model_id and not Path(model_id).expanduser().exists()
+        reason = explain_unavailable(model_id, revision, role, error) if is_hub else None
+        if reason is None:
+            raise
+        raise HubModelUnavailable(reason) from error
 
 
 def _load_embedded(spec: PairSpec, device: torch.device, dtype: torch.dtype | str):
