@@ -32,9 +32,8 @@ def _cache_contents(repo_dir: Path) -> str:
     """`refs main -> 1a2b3c4d5e6f; snapshots 1a2b3c4d5e6f` for the error message."""
     refs = sorted(p for p in (repo_dir / "refs").rglob("*") if p.is_file())
     snapshots = sorted(p.name for p in (repo_dir / "snapshots").glob("*") if p.is_dir())
-    parts = [
-        "refs " + ", ".join(f"{p.relative_to(repo_dir / 'refs')} -> {p.read_text()[:12]}" for p in refs)
-    ] if refs else []  # fmt: skip
+    named = [f"{p.relative_to(repo_dir / 'refs')} -> {p.read_text()[:12]}" for p in refs]
+    parts = ["refs " + ", ".join(named)] if named else []
     parts.append("snapshots " + (", ".join(s[:12] for s in snapshots) or "none"))
     return "; ".join(parts)
 
@@ -76,9 +75,10 @@ def explain_unavailable(
         else "the hub cannot be reached"
     )
     download = f"`hf download {model_id}" + (f" --revision {revision}`" if revision else "`")
+    home = os.environ.get("HF_HOME", "~/.cache/huggingface")
     fix = (
-        f"run {download} on a machine with internet into this cache (HF_HOME="
-        f"{os.environ.get('HF_HOME', '~/.cache/huggingface')}), or set model.{role} to a local folder"
+        f"run {download} on a machine with internet into this cache (HF_HOME={home}), "
+        f"or set model.{role} to a local folder"
     )
     repo_dir = cache / ("models--" + model_id.replace("/", "--"))
     if not repo_dir.is_dir():
