@@ -20,6 +20,7 @@ from lm_eval.models.utils import normalize_gen_kwargs
 from tqdm.auto import tqdm
 
 from cactus_bench.engine import RequestRecord, SamplingParams
+from cactus_bench.tasks.paper_settings import THINK_CLOSE, THINK_OPEN
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
 
 # lm-eval's normalize_gen_kwargs folds the token-budget aliases into max_gen_toks.
@@ -32,6 +33,19 @@ SUPPORTED_GEN_KWARGS = frozenset(
 def request_seed(run_seed: int, index: int) -> int:
     """The sampling seed of request `index`: the same for both arms, distinct across runs."""
     return (run_seed * 1_000_003 + index) % 2**31
+
+
+def continues_thinking(context: str) -> str:
+    """`<think>` when the prompt ends inside a reasoning block, else "".
+
+    DeepSeek-R1's chat template opens the block in the prompt (`<｜Assistant｜><think>\\n`), so
+    the response carries only `</think>`, or no tag at all when the token budget runs out
+    mid-reasoning. Putting the opening tag back in front of the response lets the `<think>`
+    filter treat both template styles alike: a finished block is removed, and an unfinished one
+    removes everything (paper_settings.strip_thinking: unfinished reasoning is never scored).
+    """
+    opened = context.rfind(THINK_OPEN)
+    return THINK_OPEN if opened >= 0 and context.find(THINK_CLOSE, opened) < 0 else ""
 
 
 def sampling_from_gen_kwargs(kwargs: dict[str, Any]) -> SamplingParams:
@@ -159,4 +173,4 @@ class CactusBenchLM(LM):
         text = record.text
         for term in stop:
             text = text.split(term)[0]
-        return text
+        return continues_thinking(context) + text
