@@ -4,7 +4,8 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo
+.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo rehearse \
+	slurm-up slurm-down gpu-check
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -56,3 +57,15 @@ else
 	@echo "demo: GSM8K slice skipped: no data folder (make demo DATA_DIR=/path/like/shared/data)"
 endif
 	$(PYTHON) -m cactus_bench.report all --csv 'results/demo/*.csv' --out results/demo
+
+rehearse:  ## the paper's pairs as tiny random checkpoints in a local hub cache, run offline (~3 min)
+	$(PYTHON) scripts/rehearse.py $(if $(strip $(DATA_DIR)),--data-dir $(abspath $(DATA_DIR)))
+
+slurm-up:  ## start a single-node Slurm cluster here (apt: slurm-wlm munge; + slurmdbd mariadb-server)
+	scripts/slurm/up.sh
+
+slurm-down:  ## stop it (scripts/slurm/down.sh --purge also deletes its state folder)
+	scripts/slurm/down.sh
+
+gpu-check:  ## on a CUDA machine: equality, CUDA graphs, benches, speedups -> results/bench/gpu_check.json
+	$(PYTHON) scripts/gpu_check.py

@@ -43,8 +43,17 @@ from cactus_bench.models.rehearsal.check import (  # noqa: E402
 )
 
 PINNED_NAME = "qwen3_8b_pinned_nothink"  # the extra run: commits pinned, thinking off
-COLUMNS = ("pair", "loaded", "template ok", "V drafter/verifier", "token_map", "steps", "AL",
-           "tokens/s", "CSV row")  # fmt: skip
+COLUMNS = (
+    "pair",
+    "loaded",
+    "template ok",
+    "V drafter/verifier",
+    "token_map",
+    "steps",
+    "AL",
+    "tokens/s",
+    "CSV row",
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,8 +85,10 @@ def select_pairs(names: str):
         pairs = [spec for spec in pairs if spec.name in wanted]
     missing = [s for s in pairs if {s.drafter, s.verifier} - set(HUB_MODELS)]
     for spec in missing:
-        print(f"rehearse: skipping {spec.name}: no stand-in for its checkpoints (add them to "
-              "cactus_bench/models/rehearsal/specs.py)")  # fmt: skip
+        print(
+            f"rehearse: skipping {spec.name}: no stand-in for its checkpoints (add them to "
+            "cactus_bench/models/rehearsal/specs.py)"
+        )
     return [spec for spec in pairs if spec not in missing]
 
 
@@ -183,8 +194,10 @@ def rehearsal_table(hub: Path, checks, csv_path: Path) -> tuple[str, list[str]]:
         if ok.empty:
             error = rows["error"].iloc[-1] if not rows.empty else "no row written"
             failures.append(f"FAIL {spec.name}: {error}")
-            lines.append(f"| {spec.name} | no | - | {vocab} | {token_map} | - | - | - | "
-                         f"{'error row' if not rows.empty else 'no'} |")  # fmt: skip
+            lines.append(
+                f"| {spec.name} | no | - | {vocab} | {token_map} | - | - | - | "
+                f"{'error row' if not rows.empty else 'no'} |"
+            )
             continue
         row = ok.iloc[-1]
         record = records.get((row["run_id"], "spec"))

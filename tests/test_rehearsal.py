@@ -97,8 +97,9 @@ def test_deepseek_tokenizer_is_qwen_bpe_with_deepseek_specials(tokenizers):
     assert r1.eos_token_id == 151643
     # <think> is not special: decoding for the scorer keeps it, so it can be stripped
     assert r1.decode([151648, 9707, 151649], skip_special_tokens=True) == "<think>Hello</think>"
-    prompt = r1.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
-                                    add_generation_prompt=True)  # fmt: skip
+    prompt = r1.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert template_problem(prompt, "deepseek_r1", None) is None
 
 
@@ -131,10 +132,11 @@ def test_template_check_sees_enable_thinking():
     qwen = AutoTokenizer.from_pretrained(str(QWEN3))
     messages = [{"role": "user", "content": "Hi"}]
     on, off = (
-        qwen.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                 enable_thinking=flag)
+        qwen.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, enable_thinking=flag
+        )
         for flag in (True, False)
-    )  # fmt: skip
+    )
     assert template_problem(on, "qwen3", True) is None
     assert template_problem(off, "qwen3", False) is None
     assert template_problem(off, "qwen3", True) is not None  # kwargs dropped -> caught
@@ -171,9 +173,14 @@ def test_load_pair_from_the_cache_restricts_the_deepseek_pair(offline_r1_hub):
     assert pair.verifier.lm_head.weight.shape[0] == 152064
     assert torch.equal(pair.token_map, torch.arange(151665))  # ids both tokenizers define
     decoder = SpeculativeDecoder(
-        pair.drafter, pair.verifier, pair.tokenizer, make_sampler("cactus", delta=1.0),
-        num_draft_tokens=3, sampling=SamplingParams(0.6, 0.95, 20), token_map=pair.token_map,
-    )  # fmt: skip
+        pair.drafter,
+        pair.verifier,
+        pair.tokenizer,
+        make_sampler("cactus", delta=1.0),
+        num_draft_tokens=3,
+        sampling=SamplingParams(0.6, 0.95, 20),
+        token_map=pair.token_map,
+    )
     prompt = pair.tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True, tokenize=False
     )
@@ -188,10 +195,24 @@ def test_load_pair_from_the_cache_restricts_the_deepseek_pair(offline_r1_hub):
 def test_rehearse_script_runs_pairs_through_the_cli(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "scripts/rehearse.py", "--home", str(tmp_path), "--pairs",
-         "qwen3_8b,deepseek_r1_7b", "--max-new-tokens", "8", "--data-dir", str(DATA)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/rehearse.py",
+            "--home",
+            str(tmp_path),
+            "--pairs",
+            "qwen3_8b,deepseek_r1_7b",
+            "--max-new-tokens",
+            "8",
+            "--data-dir",
+            str(DATA),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if "|" in line}
     assert "| yes | yes | 151,936 / 152,064 | 151,665 ids |" in table["deepseek_r1_7b"]

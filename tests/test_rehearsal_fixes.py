@@ -106,8 +106,9 @@ R1_PROMPT_END = "<｜Assistant｜><think>\n"
 )
 def test_reasoning_opened_in_the_prompt_is_stripped_like_qwen3s(context, response, scored):
     tokenizer = make_tiny_tokenizer()
-    lm = CactusBenchLM(ScriptedDecoder(tokenizer, lambda _: response), tokenizer,
-                       show_progress=False)  # fmt: skip
+    lm = CactusBenchLM(
+        ScriptedDecoder(tokenizer, lambda _: response), tokenizer, show_progress=False
+    )
     request = Instance("generate_until", doc={}, arguments=(context, {"until": []}), idx=0)
     (returned,) = lm.generate_until([request])
     assert strip_thinking(returned) == scored

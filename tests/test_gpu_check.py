@@ -1,0 +1,122 @@
+"""scripts/gpu_check.py (make gpu-check): one line and exit 2 without CUDA; its checks' logic on
+the tiny pair on the CPU (a smoke run, --device cpu); the real run where a GPU is present."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import gpu_check  # noqa: E402
+import gpu_checks  # noqa: E402
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_without_cuda_it_fails_in_one_line_naming_the_fix(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("gpu-check: ") and not out.exists()
+    if torch.version.cuda is None:
+        assert "CPU build" in line and "--index-url https://download.pytorch.org/whl/" in line
+
+
+def test_cuda_problem_names_each_fix(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert "CPU build" in gpu_check.cuda_problem("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "sees no GPU" in gpu_check.cuda_problem("cuda:0")
+    assert gpu_check.cuda_problem("cpu") is None
+
+
+def test_greedy_divergence_passes_only_at_a_tie(tiny_pair):
+    drafter, verifier, tokenizer = tiny_pair
+
+    class Scripted:
+        def __init__(self, ids):
+            self.ids = ids
+
+        def generate(self, prompt, new_tokens, seed=None):
+            from cactus_bench.engine import RequestRecord
+
+            return RequestRecord(prompt_ids=prompt, output_ids=list(self.ids))
+
+    prompt = tokenizer.encode("The answer is")
+    args = (verifier, [prompt], 3, "float32", torch.device("cpu"))
+    same = gpu_checks.compare_greedy(Scripted([5, 6, 7]), Scripted([5, 6, 7]), *args)
+    assert same["identical"] == 1 and same["passed"]
+    differ = gpu_checks.compare_greedy(Scripted([5, 6, 7]), Scripted([5, 9, 7]), *args)
+    (divergence,) = differ["divergences"]
+    assert divergence["position"] == 1 and divergence["top2_margin"] > 0
+    assert differ["passed"] is (divergence["top2_margin"] <= gpu_checks.TIE_TOLERANCE["float32"])
+
+
+def test_sampler_bench_rows():
+    result = gpu_checks.sampler_bench(torch.device("cpu"), vocab=500, batches=(1,), m=3, repeats=1)
+    assert {row["rule"] for row in result["rows"]} == set(gpu_checks.BENCH_RULES)
+    assert all(row["fast_ms"] > 0 and row["naive_ms"] > 0 for row in result["rows"])
+
+
+@pytest.mark.slow
+def test_cpu_smoke_run_writes_the_report(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "scripts/gpu_check.py",
+            "--device",
+            "cpu",
+            "--pair",
+            "tiny_random",
+            "--prompts",
+            "2",
+            "--new-tokens",
+            "6",
+            "--skip",
+            "cuda_graphs,sampler_bench,vllm",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["passed"] and list(report["checks"]) == list(gpu_check.CHECKS)
+    assert report["checks"]["greedy_float32"]["identical"] == 2  # exact on the CPU in fp32
+    assert len(report["checks"]["speedup"]["rows"]) == 4
+    assert report["checks"]["vllm"]["skipped"] == "--skip"
+    assert "gpu-check on CPU" in done.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_check_passes_on_a_gpu(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert json.loads(out.read_text())["passed"]

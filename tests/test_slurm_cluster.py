@@ -1,0 +1,156 @@
+"""hydra/launcher=slurm on a real single-node Slurm (scripts/slurm/up.sh), not just rendered.
+
+A sweep on the tiny pair is submitted as a job array that runs and lands one row per job in ONE
+CSV; `scancel` of a running job leaves a sweep that the same command resumes (finished rows
+skipped, the cancelled job run again). Skipped with the reason when Slurm is not installed or
+the cluster cannot start; the cancel test also needs job accounting (slurmdbd: submitit follows
+jobs with sacct, and without it a cancelled job never looks finished).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_DIR = Path(os.environ.get("CACTUS_SLURM_DIR", "/tmp/cactus-bench-slurm"))
+BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def slurm_env():
+    """The environment of a running test cluster (SLURM_CONF set); started here if needed and
+    then stopped again."""
+    missing = [name for name in BINARIES if shutil.which(name) is None]
+    if missing:
+        pytest.skip(
+            f"Slurm is not installed ({', '.join(missing)} missing): "
+            "apt-get install -y slurm-wlm munge to run the real-Slurm tests"
+        )
+    env = {**os.environ, "SLURM_CONF": str(SLURM_DIR / "slurm.conf")}
+    running = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True)
+    started_here = running.returncode != 0
+    if started_here:
+        up = subprocess.run(
+            [REPO / "scripts/slurm/up.sh"], capture_output=True, text=True, timeout=300
+        )
+        if up.returncode != 0:
+            reason = (up.stderr.strip().splitlines() or ["no output"])[0]
+            pytest.skip(f"the test Slurm cluster could not start: {reason}")
+    yield env
+    if started_here:
+        subprocess.run([REPO / "scripts/slurm/down.sh"], capture_output=True, timeout=120)
+
+
+def sweep_command(tmp_path: Path, samplers: str) -> list[str]:
+    """A tiny sweep (tiny in-memory pair, one demo prompt, 8 tokens) as a Slurm array that runs
+    one job at a time on one CPU: the machine it shares has two cores."""
+    return [
+        sys.executable,
+        "run.py",
+        "-m",
+        "hydra/launcher=slurm",
+        "model=tiny_random",
+        "task=demo",
+        "limit=1",
+        "max_new_tokens=8",
+        "threads=1",
+        "device=cpu",
+        "baseline=none",
+        f"sampler={samplers}",
+        f"results_dir={tmp_path}/results",
+        "experiment_name=slurm",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        "hydra.launcher.gpus_per_node=0",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=1",
+        "hydra.launcher.timeout_min=10",
+        "hydra.launcher.array_parallelism=1",
+    ]
+
+
+def rows(tmp_path: Path) -> pd.DataFrame:
+    csv = tmp_path / "results" / "slurm.csv"
+    return pd.read_csv(csv) if csv.exists() else pd.DataFrame(columns=["sampler", "status"])
+
+
+def queue(env) -> dict[str, str]:
+    """Job id (array tasks as 12_1) -> state, from squeue."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=env, capture_output=True, text=True)
+    return dict(line.split() for line in out.stdout.splitlines() if line.strip())
+
+
+def array_id(tmp_path: Path) -> str | None:
+    """The Slurm array id of the sweep in tmp_path (submitit names a folder after it)."""
+    folders = (tmp_path / "sweep" / ".submitit").glob("*")
+    return next((f.name for f in folders if f.name.isdigit()), None)
+
+
+def test_sweep_lands_one_row_per_job_in_one_csv(slurm_env, tmp_path):
+    done = subprocess.run(
+        sweep_command(tmp_path, "verifier,cactus"),
+        cwd=REPO,
+        env=slurm_env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    frame = rows(tmp_path)
+    assert sorted(frame["sampler"]) == ["cactus", "verifier"]
+    assert (frame["status"] == "ok").all() and frame["config_hash"].nunique() == 2
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    if head.returncode == 0:  # the commit pinned at submission reached the jobs
+        assert set(frame["git_sha"]) == {head.stdout.strip()}
+    logs = sorted((tmp_path / "sweep" / ".submitit").glob("*_*/*_log.out"))
+    assert len(logs) == 2  # two array tasks really ran under Slurm
+
+
+def test_scancel_of_a_running_job_leaves_a_resumable_sweep(slurm_env, tmp_path):
+    accounting = subprocess.run(["sacct", "-n", "-X"], env=slurm_env, capture_output=True)
+    if accounting.returncode != 0:
+        pytest.skip(
+            "no job accounting on the test cluster (install slurmdbd mariadb-server): "
+            "submitit cannot see a cancelled job finish without sacct"
+        )
+    command = sweep_command(tmp_path, "verifier,sps,cactus")
+    launcher = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=slurm_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline, cancelled = time.monotonic() + 600, None
+    while cancelled is None and time.monotonic() < deadline and launcher.poll() is None:
+        array = array_id(tmp_path)  # this sweep's jobs only (an earlier one may still exit)
+        if array and queue(slurm_env).get(f"{array}_1") == "RUNNING":  # sps, starting up
+            subprocess.run(["scancel", f"{array}_1"], env=slurm_env, check=True)
+            cancelled = f"{array}_1"
+        time.sleep(0.5)
+    output, _ = launcher.communicate(timeout=600)
+    assert cancelled is not None, output[-3000:]
+    assert launcher.returncode == 1, output[-3000:]  # the sweep reports the cancelled job
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and cancelled in errors[0]
+    first = rows(tmp_path)
+    assert sorted(first["sampler"]) == ["cactus", "verifier"]  # the other jobs still finished
+
+    again = subprocess.run(
+        command, cwd=REPO, env=slurm_env, capture_output=True, text=True, timeout=900
+    )
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    final = rows(tmp_path)
+    assert sorted(final["sampler"]) == ["cactus", "sps", "verifier"]
+    assert (final["status"] == "ok").all() and len(final) == 3  # nothing ran twice
+    kept = final[final["sampler"] != "sps"]["run_id"]
+    assert set(kept) == set(first["run_id"])  # finished rows were skipped, not re-run
