@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 COMMIT_HASH = re.compile(r"^[0-9a-f]{40}$")
+PROBE_TIMEOUT_S = 3.0
 
 
 class HubModelUnavailable(OSError):
@@ -45,10 +47,7 @@ def explain_unavailable(
 
     role: "drafter" or "verifier", naming the config keys (model.<role>, model.<role>_revision).
     """
-    from huggingface_hub import constants
-
     names = {type(e).__name__ for e in _chain(error)}
-    wanted = f"{model_id} (revision {revision})" if revision else model_id
     page = f"https://huggingface.co/{model_id}"
     if "GatedRepoError" in names:
         return (
@@ -68,6 +67,33 @@ def explain_unavailable(
     local_miss = {"LocalEntryNotFoundError", "OfflineModeIsEnabled", "IncompleteSnapshotError"}
     if not names & local_miss:
         return None
+    return explain_not_cached(model_id, revision, role, error)
+
+
+def _repo_dir(model_id: str) -> Path:
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE) / ("models--" + model_id.replace("/", "--"))
+
+
+def cached_snapshot(model_id: str, revision: str | None) -> Path | None:
+    """The snapshot folder huggingface_hub would load `revision` from offline, if any."""
+    repo_dir = _repo_dir(model_id)
+    ref = revision or "main"
+    commit = ref if COMMIT_HASH.match(ref) else None
+    if commit is None and (repo_dir / "refs" / ref).is_file():
+        commit = (repo_dir / "refs" / ref).read_text().strip()
+    snapshot = repo_dir / "snapshots" / commit if commit else None
+    return snapshot if snapshot is not None and snapshot.is_dir() else None
+
+
+def explain_not_cached(
+    model_id: str, revision: str | None, role: str, error: BaseException | None = None
+) -> str:
+    """Why the cache cannot serve `model_id` at `revision`, and the fix (one line)."""
+    from huggingface_hub import constants
+
+    wanted = f"{model_id} (revision {revision})" if revision else model_id
     cache = Path(constants.HF_HUB_CACHE)
     hub_state = (
         "the hub is switched off (HF_HUB_OFFLINE=1)"
@@ -80,20 +106,57 @@ def explain_unavailable(
         f"run {download} on a machine with internet into this cache (HF_HOME={home}), "
         f"or set model.{role} to a local folder"
     )
-    repo_dir = cache / ("models--" + model_id.replace("/", "--"))
+    repo_dir = _repo_dir(model_id)
     if not repo_dir.is_dir():
         return f"{wanted} is not in the Hugging Face cache {cache} and {hub_state}: {fix}"
-    contents = _cache_contents(repo_dir)
-    ref = revision or "main"
-    commit = ref if COMMIT_HASH.match(ref) else None
-    if commit is None and (repo_dir / "refs" / ref).is_file():
-        commit = (repo_dir / "refs" / ref).read_text().strip()
-    if commit is None or not (repo_dir / "snapshots" / commit).is_dir():
+    snapshot = cached_snapshot(model_id, revision)
+    if snapshot is None:
         return (
-            f"revision {ref} of {model_id} is not in the cache {repo_dir} (it holds {contents}) "
-            f"and {hub_state}: {fix}, or pin a cached commit in model.{role}_revision"
+            f"revision {revision or 'main'} of {model_id} is not in the cache {repo_dir} (it "
+            f"holds {_cache_contents(repo_dir)}) and {hub_state}: {fix}, or pin a cached commit "
+            f"in model.{role}_revision"
         )
-    return (
-        f"{model_id} at {commit[:12]} in {repo_dir} is incomplete ({type(error).__name__}: "
-        f"{str(error).splitlines()[0] if str(error) else ''}) and {hub_state}: {fix}"
+    problem = f"{type(error).__name__}: {str(error).splitlines()[0]}" if error else "no config.json"
+    where = f"{model_id} at {snapshot.name[:12]} in {repo_dir}"
+    return f"{where} is incomplete ({problem}) and {hub_state}: {fix}"
+
+
+def hub_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """One HEAD request to the hub endpoint, no retries (huggingface_hub retries each file)."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout_s)
+    except Exception:  # DNS failure, refused or dropped connection, proxy error: unreachable
+        return False
+    return True
+
+
+def go_offline_if_unreachable(models: list[tuple[str, str, str | None]]) -> None:
+    """Before loading hub checkpoints (role, repo id, revision): when the hub cannot be reached
+    and every one of them is in the cache, switch this process to offline mode (and say so);
+    when one is missing, fail at once with the fix.
+
+    Why: on a compute node without internet and without HF_HUB_OFFLINE=1, huggingface_hub
+    retries each of the ~14 files a pair looks up 5 times with back-off, about 23 s each when
+    DNS fails at once (measured: 5 min 56 s for one run that takes 30 s offline) and longer
+    when the firewall drops packets; every job of a Slurm array would pay it.
+    """
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode() or hub_reachable():
+        return
+    for role, model_id, revision in models:
+        snapshot = cached_snapshot(model_id, revision)
+        if snapshot is None or not (snapshot / "config.json").exists():
+            raise HubModelUnavailable(explain_not_cached(model_id, revision, role))
+    constants.HF_HUB_OFFLINE = True  # huggingface_hub and transformers read it at call time
+    os.environ["HF_HUB_OFFLINE"] = "1"  # and processes started from here
+    names = ", ".join(sorted({model_id for _, model_id, _ in models}))
+    print(
+        f"hub: {constants.ENDPOINT} cannot be reached; loading {names} from the cache "
+        f"{constants.HF_HUB_CACHE} offline (export HF_HUB_OFFLINE=1 to skip this check)",
+        file=sys.stderr,
+        flush=True,
     )

@@ -21,7 +21,11 @@ from typing import Any
 
 import torch
 
-from cactus_bench.models.hub import HubModelUnavailable, explain_unavailable
+from cactus_bench.models.hub import (
+    HubModelUnavailable,
+    explain_unavailable,
+    go_offline_if_unreachable,
+)
 from cactus_bench.models.registry import (
     EMBEDDED_PREFIX,
     SMOLLM2_DRAFTER_ID,
@@ -201,6 +205,9 @@ def load_pair(
                 raise ValueError(f"unknown embedded model {model_id!r} in pair {spec.name}")
         verifier_args = ("verifier", spec.verifier, spec.verifier_revision)
         drafter_args = ("drafter", spec.drafter, spec.drafter_revision)
+        go_offline_if_unreachable(
+            [args for args in (verifier_args, drafter_args) if _is_hub(args[1])]
+        )
         tokenizer = _explained(*verifier_args, load_tokenizer)
         drafter_tokenizer = _explained(*drafter_args, load_tokenizer)
         verifier = _explained(*verifier_args, load_model, device, torch_dtype, spread=True)
@@ -221,14 +228,18 @@ def load_pair(
     )
 
 
+def _is_hub(model_id: str) -> bool:
+    """A hub id (not a local folder, GGUF file or embedded id)."""
+    return _source(model_id)[0] == model_id and not Path(model_id).expanduser().exists()
+
+
 def _explained(role: str, model_id: str, revision: str | None, load, *args, **kwargs):
     """`load(model_id, *args, revision=revision, **kwargs)`; a hub checkpoint that cannot be
     loaded (not cached offline, gated, unknown revision) fails with one line naming the fix."""
     try:
         return load(model_id, *args, revision=revision, **kwargs)
     except OSError as error:
-        is_hub = _source(model_id)[0] == model_id and not Path(model_id).expanduser().exists()
-        reason = explain_unavailable(model_id, revision, role, error) if is_hub else None
+        reason = explain_unavailable(model_id, revision, role, error) if _is_hub(model_id) else None
         if reason is None:
             raise
         raise HubModelUnavailable(reason) from error
