@@ -331,6 +331,8 @@ def _cached_baseline(conf: RunConf, pair, records: list, decode_baseline) -> lis
             "top_k": conf.top_k,
             "dtype": conf.model.dtype,
             "verifier_revision": conf.model.verifier_revision,
+            # the commit an unpinned revision resolved to: a hub update must not reuse it
+            **({"verifier_commit": c} if (c := getattr(pair, "verifier_commit", None)) else {}),
         },
         max_new_tokens=conf.max_new_tokens,
         seed=conf.seed,

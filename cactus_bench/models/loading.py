@@ -23,6 +23,7 @@ import torch
 
 from cactus_bench.models.hub import (
     HubModelUnavailable,
+    cached_snapshot,
     explain_unavailable,
     go_offline_if_unreachable,
 )
@@ -51,6 +52,10 @@ class LoadedPair:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     token_map: torch.Tensor | None = None  # [K] int64 shared ids, or None (same output size)
     max_context: int | None = None
+    # The hub commits the checkpoints were loaded from (None: local folder or embedded model):
+    # an unpinned revision ("main") moves when the hub repository is updated.
+    drafter_commit: str | None = None
+    verifier_commit: str | None = None
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -216,7 +221,13 @@ def load_pair(
         drafter_tokenizer, tokenizer, output_size(drafter), output_size(verifier),
         spec.drafter, spec.verifier,
     )  # fmt: skip
+    commits = {role: resolved_commit(model_id, revision) for role, model_id, revision in (
+        ("drafter", spec.drafter, spec.drafter_revision),
+        ("verifier", spec.verifier, spec.verifier_revision),
+    )}  # fmt: skip
     return LoadedPair(
+        drafter_commit=commits["drafter"],
+        verifier_commit=commits["verifier"],
         drafter=drafter,
         verifier=verifier,
         tokenizer=tokenizer,
@@ -231,6 +242,14 @@ def load_pair(
 def _is_hub(model_id: str) -> bool:
     """A hub id (not a local folder, GGUF file or embedded id)."""
     return _source(model_id)[0] == model_id and not Path(model_id).expanduser().exists()
+
+
+def resolved_commit(model_id: str, revision: str | None) -> str | None:
+    """The cached hub commit `revision` of `model_id` resolves to (None for non-hub ids)."""
+    if model_id.startswith(EMBEDDED_PREFIX) or not _is_hub(model_id):
+        return None
+    snapshot = cached_snapshot(model_id, revision)
+    return snapshot.name if snapshot is not None else None
 
 
 def _explained(role: str, model_id: str, revision: str | None, load, *args, **kwargs):
