@@ -23,7 +23,7 @@ from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
 
 GREEDY = SamplingParams(temperature=0.0)
 PAPER_SAMPLING = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
-TIE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.25, "float16": 0.05}  # top-2 logit margins
+TIE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.5, "float16": 0.05}  # top-2 logit margins
 BENCH_RULES = {"sps": {}, "cactus": {"delta": 1.0}, "cactus_exact": {"delta": 1.0}, "tas": {}}
 
 
