@@ -125,6 +125,7 @@ class RunConf:
     m: int = 10  # draft length: tokens drafted per verification step
     limit: int | None = None  # first `limit` prompts of the task; None = all
     seed: int = 1234
+    repeats: int = 1  # decodes per prompt, each with its own sampling seeds (both arms)
     temperature: float = 0.6  # paper: T = 0.6, top-p 0.95, top-k 20
     top_p: float = 0.95
     top_k: int | None = 20
@@ -217,6 +218,8 @@ def validate(conf: RunConf) -> None:
         _fail(f"limit must be >= 1 or null for the whole task (got {conf.limit})")
     if conf.seed < 0:
         _fail(f"seed must be >= 0 (got {conf.seed})")
+    if conf.repeats < 1:
+        _fail(f"repeats must be >= 1 (got {conf.repeats}); 1 decodes each prompt once")
     if conf.temperature < 0:
         _fail(f"temperature must be >= 0 (got {conf.temperature}); 0 means greedy")
     if not 0 < conf.top_p <= 1:
@@ -301,6 +304,8 @@ def hash_fields(conf: RunConf) -> dict[str, Any]:
         "engine": dataclasses.asdict(conf.engine),  # changes timings, so a separate run
         "threads": conf.threads,
         "baseline": conf.baseline if is_speculative(conf) else "none",
+        # only when set: a repeats=1 run keeps the hash it had before the field existed
+        **({"repeats": conf.repeats} if conf.repeats != 1 else {}),
     }
 
 

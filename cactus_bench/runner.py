@@ -44,6 +44,7 @@ from cactus_bench.results import (
     run_metadata,
     summarise,
 )
+from cactus_bench.results.intervals import per_prompt_columns
 
 VLLM_HINT = (
     "backend=vllm needs the GPU extra (pip install 'cactus-bench[vllm]') and a CUDA "
@@ -180,6 +181,7 @@ def identity_columns(conf: RunConf, run_id: str, run_hash: str) -> dict[str, Any
         "top_p": conf.top_p,
         "top_k": conf.top_k,
         "seed": conf.seed,
+        "repeats": conf.repeats,
         "max_new_tokens": conf.max_new_tokens,
         "baseline_mode": conf.baseline if speculative else "none",
     }
@@ -257,6 +259,7 @@ def evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only) -> M
             seed=conf.seed,
             gen_kwargs=gen_kwargs(conf),
             max_gen_toks=conf.max_new_tokens,
+            repeats=conf.repeats,
         )
 
     speculative = is_speculative(conf)
@@ -274,6 +277,9 @@ def evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only) -> M
         "score": result.score,
         "metrics_json": dict(result.metrics),
         **summarise(result.records, baseline_records),
+        **per_prompt_columns(
+            result.records, baseline_records, result.scores_by_prompt, seed=conf.seed
+        ),
     }
     if conf.backend.name == "vllm":  # vLLM exposes no per-phase times: empty cells, not 0
         row.update(prefill_time_s=None, draft_time_s=None, verify_time_s=None, sampler_time_s=None)

@@ -58,14 +58,40 @@ _SCHEMA: tuple[Column, ...] = (
     Column("top_p", "float", "nucleus threshold"),
     Column("top_k", "int", "top-k filter of the sampling distributions"),
     Column("seed", "int", "seed of the run"),
+    Column(
+        "repeats",
+        "int",
+        "decodes per prompt, each with its own seeds (both arms); empty in rows before it existed",
+    ),
     Column("max_new_tokens", "int", "generation cap per prompt"),
     # quality
     Column("score_name", "str", "which task metric `score` is, e.g. exact_match,strict-match"),
     Column("score", "float", "headline task score as a fraction in [0, 1]"),
+    Column(
+        "score_ci_low",
+        "float",
+        "lower end of the 95% interval of score: percentile bootstrap over prompts, paired "
+        "with the baseline, 2000 resamples (results/intervals.py)",
+    ),
+    Column("score_ci_high", "float", "upper end of the 95% interval of score"),
     Column("metrics_json", "json", "every task metric, a JSON object name -> value"),
+    Column(
+        "score_by_prompt",
+        "json",
+        "list: the headline metric per prompt in document order, averaged over repeats",
+    ),
+    Column(
+        "prompts_hash",
+        "str",
+        "hash of the prompts' token ids in order: rows with equal hashes ran the same prompts",
+    ),
     # speculation statistics (empty for a verifier-only run)
     Column("al", "float", "accepted drafts per verification step, bonus NOT counted (paper's AL)"),
+    Column("al_ci_low", "float", "lower end of the 95% interval of al"),
+    Column("al_ci_high", "float", "upper end of the 95% interval of al"),
     Column("tokens_per_step", "float", "emitted tokens per step, bonus counted (vLLM's 'AL')"),
+    Column("tokens_per_step_ci_low", "float", "lower end of the 95% interval of tokens_per_step"),
+    Column("tokens_per_step_ci_high", "float", "upper end of the 95% interval of tokens_per_step"),
     Column("accept_rate", "float", "accepted drafts / drafted tokens"),
     Column(
         "accept_rate_by_pos",
@@ -89,7 +115,18 @@ _SCHEMA: tuple[Column, ...] = (
     Column("tokens_per_s_spec", "float", "generated_tokens / wall_time_spec_s"),
     Column("tokens_per_s_baseline", "float", "baseline_generated_tokens / wall_time_baseline_s"),
     Column("speedup", "float", "tokens_per_s_spec / tokens_per_s_baseline"),
+    Column("speedup_ci_low", "float", "lower end of the 95% interval of speedup"),
+    Column("speedup_ci_high", "float", "upper end of the 95% interval of speedup"),
     Column("speedup_walltime", "float", "wall_time_baseline_s / wall_time_spec_s"),
+    Column("speedup_walltime_ci_low", "float", "lower end of the 95% interval of speedup_walltime"),
+    Column(
+        "speedup_walltime_ci_high", "float", "upper end of the 95% interval of speedup_walltime"
+    ),
+    Column(
+        "ci_resamples",
+        "int",
+        "bootstrap resamples behind the *_ci_* columns; empty when there are none (1 prompt)",
+    ),
     Column("baseline_mode", "str", "interleave | cached | none"),
     # environment
     Column("device_name", "str", "accelerator or CPU model the timings come from"),
@@ -206,6 +243,10 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
             f"score must be a fraction in [0, 1] (as lm-eval reports it), got "
             f"{score!r}; the report shows it as a percentage"
         )
+    for low_name in (name for name in row if name.endswith("_ci_low")):
+        low, high = row[low_name], row.get(low_name[: -len("low")] + "high")
+        if not _is_missing(low) and not _is_missing(high) and low > high:
+            raise ValueError(f"{low_name} = {low!r} is above its upper end {high!r}")
     cells = {name: format_cell(name, value) for name, value in row.items()}
     return [cells.get(name, "") for name in (columns or COLUMNS)]
 
