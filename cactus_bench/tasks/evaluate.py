@@ -155,6 +155,18 @@ def evaluate_task(
         langdetect.DetectorFactory.seed = 0
     yaml_path = task_yaml_path(spec, folder)
     seeds = lm_eval_seeds(seed)
+    lms = [  # one lm-eval model per repeat (it keeps that repeat's records); bad input fails here
+        CactusBenchLM(
+            decoder,
+            tokenizer,
+            baseline=baseline,
+            chat_template_kwargs=chat_template_kwargs,
+            max_gen_toks=int(generation["max_gen_toks"]),
+            seed=repeat_seed(seed, repeat),
+            show_progress=show_progress,
+        )
+        for repeat in range(repeats)
+    ]
 
     password_token = set_gpqa_password(gpqa_password)
     try:
@@ -166,16 +178,7 @@ def evaluate_task(
         reset_gpqa_password(password_token)
     apply_paper_settings(lm_task, generation)
     runs = []  # (lm-eval's results, the model that holds the records) per repeat
-    for repeat in range(repeats):
-        lm = CactusBenchLM(
-            decoder,
-            tokenizer,
-            baseline=baseline,
-            chat_template_kwargs=chat_template_kwargs,
-            max_gen_toks=int(generation["max_gen_toks"]),
-            seed=repeat_seed(seed, repeat),
-            show_progress=show_progress,
-        )
+    for lm in lms:
         results = lm_eval.simple_evaluate(
             model=lm,
             tasks=[lm_task],
