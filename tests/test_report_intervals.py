@@ -96,7 +96,11 @@ def test_sign_flip_test_on_fractional_scores():
 def test_holm_steps_down():
     # sorted 0.005 <= 0.05/4, 0.01 <= 0.05/3, then 0.03 > 0.05/2: stop
     assert holm([0.01, 0.04, 0.03, 0.005]) == [True, False, False, True]
-    assert holm([0.02, 0.02]) == [True, True]  # 0.02 <= 0.025, then 0.02 <= 0.05
+    # more than Bonferroni (0.05/4 = 0.0125 would keep only the first): 0.016 <= 0.05/3 and
+    # 0.02 <= 0.05/2, then 0.9 > 0.05
+    assert holm([0.012, 0.016, 0.02, 0.9]) == [True, True, True, False]
+    # step-down stops at the first failure: 0.026 > 0.05/2, so 0.03 stays, though <= 0.05
+    assert holm([0.001, 0.03, 0.026]) == [True, False, False]
     assert holm([]) == []
 
 
@@ -190,3 +194,18 @@ def test_the_fixture_is_what_the_generator_writes(tmp_path):
     assert len(fabricated_rows()) == len(GSM8K) + len(DEMO)
     fresh = write_fixture(tmp_path / "fixture.csv")
     assert fresh.read_text() == FIXTURE.read_text()
+
+
+def test_rows_of_other_prompts_are_not_paired(agg):
+    (_, _, rows) = next(iter(blocks(agg)))
+    from cactus_bench.report.tables import method_label
+
+    by_method = {}
+    for _, row in rows.iterrows():
+        row = row.copy()
+        if row["sampler"] == "verifier":
+            row["prompts_hash"] = "0000000000000000"  # as if decoded on other prompts
+        by_method.setdefault(method_label(row), {})[row["task"]] = row
+    marks, _, n = score_marks(by_method)
+    assert n == 4  # vs SpS only: TAS, Cactus 0.5 and 1 on GSM8K, Cactus 1 on the demo
+    assert marks == {("Cactus (δ = 1)", "gsm8k"): "†", ("Cactus (δ = 1)", "demo"): "†"}
