@@ -181,7 +181,7 @@ def test_figures_draw_interval_bars_and_bands(agg):
     score = FIGURES["score_vs_delta"](rows, pair, m).axes[0]
     assert "95% bootstrap interval" in score.get_ylabel() and "binomial" not in score.get_ylabel()
     tradeoff = FIGURES["score_vs_al"](rows, pair, m).axes[0]
-    assert "95% bootstrap interval" in tradeoff.get_xlabel()
+    assert "95% bootstrap interval" in tradeoff.get_ylabel() and tradeoff.collections
     old_pair, old_m, old_rows = next(iter(blocks(aggregate(load_results([OLD_FIXTURE])))))
     old = FIGURES["al_vs_delta"](old_rows, old_pair, old_m).axes[0]
     assert "interval" not in old.get_ylabel() and not old.patches

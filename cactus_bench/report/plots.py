@@ -83,7 +83,7 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
         ax.set_xlim(0, 1.08 * max_delta)  # δ = 0 is SpS: the references meet the sweep there
         ax.set_xlabel(DELTA_LABEL)
         kinds = sorted(kind for kind in bar_kinds if kind)
-        ax.set_ylabel(f"{ylabel} ({'; '.join(kinds)})" if kinds else ylabel)
+        ax.set_ylabel(f"{ylabel}\n({'; '.join(kinds)})" if kinds else ylabel)  # 2 lines: fits
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return figure
@@ -171,9 +171,8 @@ def score_vs_al(rows, pair, m) -> Figure:
         readable_score_axis(ax, task_rows["score"], 100.0)
         ax.margins(0.12)  # room for the δ labels
         label_axes.append((ax, labels))
-        bars = " (bars: 95% bootstrap interval)" if shown_bars else ""
-        ax.set_xlabel("AL (accepted draft tokens / step, no bonus)" + bars)
-        ax.set_ylabel("score (%)" + bars)
+        ax.set_xlabel("AL (accepted draft tokens / step, no bonus)")
+        ax.set_ylabel("score (%)" + ("\n(bars, both axes: 95% bootstrap interval)" * shown_bars))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     figure.draw_without_rendering()  # final layout and limits: label boxes are placed in pixels
