@@ -47,7 +47,8 @@ def resample_counts(n_prompts: int, resamples: int, rng: np.random.Generator) ->
     """[resamples, n_prompts] how often each prompt is drawn in each resample (rows sum to n)."""
     drawn = rng.integers(0, n_prompts, size=(resamples, n_prompts))  # [B, n] prompt indices
     flat = (drawn + n_prompts * np.arange(resamples)[:, None]).ravel()
-    return np.bincount(flat, minlength=resamples * n_prompts).reshape(resamples, n_prompts)
+    counts = np.bincount(flat, minlength=resamples * n_prompts).reshape(resamples, n_prompts)
+    return counts.astype(np.float64)  # exact small integers; float for BLAS products
 
 
 def percentile_interval(values: np.ndarray, confidence: float = CONFIDENCE):
@@ -64,6 +65,10 @@ def ratio_of_sums(counts: np.ndarray, numerator, denominator) -> np.ndarray:
     """[B] sum(numerator) / sum(denominator) over each resample; NaN where the sum is 0."""
     top = counts @ np.asarray(numerator, dtype=float)
     bottom = counts @ np.asarray(denominator, dtype=float)
+    return _ratio(top, bottom)
+
+
+def _ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
 
@@ -105,18 +110,27 @@ def bootstrap_intervals(
     def put(stat: str, values: np.ndarray) -> None:
         out[f"{stat}_ci_low"], out[f"{stat}_ci_high"] = percentile_interval(values)
 
-    n_prompts = counts.shape[1]
+    per_prompt = {f"spec_{k}": v for k, v in (spec or {}).items()}
+    per_prompt |= {f"base_{k}": v for k, v in (base or {}).items()}
     if scores is not None:
-        put("score", counts @ np.asarray(scores, dtype=float) / n_prompts)
+        per_prompt["score"] = np.asarray(scores, dtype=float)
+    if not per_prompt:
+        return out
+    names = list(per_prompt)
+    # [B, k]: every per-prompt quantity summed over each resample in one product, so the run
+    # and its baseline are summed over the very same resampled prompts
+    sums = np.asarray(counts, dtype=float) @ np.column_stack([per_prompt[k] for k in names])
+    total = dict(zip(names, sums.T, strict=True))  # name -> [B]
+    if scores is not None:
+        put("score", total["score"] / counts.shape[1])  # mean over the n resampled prompts
     if spec is not None and speculative:
-        put("al", ratio_of_sums(counts, spec["accepted"], spec["steps"]))
-        put("tokens_per_step", ratio_of_sums(counts, spec["emitted"], spec["steps"]))
+        put("al", _ratio(total["spec_accepted"], total["spec_steps"]))
+        put("tokens_per_step", _ratio(total["spec_emitted"], total["spec_steps"]))
     if spec is not None and base is not None:
-        rate = ratio_of_sums(counts, spec["gen"], spec["time"])  # [B] tokens/s of the run
-        base_rate = ratio_of_sums(counts, base["gen"], base["time"])  # same resamples: paired
-        with np.errstate(divide="ignore", invalid="ignore"):
-            put("speedup", np.where(base_rate > 0, rate / base_rate, np.nan))
-        put("speedup_walltime", ratio_of_sums(counts, base["time"], spec["time"]))
+        rate = _ratio(total["spec_gen"], total["spec_time"])  # [B] tokens/s of the run
+        base_rate = _ratio(total["base_gen"], total["base_time"])
+        put("speedup", _ratio(rate, base_rate))
+        put("speedup_walltime", _ratio(total["base_time"], total["spec_time"]))
     return out
 
 
