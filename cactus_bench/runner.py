@@ -278,7 +278,7 @@ def evaluate_and_summarise(conf, pair, decoder, interleaved, verifier_only) -> M
         "metrics_json": dict(result.metrics),
         **summarise(result.records, baseline_records),
         **per_prompt_columns(
-            result.records, baseline_records, result.scores_by_prompt, seed=conf.seed
+            result.records, baseline_records, result.scores_by_prompt, conf.seed, result.n_samples
         ),
     }
     if conf.backend.name == "vllm":  # vLLM exposes no per-phase times: empty cells, not 0

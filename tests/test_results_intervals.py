@@ -163,7 +163,15 @@ def test_row_columns_of_a_speculative_run_with_repeats():
         assert row[f"{stat}_ci_low"] <= row[f"{stat}_ci_high"], stat
     assert row == per_prompt_columns(spec, base, [0.5, 1.0], seed=5)  # reproducible
     with pytest.raises(ValueError, match="do not split into repeats"):
-        per_prompt_columns(spec[:3], None, [0.5, 1.0], seed=5)
+        per_prompt_totals(spec[:3], 2)
+    # a finished run is not thrown away for it: empty intervals and a warning
+    with pytest.warns(UserWarning, match=r"records \(3\) do not split into repeats of 2"):
+        broken = per_prompt_columns(spec[:3], None, [0.5, 1.0], seed=5)
+    assert broken["score_by_prompt"] == [0.5, 1] and broken["score_ci_low"] is None
+    with pytest.warns(UserWarning, match="3 per-prompt scores for 2 prompts"):
+        mismatched = per_prompt_columns(spec, base, [0.5, 1.0, 1.0], seed=5, n_prompts=2)
+    assert mismatched["score_by_prompt"] is None and mismatched["score_ci_low"] is None
+    assert mismatched["al_ci_low"] == row["al_ci_low"]  # the rest still has its intervals
 
 
 def test_one_prompt_or_no_drafts_leave_interval_cells_empty():

@@ -22,6 +22,7 @@ gets empty interval cells, never a zero-width interval.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -153,30 +154,47 @@ def per_prompt_columns(
     baseline_records: Sequence | None,
     scores_by_prompt: Sequence[float] | None,
     seed: int,
+    n_prompts: int | None = None,
     resamples: int = BOOTSTRAP_RESAMPLES,
 ) -> dict:
     """The row's per-prompt columns: score_by_prompt, prompts_hash, the intervals, ci_resamples.
 
     records / baseline_records: evaluate_task's, in order (repeat after repeat of the prompts);
     scores_by_prompt: the headline metric per prompt in the same prompt order, averaged over
-    repeats; seed: the run seed (the bootstrap's stream derives from it).
+    repeats; seed: the run seed (the bootstrap's stream derives from it); n_prompts: the number
+    of distinct prompts (default: len(scores_by_prompt), else one prompt per record).
+    Records that do not split into repeats of n_prompts leave the intervals empty with a
+    warning rather than fail a finished run.
     """
     records = list(records)
-    n_prompts = len(scores_by_prompt) if scores_by_prompt else len(records)
-    if n_prompts == 0:
-        raise ValueError("per_prompt_columns needs at least one record")
-    spec = per_prompt_totals(records, n_prompts)
-    base = (
-        None if baseline_records is None else per_prompt_totals(list(baseline_records), n_prompts)
-    )
+    n_prompts = n_prompts or (len(scores_by_prompt) if scores_by_prompt else len(records))
+    if n_prompts < 1 or not records:
+        raise ValueError("per_prompt_columns needs at least one record and one prompt")
+    if scores_by_prompt and len(scores_by_prompt) != n_prompts:
+        warnings.warn(
+            f"{len(scores_by_prompt)} per-prompt scores for {n_prompts} prompts; the score "
+            "interval and score_by_prompt are left empty",
+            stacklevel=2,
+        )
+        scores_by_prompt = None
     row: dict = {
         "score_by_prompt": compact_scores(scores_by_prompt) if scores_by_prompt else None,
         "prompts_hash": prompts_hash([_get(r, "prompt_ids") for r in records[:n_prompts]]),
         **dict.fromkeys(interval_column_names()),
         "ci_resamples": None,
     }
+    arms = [records] + ([] if baseline_records is None else [list(baseline_records)])
+    if any(len(arm) % n_prompts for arm in arms):
+        warnings.warn(
+            f"records ({', '.join(str(len(a)) for a in arms)}) do not split into repeats of "
+            f"{n_prompts} prompts; the row's intervals are left empty",
+            stacklevel=2,
+        )
+        return row
     if n_prompts < 2:  # one prompt: no spread to resample, so no interval (not a zero-width one)
         return row
+    spec = per_prompt_totals(records, n_prompts)
+    base = None if baseline_records is None else per_prompt_totals(arms[1], n_prompts)
     counts = resample_counts(n_prompts, resamples, bootstrap_rng(seed))
     speculative = int(_get(records[0], "num_draft_tokens")) > 0
     scores = None if not scores_by_prompt else np.asarray(scores_by_prompt, dtype=float)
