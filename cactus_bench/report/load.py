@@ -28,7 +28,7 @@ from cactus_bench.results.intervals import (
     percentile_interval,
     resample_counts,
 )
-from cactus_bench.results.schema import coerce_frame
+from cactus_bench.results.schema import CONFIG_COLUMNS, coerce_frame
 
 # Columns every report needs; a CSV without one was not written by ResultStore (or is truncated).
 REPORT_COLUMNS = (
@@ -63,21 +63,9 @@ REPORT_COLUMNS = (
     "status",
 )
 
-# One table cell / plotted point per distinct value of these; seeds are averaged.
-CONFIG_KEYS = (
-    "model_pair",
-    "m",
-    "task",
-    "sampler",
-    "delta",
-    "threshold",
-    "alpha",
-    "top_k_accept",
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_new_tokens",
-)
+# One table cell / plotted point per distinct value of these (the schema's configuration
+# columns; the ones an older CSV lacks are skipped); seeds are averaged.
+CONFIG_KEYS = CONFIG_COLUMNS
 _MEAN_COLUMNS = (
     "score",
     "al",

@@ -281,7 +281,7 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
             cites = [" ".join(reference.sources[s]["cite"].split()) for s in sorted(used_sources)]
             table.notes.append(
                 "Paper values: " + " | ".join(cites) + " (each number's source: "
-                "results/reference/paper_values.yaml)."
+                "cactus_bench/report/paper_values.yaml)."
             )
         tables.append(table)
     return tables

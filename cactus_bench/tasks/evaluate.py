@@ -122,8 +122,8 @@ def evaluate_task(
     """Runs `task` (gsm8k | ifeval | gpqa | demo) through lm-eval with `decoder`.
 
     gen_kwargs: lm-eval generation kwargs (do_sample, temperature, top_p, top_k); None means the
-    paper's (T 0.6, top-p 0.95, top-k 20). Given ones replace the paper's whole, so a key left
-    out is off. max_gen_toks caps new tokens unless gen_kwargs sets its own.
+    paper's (cactus_bench.paper). Given ones replace the paper's whole, so a key left out is off.
+    max_gen_toks caps new tokens unless gen_kwargs sets its own.
     data_dir: offline data folder (else $CACTUS_BENCH_DATA, else the Hugging Face hub).
     gpqa_password: for the encrypted GPQA zip (else $CACTUS_BENCH_GPQA_PASSWORD, else the
     authors' published one).
