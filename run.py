@@ -6,8 +6,8 @@
     python run.py experiment=table1 hydra/launcher=slurm    # a paper preset as a Slurm array
     python run.py --cfg job                         # print the composed config and exit
 
-Configs live in configs/ (schema: cactus_bench/config.py). This file is the only code that sees a
-Hydra DictConfig: it turns it into a plain RunConf and hands it to cactus_bench.runner. Any
+Configs live in configs/ (schema: cactus_bench/run/conf.py). This file is the only code that sees
+a Hydra DictConfig: it turns it into a plain RunConf and hands it to cactus_bench.run. Any
 configuration or run error ends in ONE line on stderr and a nonzero exit status (2 for a bad
 configuration, 1 for a failed run); in a sweep every failed job prints its line and the other
 jobs still run. Set HYDRA_FULL_ERROR=1 for full tracebacks instead.
@@ -21,9 +21,10 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from cactus_bench.config import (
+from cactus_bench.run import (
     ConfigError,
     RunConf,
+    format_outcome,
     one_line_error,
     pin_launch_context,
     register_configs,
@@ -51,9 +52,9 @@ def to_run_conf(cfg: DictConfig) -> RunConf:
 def main(cfg: DictConfig) -> None:
     try:
         conf = to_run_conf(cfg)
-        from cactus_bench import runner  # after validation: a bad config never waits for torch
+        from cactus_bench.run import run  # after validation: a bad config never waits for torch
 
-        outcome = runner.run(conf)
+        outcome = run(conf)
     except Exception as error:
         in_job_process = os.environ.get(LAUNCH_PID_ENV) != str(os.getpid())
         if in_job_process or os.environ.get("CACTUS_BENCH_TRACEBACK"):
@@ -62,7 +63,7 @@ def main(cfg: DictConfig) -> None:
         print(f"error: {one_line_error(error)}", file=sys.stderr, flush=True)
         _failures.append(error)
         return
-    print(runner.format_outcome(outcome), flush=True)
+    print(format_outcome(outcome), flush=True)
 
 
 def _is_config_error(error: BaseException) -> bool:

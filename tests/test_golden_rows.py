@@ -59,9 +59,9 @@ def _run_one(tmp_path: Path, overrides: tuple[str, ...]) -> dict:
     """Run one config in a fresh results folder; the row's stable columns and its records."""
     import csv
 
-    from test_runner import tiny_conf
+    from test_run_orchestrate import tiny_conf
 
-    from cactus_bench.runner import run
+    from cactus_bench.run import run
 
     conf = tiny_conf(tmp_path, *overrides)
     outcome = run(conf)

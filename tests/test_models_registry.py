@@ -6,8 +6,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from cactus_bench.config import ModelConf
 from cactus_bench.models import PAIR_NAMES, PAIRS, PairSpec, get_pair_spec
+from cactus_bench.run.conf import ModelConf
 
 MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "model"
 EXPECTED = {

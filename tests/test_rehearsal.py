@@ -225,22 +225,22 @@ def test_rehearse_script_runs_pairs_through_the_cli(tmp_path):
 def test_a_hub_update_of_main_does_not_reuse_the_cached_baseline(tmp_path, monkeypatch, capsys):
     """An unpinned revision resolves to whatever main is; after the hub updates main, a spec
     run must decode a fresh baseline, not compare itself with the old weights' timings."""
-    from test_runner import tiny_conf
+    from test_run_orchestrate import tiny_conf
 
-    from cactus_bench import runner
+    from cactus_bench.run import run
 
     hub = build_hub_cache(tmp_path / "home", {"Qwen/Qwen3-0.6B": [None]}, QWEN3)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     qwen = ["model.name=q", "model.drafter=Qwen/Qwen3-0.6B", "model.verifier=Qwen/Qwen3-0.6B",
             "baseline=cached", "limit=1", "max_new_tokens=4", "threads=1"]  # fmt: skip
-    outcome = runner.run(tiny_conf(tmp_path, *qwen, "sampler=verifier"))
+    outcome = run(tiny_conf(tmp_path, *qwen, "sampler=verifier"))
     assert outcome.status == "ok"
-    runner.run(tiny_conf(tmp_path, *qwen, "sampler=sps"))
+    run(tiny_conf(tmp_path, *qwen, "sampler=sps"))
     assert "reusing the cached verifier-only decode" in capsys.readouterr().out
     repo = hub / repo_folder("Qwen/Qwen3-0.6B")
     old = (repo / "refs" / "main").read_text()
     (repo / "snapshots" / ("d" * 40)).symlink_to(repo / "snapshots" / old)  # main moves
     (repo / "refs" / "main").write_text("d" * 40)
-    runner.run(tiny_conf(tmp_path, *qwen, "sampler=tas"))
+    run(tiny_conf(tmp_path, *qwen, "sampler=tas"))
     assert "no cached verifier-only decode of these prompts" in capsys.readouterr().out

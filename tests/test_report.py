@@ -280,11 +280,11 @@ def test_rows_written_by_the_store_feed_the_report(tmp_path):
 
 
 def test_score_error_bars_are_the_binomial_standard_error():
-    from cactus_bench.report.plots import _score_stderr
+    from cactus_bench.report.figure_parts import score_stderr
 
     rows = pd.DataFrame({"score": [0.5, 0.9], "n_samples": [100, 400]})
-    assert _score_stderr(rows, 100.0) == pytest.approx([5.0, 1.5])  # 100 sqrt(p (1 - p) / n)
-    assert _score_stderr(rows.drop(columns="n_samples"), 100.0) is None
+    assert score_stderr(rows, 100.0) == pytest.approx([5.0, 1.5])  # 100 sqrt(p (1 - p) / n)
+    assert score_stderr(rows.drop(columns="n_samples"), 100.0) is None
 
 
 def test_score_vs_al_flat_scores_and_crowded_labels_stay_readable(agg):

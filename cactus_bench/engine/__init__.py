@@ -9,6 +9,7 @@ rec.accepted_length, rec.tokens_per_step, rec.text
 """
 
 from cactus_bench.engine.autoregressive import AutoregressiveDecoder
+from cactus_bench.engine.base import Decoder, Request
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 from cactus_bench.engine.speculative import SpeculativeDecoder
@@ -16,6 +17,8 @@ from cactus_bench.engine.stopping import cut_at_stop
 
 __all__ = [
     "AutoregressiveDecoder",
+    "Decoder",
+    "Request",
     "RequestRecord",
     "SamplingParams",
     "SpeculativeDecoder",

@@ -8,7 +8,7 @@ feeds the pending token (plus drafts), so a step never re-processes the prefix.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -16,6 +16,49 @@ from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.runtime import Clock, check_prompt, resolve_eos_ids
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.engine.stopping import OutputTracker
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """What every backend's decoder implements (this engine's two, cactus_bench.vllm's): one
+    request in, one RequestRecord out. The task loop and the run measure any Decoder alike."""
+
+    num_draft_tokens: int  # m; 0 for the verifier alone
+    sampler_name: str | None
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> RequestRecord: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request's arguments as every decoder reads them: checked, stops as a list, the
+    sampling settled and a seed drawn (and recorded) when none was given."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop: list[str]
+    seed: int
+    sampling: SamplingParams
+
+    @classmethod
+    def make(cls, decoder, prompt_ids, max_new_tokens, stop, seed, sampling) -> Request:
+        prompt_ids = check_prompt(prompt_ids, max_new_tokens)
+        if seed is None:
+            seed = torch.Generator().seed() % 2**63  # a fresh seed, recorded for reproduction
+        return cls(
+            prompt_ids=list(prompt_ids),
+            max_new_tokens=int(max_new_tokens),
+            stop=[stop] if isinstance(stop, str) else list(stop or []),
+            seed=int(seed),
+            sampling=sampling if sampling is not None else decoder.sampling,
+        )
 
 
 @dataclass
@@ -57,21 +100,17 @@ class BaseDecoder:
         sampling: SamplingParams | None = None,
     ) -> RequestRecord:
         """Decodes one request (batch size 1). The same seed gives the same tokens."""
-        prompt_ids = check_prompt(prompt_ids, max_new_tokens)
-        if isinstance(stop, str):
-            stop = [stop]
-        params = sampling if sampling is not None else self.sampling
-        if seed is None:
-            seed = torch.Generator().seed()  # a fresh random seed, recorded for reproduction
-        generator = torch.Generator(device=self.device).manual_seed(int(seed))
+        request = Request.make(self, prompt_ids, max_new_tokens, stop, seed, sampling)
+        prompt_ids, params = request.prompt_ids, request.sampling
+        generator = torch.Generator(device=self.device).manual_seed(request.seed)
         record = RequestRecord(
             prompt_ids=list(prompt_ids),
             num_draft_tokens=self.num_draft_tokens,
-            seed=int(seed),
+            seed=request.seed,
             sampler_name=self._sampler_name(params),
             sampling=params.to_dict(),
         )
-        tracker = OutputTracker(self.tokenizer, self.eos_token_ids, stop, max_new_tokens)
+        tracker = OutputTracker(self.tokenizer, self.eos_token_ids, request.stop, max_new_tokens)
         capacity = len(prompt_ids) + max_new_tokens + 2 * (self.num_draft_tokens + 1)
         with torch.inference_mode():
             self._warm_runners(capacity)  # compiles (once per cache size) outside the clock

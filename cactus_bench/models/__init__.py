@@ -4,9 +4,30 @@ from cactus_bench.models import PairSpec, load_pair, PAIR_NAMES
 pair = load_pair("smollm2_135m", device="cpu")  # or a PairSpec; -> LoadedPair
 """
 
-from cactus_bench.models.loading import LoadedPair, load_pair, shared_token_ids
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from cactus_bench.models.registry import PAIR_NAMES, PAIRS, PairSpec, get_pair_spec
-from cactus_bench.models.tiny import make_tiny_pair, make_tiny_tokenizer
+
+if TYPE_CHECKING:
+    from cactus_bench.models.loading import LoadedPair, load_pair, shared_token_ids
+    from cactus_bench.models.tiny import make_tiny_pair, make_tiny_tokenizer
+
+_LAZY = {
+    **dict.fromkeys(("LoadedPair", "load_pair", "shared_token_ids"), "loading"),
+    **dict.fromkeys(("make_tiny_pair", "make_tiny_tokenizer"), "tiny"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Loaders import torch and transformers on first use; the registry stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"cactus_bench.models.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'cactus_bench.models' has no attribute {name!r}")
+
 
 __all__ = [
     "PAIRS",

@@ -87,6 +87,16 @@ def cached_snapshot(model_id: str, revision: str | None) -> Path | None:
     return snapshot if snapshot is not None and snapshot.is_dir() else None
 
 
+def hub_commit(model_id: str, revision: str | None) -> str | None:
+    """The cached commit a hub id's `revision` resolves to; None for embedded ids, GGUF files,
+    local folders and checkpoints not in the cache."""
+    local = model_id.endswith(".gguf") or Path(model_id).expanduser().exists()
+    if model_id.startswith("embedded:") or local or model_id.count("/") != 1:
+        return None
+    snapshot = cached_snapshot(model_id, revision)
+    return snapshot.name if snapshot is not None else None
+
+
 def explain_not_cached(
     model_id: str, revision: str | None, role: str, error: BaseException | None = None
 ) -> str:

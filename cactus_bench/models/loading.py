@@ -23,9 +23,9 @@ import torch
 
 from cactus_bench.models.hub import (
     HubModelUnavailable,
-    cached_snapshot,
     explain_unavailable,
     go_offline_if_unreachable,
+    hub_commit,
 )
 from cactus_bench.models.registry import (
     EMBEDDED_PREFIX,
@@ -221,7 +221,7 @@ def load_pair(
         drafter_tokenizer, tokenizer, output_size(drafter), output_size(verifier),
         spec.drafter, spec.verifier,
     )  # fmt: skip
-    commits = {role: resolved_commit(model_id, revision) for role, model_id, revision in (
+    commits = {role: hub_commit(model_id, revision) for role, model_id, revision in (
         ("drafter", spec.drafter, spec.drafter_revision),
         ("verifier", spec.verifier, spec.verifier_revision),
     )}  # fmt: skip
@@ -242,14 +242,6 @@ def load_pair(
 def _is_hub(model_id: str) -> bool:
     """A hub id (not a local folder, GGUF file or embedded id)."""
     return _source(model_id)[0] == model_id and not Path(model_id).expanduser().exists()
-
-
-def resolved_commit(model_id: str, revision: str | None) -> str | None:
-    """The cached hub commit `revision` of `model_id` resolves to (None for non-hub ids)."""
-    if model_id.startswith(EMBEDDED_PREFIX) or not _is_hub(model_id):
-        return None
-    snapshot = cached_snapshot(model_id, revision)
-    return snapshot.name if snapshot is not None else None
 
 
 def _explained(role: str, model_id: str, revision: str | None, load, *args, **kwargs):

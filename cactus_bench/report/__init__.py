@@ -14,7 +14,8 @@ from cactus_bench.report.load import aggregate, load_results, read_results_csv
 from cactus_bench.report.plots import FIGURES, make_figures
 from cactus_bench.report.reference import DEFAULT_REFERENCE, Reference, load_reference
 from cactus_bench.report.render import to_latex, to_markdown
-from cactus_bench.report.tables import Table, blocks, speedup_table, table1
+from cactus_bench.report.speedup import speedup_table
+from cactus_bench.report.tables import Table, blocks, table1
 
 
 def write_tables(agg, reference: Reference | None, out_dir: str | Path) -> list[Path]:

@@ -1,7 +1,13 @@
 """Load results CSVs for the report: check columns, type them, keep finished rows, average seeds.
 
 The report reads CSV files only (never a model, never the engine), so it runs anywhere the CSVs
-are, e.g. on a laptop after copying results/ from the cluster.
+are, e.g. on a laptop after copying results/ from the cluster. Columns added after a CSV was
+written (the intervals, the per-prompt scores) read as empty, so older CSVs still report.
+
+Intervals of a cell that averages several seeds: the score's is recomputed by the same bootstrap
+from the seed-averaged per-prompt scores (the seeds act as repeats); the others are the means of
+the per-seed bounds, which errs wide (the seeds share the prompt-to-prompt spread, and averaging
+only shrinks the decoding noise).
 """
 
 from __future__ import annotations
@@ -15,7 +21,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cactus_bench.results.schema import coerce_frame
+from cactus_bench.results.intervals import (
+    BOOTSTRAP_RESAMPLES,
+    bootstrap_rng,
+    interval_column_names,
+    percentile_interval,
+    resample_counts,
+)
+from cactus_bench.results.schema import CONFIG_COLUMNS, coerce_frame
 
 # Columns every report needs; a CSV without one was not written by ResultStore (or is truncated).
 REPORT_COLUMNS = (
@@ -50,21 +63,9 @@ REPORT_COLUMNS = (
     "status",
 )
 
-# One table cell / plotted point per distinct value of these; seeds are averaged.
-CONFIG_KEYS = (
-    "model_pair",
-    "m",
-    "task",
-    "sampler",
-    "delta",
-    "threshold",
-    "alpha",
-    "top_k_accept",
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_new_tokens",
-)
+# One table cell / plotted point per distinct value of these (the schema's configuration
+# columns; the ones an older CSV lacks are skipped); seeds are averaged.
+CONFIG_KEYS = CONFIG_COLUMNS
 _MEAN_COLUMNS = (
     "score",
     "al",
@@ -76,6 +77,9 @@ _MEAN_COLUMNS = (
     "speedup_walltime",
 )
 _SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens", "n_samples")
+INTERVAL_COLUMNS = tuple(interval_column_names())
+# Newer columns a CSV may lack; they read as empty cells.
+OPTIONAL_COLUMNS = (*INTERVAL_COLUMNS, "score_by_prompt", "prompts_hash", "repeats")
 
 
 def expand_paths(patterns: list[str | Path]) -> list[Path]:
@@ -120,6 +124,9 @@ def read_results_csv(path: str | Path) -> pd.DataFrame:
         )
     if frame.empty:
         raise ValueError(f"{path} has a header but no rows; nothing to report")
+    for name in OPTIONAL_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = ""
     frame = coerce_frame(frame)
     frame["source_file"] = str(path)
     return frame
@@ -164,4 +171,38 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         lambda s: " / ".join(sorted(set(s.dropna()))) or None
     )
     out["n_runs"] = groups.size()
-    return out.reset_index()
+    for name in INTERVAL_COLUMNS:  # one run: its bounds; several: the mean, only if all have one
+        out[name] = groups[name].agg(lambda s: s.mean() if s.notna().all() else None)
+    out["repeats"] = groups["repeats"].agg(lambda s: s.sum() if s.notna().all() else None)
+    out["prompts_hash"] = groups["prompts_hash"].agg(
+        lambda s: s.iloc[0] if s.notna().all() and s.nunique() == 1 else None
+    )
+    out["score_by_prompt"] = groups["score_by_prompt"].agg(_mean_scores)
+    out.loc[out["prompts_hash"].isna(), "score_by_prompt"] = None  # other prompts: no pairing
+    out = out.reset_index()
+    for index in out.index[out["n_runs"] > 1]:  # seeds act as repeats of the same prompts
+        low, high = _score_interval(out.at[index, "score_by_prompt"])
+        out.at[index, "score_ci_low"], out.at[index, "score_ci_high"] = low, high
+    return out
+
+
+def _mean_scores(cells: pd.Series) -> str | None:
+    """Per-prompt scores averaged over seeds (JSON), when every seed has them for n prompts."""
+    if cells.isna().any():
+        return None
+    lists = [json.loads(c) for c in cells]
+    if len({len(values) for values in lists}) != 1 or any(None in values for values in lists):
+        return None
+    mean = np.mean(np.asarray(lists, dtype=float), axis=0)  # [n prompts]
+    return json.dumps([round(float(v), 6) for v in mean], separators=(",", ":"))
+
+
+def _score_interval(cell) -> tuple[float | None, float | None]:
+    """The score's bootstrap interval from per-prompt scores (results/intervals.py's method)."""
+    if not isinstance(cell, str):
+        return None, None
+    scores = np.asarray(json.loads(cell), dtype=float)  # [n prompts]
+    if scores.size < 2:
+        return None, None
+    counts = resample_counts(scores.size, BOOTSTRAP_RESAMPLES, bootstrap_rng(0))
+    return percentile_interval(counts @ scores / scores.size)

@@ -2,7 +2,10 @@
 
 Kinds: AL vs δ, score vs δ, speedup vs δ (SpS / TAS / Verifier as horizontal references),
 score vs AL (one marker per sampler: the quality-speed trade-off) and acceptance rate by draft
-position. A panel or figure whose data is missing says so in the plot instead of staying blank.
+position. Error bars (and shaded bands around the reference lines) are the rows' 95% bootstrap
+intervals where the CSV has them; a sweep from an older CSV without them keeps the binomial
+standard error for the score and no bars otherwise, and says which in the axis label. A panel
+or figure whose data is missing says so in the plot instead of staying blank.
 Figures are built with matplotlib's object API (no pyplot state), so any backend works.
 """
 
@@ -10,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,119 +23,32 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from tqdm import tqdm
 
+from cactus_bench.report.figure_parts import (
+    DELTA_LABEL,
+    MARKERS,
+    SWEEP_SAMPLERS,
+    bars,
+    draw_references,
+    interval_errors,
+    new_figure,
+    readable_score_axis,
+    sampler_color,
+    say_missing,
+)
 from cactus_bench.report.tables import (
     blocks,
-    is_missing,
     method_label,
     method_sort_key,
-    pair_title,
-    task_sort_key,
     task_title,
 )
 
-SWEEP_SAMPLERS = ("cactus", "cactus_exact")  # the samplers with a δ axis
-COLORS = {
-    "verifier": "0.35",
-    "sps": "C0",
-    "tas": "C1",
-    "cactus": "C3",
-    "cactus_exact": "C4",
-    "interp": "C2",
-    "topk": "C5",
-    "greedy": "C6",
-}  # one color per sampler in every figure
-REFERENCE_STYLES = {"verifier": ("Verifier", "-"), "sps": ("SpS", "--"), "tas": ("TAS", ":")}
-MARKERS = {
-    "verifier": "*",
-    "sps": "o",
-    "tas": "s",
-    "cactus": "^",
-    "cactus_exact": "v",
-    "interp": "D",
-    "topk": "P",
-    "greedy": "X",
-}
-DELTA_LABEL = "δ (KL divergence budget, nats)"
-
-
-def _color(sampler: str) -> str:
-    return COLORS.get(sampler, "C9")
-
-
-def _say_missing(ax: Axes, text: str) -> None:
-    ax.text(
-        0.5,
-        0.5,
-        text,
-        ha="center",
-        va="center",
-        wrap=True,
-        fontsize=9,
-        transform=ax.transAxes,
-        color="0.3",
-    )
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _value(row, column: str, scale: float = 1.0) -> float | None:
-    return None if is_missing(row[column]) else float(row[column]) * scale
-
-
-def _new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, list[Axes], list]:
-    tasks = sorted(rows["task"].unique(), key=task_sort_key)
-    width = 4.6 * len(tasks) + 0.6
-    figure = Figure(figsize=(width, 4.2), layout="constrained")
-    axes = figure.subplots(1, len(tasks), squeeze=False)[0]
-    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
-    # Long hub ids would run off the figure: wrap at ~12 characters per inch (fontsize 10).
-    # (non-breaking spaces keep "m = 2" on one line: textwrap splits on ASCII whitespace only)
-    m_text = f"m = {m if m else '—'}".replace(" ", "\u00a0")
-    title = textwrap.fill(f"{what}: {pair_title(rows, pair)}, {m_text}", int(width * 12))
-    title = title.replace("\u00a0", " ")
-    figure.suptitle(f"{title}\n{devices}", fontsize=10)
-    return figure, list(axes), tasks
-
-
-def _readable_score_axis(ax: Axes, scores: pd.Series, scale: float) -> None:
-    """Plain tick labels, and a +-5 point band when every score is the same (e.g. all 0 %):
-    matplotlib would otherwise zoom into float noise and label the axis '1e-17'."""
-    ax.yaxis.get_major_formatter().set_useOffset(False)
-    values = scores.dropna().astype(float) * scale
-    if len(values) and values.max() - values.min() < 1e-6:
-        ax.set_ylim(values.iloc[0] - 5.0, values.iloc[0] + 5.0)
-
-
-def _score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
-    """Binomial standard error sqrt(p (1 - p) / n) of each accuracy (n = prompts scored)."""
-    if "n_samples" not in rows or rows["n_samples"].isna().any():
-        return None
-    p = rows["score"].astype(float)
-    return list(scale * (p * (1 - p) / rows["n_samples"].astype(float)) ** 0.5)
-
-
-def _draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1.0) -> None:
-    for sampler in samplers:
-        label, style = REFERENCE_STYLES[sampler]
-        color = _color(sampler)
-        for _, row in rows[rows["sampler"] == sampler].iterrows():
-            value = _value(row, column, scale)
-            if value is not None:
-                ax.axhline(
-                    value,
-                    linestyle=style,
-                    color=color,
-                    linewidth=1.3,
-                    label=method_label(row) if sampler == "tas" else label,
-                )
-
 
 def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, unity=False):
-    figure, axes, tasks = _new_figure(rows, pair, m, what)
+    figure, axes, tasks = new_figure(rows, pair, m, what)
     for ax, task in zip(axes, tasks, strict=True):
         task_rows = rows[rows["task"] == task]
         ax.set_title(task_title(task), fontsize=10)
-        drew, max_delta = False, 0.0
+        drew, max_delta, bar_kinds = False, 0.0, set()
         for sampler in SWEEP_SAMPLERS:
             sweep = task_rows[
                 (task_rows["sampler"] == sampler)
@@ -141,31 +56,34 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
                 & task_rows[column].notna()
             ].sort_values("delta")
             if len(sweep):
+                yerr, bar_kind = bars(sweep, column, scale)
+                bar_kinds.add(bar_kind if yerr is not None else "")
                 ax.errorbar(
                     sweep["delta"].astype(float),
                     sweep[column].astype(float) * scale,
-                    yerr=_score_stderr(sweep, scale) if column == "score" else None,
+                    yerr=yerr,
                     capsize=3,
                     marker=MARKERS[sampler],
-                    color=_color(sampler),
+                    color=sampler_color(sampler),
                     label="Cactus" if sampler == "cactus" else "Cactus-exact",
                 )
                 drew, max_delta = True, max(max_delta, float(sweep["delta"].max()))
         if not drew:
-            _say_missing(
+            say_missing(
                 ax,
                 f"No Cactus δ sweep with {column} for {task_title(task)}\n"
                 f"in the input CSVs ({pair}, m = {m}).",
             )
             continue
-        _draw_references(ax, task_rows, column, references, scale)
+        draw_references(ax, task_rows, column, references, scale)
         if column == "score":
-            _readable_score_axis(ax, task_rows["score"], scale)
+            readable_score_axis(ax, task_rows["score"], scale)
         if unity:
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
         ax.set_xlim(0, 1.08 * max_delta)  # δ = 0 is SpS: the references meet the sweep there
         ax.set_xlabel(DELTA_LABEL)
-        ax.set_ylabel(ylabel)
+        kinds = sorted(kind for kind in bar_kinds if kind)
+        ax.set_ylabel(f"{ylabel}\n({'; '.join(kinds)})" if kinds else ylabel)  # 2 lines: fits
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return figure
@@ -190,7 +108,7 @@ def score_vs_delta(rows, pair, m) -> Figure:
         m,
         "Task score vs δ",
         "score",
-        "score (%, bars: ±1 binomial s.e.)",
+        "score (%)",
         ("verifier", "sps", "tas"),
         scale=100.0,
     )
@@ -210,37 +128,51 @@ def speedup_vs_delta(rows, pair, m) -> Figure:
 
 
 def score_vs_al(rows, pair, m) -> Figure:
-    figure, axes, tasks = _new_figure(rows, pair, m, "Quality-speed trade-off")
+    figure, axes, tasks = new_figure(rows, pair, m, "Quality-speed trade-off")
     label_axes = []
     for ax, task in zip(axes, tasks, strict=True):
         task_rows = rows[(rows["task"] == task)]
         ax.set_title(task_title(task), fontsize=10)
-        labels = []  # (AL, score %, text, color) of each δ point
+        labels, shown_bars = [], False  # (AL, score %, text, color) of each δ point
         points = task_rows[task_rows["al"].notna() & task_rows["score"].notna()]
         if points.empty:
-            _say_missing(ax, f"No speculative rows with AL and score for {task_title(task)}.")
+            say_missing(ax, f"No speculative rows with AL and score for {task_title(task)}.")
             continue
         for sampler, group in points.groupby("sampler", sort=False):
             ax.scatter(
                 group["al"].astype(float),
                 group["score"].astype(float) * 100,
                 marker=MARKERS.get(sampler, "o"),
-                color=_color(sampler),
+                color=sampler_color(sampler),
                 s=46,
                 label=method_label(group.iloc[0]).split(" (")[0],
             )
+            xerr, yerr = interval_errors(group, "al"), interval_errors(group, "score", 100.0)
+            if xerr is not None or yerr is not None:  # 95% intervals in both directions
+                ax.errorbar(
+                    group["al"].astype(float),
+                    group["score"].astype(float) * 100,
+                    xerr=xerr,
+                    yerr=yerr,
+                    fmt="none",
+                    ecolor=sampler_color(sampler),
+                    elinewidth=0.8,
+                    alpha=0.6,
+                    capsize=2,
+                )
+                shown_bars = True
             if sampler in SWEEP_SAMPLERS:
                 labels += [
                     (float(row["al"]), float(row["score"]) * 100, f"δ={float(row['delta']):g}")
-                    + (_color(sampler),)
+                    + (sampler_color(sampler),)
                     for _, row in group.iterrows()
                 ]
-        _draw_references(ax, task_rows, "score", ("verifier",), 100.0)
-        _readable_score_axis(ax, task_rows["score"], 100.0)
+        draw_references(ax, task_rows, "score", ("verifier",), 100.0)
+        readable_score_axis(ax, task_rows["score"], 100.0)
         ax.margins(0.12)  # room for the δ labels
         label_axes.append((ax, labels))
         ax.set_xlabel("AL (accepted draft tokens / step, no bonus)")
-        ax.set_ylabel("score (%)")
+        ax.set_ylabel("score (%)" + ("\n(bars, both axes: 95% bootstrap interval)" * shown_bars))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     figure.draw_without_rendering()  # final layout and limits: label boxes are placed in pixels
@@ -293,12 +225,12 @@ def _overlap(a: tuple, b: tuple) -> bool:
 
 
 def accept_by_position(rows, pair, m) -> Figure:
-    figure, axes, tasks = _new_figure(rows, pair, m, "Acceptance rate by draft position")
+    figure, axes, tasks = new_figure(rows, pair, m, "Acceptance rate by draft position")
     for ax, task in zip(axes, tasks, strict=True):
         task_rows = rows[(rows["task"] == task) & rows["accept_rate_by_pos"].notna()]
         ax.set_title(task_title(task), fontsize=10)
         if task_rows.empty:
-            _say_missing(ax, f"No per-position acceptance for {task_title(task)}.")
+            say_missing(ax, f"No per-position acceptance for {task_title(task)}.")
             continue
         ordered = sorted((r for _, r in task_rows.iterrows()), key=method_sort_key)
         n_sweep = sum(r["sampler"] in SWEEP_SAMPLERS for r in ordered)
@@ -311,7 +243,7 @@ def accept_by_position(rows, pair, m) -> Figure:
                 shade += 1
                 dashes = "-" if row["sampler"] == "cactus" else "-."
             else:
-                color, dashes = _color(row["sampler"]), "--"
+                color, dashes = sampler_color(row["sampler"]), "--"
             ax.plot(
                 positions,
                 [r for r in rates if r is not None],

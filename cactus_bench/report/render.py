@@ -22,6 +22,8 @@ _LATEX_SYMBOLS = {
     "↳": r"$\hookrightarrow$",
     "−": "$-$",
     "—": "--",
+    "†": r"\textsuperscript{\dag}",
+    "‡": r"\textsuperscript{\ddag}",
 }
 
 

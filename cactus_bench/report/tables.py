@@ -1,9 +1,11 @@
-"""The paper's Table 1 layout and a speedup table, from aggregated results rows.
+"""The paper's Table 1 layout from aggregated results rows (the speedup table: speedup.py).
 
 Table 1 (per model pair and m): rows Verifier, SpS, TAS, Cactus at each δ (then any other
 sampler); per task the score (%), AL and Rej. Where the paper published a value, a "paper" row
-and an "ours - paper" row follow ours. Rendered to Markdown and LaTeX from one `Table` so both
-always agree.
+and an "ours - paper" row follow ours. Where the CSV has them, a cell shows its 95% interval in
+brackets and a score carries † / ‡ when it differs significantly from SpS / the verifier on the
+same prompts (significance.py). Rendered to Markdown and LaTeX from one `Table` so both always
+agree.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from cactus_bench.report.reference import Reference
+from cactus_bench.report.significance import ALPHA, SPS_MARK, VERIFIER_MARK, score_marks
+from cactus_bench.results.intervals import BOOTSTRAP_RESAMPLES
 
 TASK_TITLES = {"gsm8k": "GSM8K", "ifeval": "IFEval", "gpqa": "GPQA", "demo": "Demo"}
 SAMPLER_ORDER = ("verifier", "sps", "tas", "cactus", "cactus_exact", "interp", "topk", "greedy")
@@ -113,11 +117,36 @@ def blocks(agg: pd.DataFrame):
         yield pair, None, rows  # a pair with only verifier runs
 
 
-def _fmt(value, digits: int, suffix: str = "", sign: bool = False) -> str:
+def fmt_number(value, digits: int, suffix: str = "", sign: bool = False) -> str:
     if is_missing(value):
         return "—"
     value = round(float(value), digits) + 0.0  # + 0.0 turns -0.0 into 0.0: no "-0.00"
     return f"{value:{'+' if sign else ''}.{digits}f}{suffix}"
+
+
+def fmt_interval(row, column: str, digits: int, scale: float = 1.0, suffix: str = "") -> str:
+    """`0.56 [0.49, 0.63]` when the row has the column's 95% interval, else `0.56` (or —)."""
+    value = row.get(column)
+    low, high = row.get(f"{column}_ci_low"), row.get(f"{column}_ci_high")
+    if is_missing(value) or low is None or high is None or is_missing(low) or is_missing(high):
+        return "—" if is_missing(value) else fmt_number(float(value) * scale, digits, suffix)
+    low, high = (fmt_number(float(v) * scale, digits) for v in (low, high))
+    return f"{fmt_number(float(value) * scale, digits, suffix)} [{low}, {high}]"
+
+
+def has_interval(row, column: str) -> bool:
+    return not is_missing(row.get(f"{column}_ci_low"))
+
+
+def interval_note(what: str) -> str:
+    return (
+        f"Brackets: 95% intervals of {what}, percentile bootstrap over prompts "
+        f"({BOOTSTRAP_RESAMPLES} resamples of the prompts with replacement; ratios are ratios of "
+        "sums within each resample, like the point estimates); cells averaging several seeds "
+        "recompute the score's from the seed-averaged per-prompt scores and average the other "
+        "bounds (which errs wide). No brackets: the CSV row has no interval (1 prompt, or "
+        "written before intervals existed)."
+    )
 
 
 def _rej_percent(row, sps_row) -> float | None:
@@ -149,6 +178,8 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
             by_method.setdefault(label, {})[row["task"]] = row
             order[label] = method_sort_key(row)
         sps = by_method.get("SpS", {})
+        marks, tests_used, n_tests = score_marks(by_method)
+        shown_interval = False
         first = rows.iloc[0]
         sampling = ", ".join(
             f"{k} {first[k]:g}" if isinstance(first[k], float) else f"{k} {first[k]}"
@@ -177,10 +208,12 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
                     "al": row["al"] if speculative else None,
                     "rej_pct": rej,
                 }
+                score_digits = 1 if has_interval(row, "score") else 2
+                shown_interval |= has_interval(row, "score") or has_interval(row, "al")
                 cells += [
-                    _fmt(ours["score"], 2),
-                    _fmt(ours["al"], 2),
-                    "ref" if label == "SpS" else (_fmt(rej, 1, "%", True) if speculative else "—"),
+                    fmt_interval(row, "score", score_digits, 100.0) + marks.get((label, task), ""),
+                    fmt_interval(row, "al", 2) if speculative else "—",
+                    "ref" if label == "SpS" else fmt_number(rej, 1, "%", True),
                 ]
                 for metric, digits, suffix in (
                     ("score", 2, ""),
@@ -202,10 +235,10 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
                         continue
                     has_paper = True
                     used_sources.add(paper.source)
-                    paper_cells.append(_fmt(paper.value, digits, suffix, metric == "rej_pct"))
+                    paper_cells.append(fmt_number(paper.value, digits, suffix, metric == "rej_pct"))
                     diff = None if is_missing(ours[metric]) else float(ours[metric]) - paper.value
                     diff_cells.append(
-                        _fmt(
+                        fmt_number(
                             diff,
                             2 if metric != "rej_pct" else 1,
                             " pp" if metric != "al" else "",
@@ -222,6 +255,16 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
         )
         if not sps:
             table.notes.append("No SpS row in this block, so Rej cannot be computed (—).")
+        if shown_interval:
+            table.notes.append(interval_note("the score (in points) and AL"))
+        if n_tests:
+            table.notes.append(
+                f"{SPS_MARK} / {VERIFIER_MARK}: the score differs from SpS's / the verifier's on "
+                f"the same prompts, two-sided {' or '.join(tests_used)} on the per-prompt "
+                f"scores (McNemar for 0/1 scores, the permutation test for fractional ones), "
+                f"α = {ALPHA:g}, Holm-corrected over the {n_tests} comparisons in this table. No "
+                "mark: no significant difference (or no per-prompt scores to pair)."
+            )
         names = {
             f"{task_title(r['task'])}: {r['score_name']}"
             for _, r in rows.iterrows()
@@ -238,75 +281,7 @@ def table1(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]
             cites = [" ".join(reference.sources[s]["cite"].split()) for s in sorted(used_sources)]
             table.notes.append(
                 "Paper values: " + " | ".join(cites) + " (each number's source: "
-                "results/reference/paper_values.yaml)."
+                "cactus_bench/report/paper_values.yaml)."
             )
-        tables.append(table)
-    return tables
-
-
-def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]:
-    """Per (pair, m): tokens/s of both arms, tokens/s speedup, wall-time speedup, device."""
-    reference = reference or Reference.empty()
-    tables = []
-    for pair, m, rows in blocks(agg):
-        rows = rows[rows["sampler"] != "verifier"]
-        if rows.empty:
-            continue
-        table = Table(
-            title=f"Speedup over the verifier alone: {pair_title(rows, pair)}, m = {m}",
-            groups=[],
-            columns=[
-                "Task",
-                "Method",
-                "tokens/s (method)",
-                "tokens/s (verifier)",
-                "speedup (tokens/s)",
-                "speedup (wall time)",
-                "paper (wall time)",
-                "baseline",
-            ],
-        )
-        ordered = sorted(
-            (r for _, r in rows.iterrows()),
-            key=lambda r: (task_sort_key(r["task"]), method_sort_key(r)),
-        )
-        for row in ordered:
-            paper = reference.lookup(
-                row["drafter_id"],
-                row["verifier_id"],
-                m,
-                row["sampler"],
-                row["delta"],
-                row["task"],
-                "speedup_walltime",
-            )
-            paper_text = (
-                ""
-                if paper is None
-                else (f"{'~' if paper.approximate else ''}{paper.value:.2f}x ({paper.device})")
-            )
-            table.rows.append(
-                (
-                    task_title(row["task"]),
-                    [
-                        method_label(row),
-                        _fmt(row["tokens_per_s_spec"], 2),
-                        _fmt(row["tokens_per_s_baseline"], 2),
-                        _fmt(row["speedup"], 2, "x"),
-                        _fmt(row["speedup_walltime"], 2, "x"),
-                        paper_text,
-                        "—" if is_missing(row["baseline_mode"]) else str(row["baseline_mode"]),
-                    ],
-                    "main",
-                )
-            )
-        devices = sorted({d for d in rows["device_name"].dropna()})
-        table.notes.append(
-            f"Device: {' / '.join(devices) or 'unknown'}. speedup (tokens/s) = generated tokens "
-            "per second of the method / of the verifier-only baseline on the same prompts; "
-            "speedup (wall time) = total decode time of the baseline / of the method. — means "
-            "no baseline was measured (baseline=none). The paper timed vLLM on an A100 40GB; "
-            "timings on other hardware or backends are not comparable to it."
-        )
         tables.append(table)
     return tables

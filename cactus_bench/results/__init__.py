@@ -15,6 +15,7 @@ from cactus_bench.results.baseline_cache import BaselineCache, baseline_key, pro
 from cactus_bench.results.metadata import config_hash, device_name, git_state, run_metadata
 from cactus_bench.results.schema import (
     COLUMNS,
+    CONFIG_COLUMNS,
     MEASUREMENT_COLUMNS,
     REQUIRED_COLUMNS,
     SCHEMA,
@@ -26,6 +27,7 @@ from cactus_bench.results.summarise import summarise
 
 __all__ = [
     "COLUMNS",
+    "CONFIG_COLUMNS",
     "SCHEMA",
     "REQUIRED_COLUMNS",
     "MEASUREMENT_COLUMNS",

@@ -25,6 +25,7 @@ class Column:
     name: str
     kind: str  # "str" | "int" | "float" | "bool" | "json"
     doc: str
+    config: bool = False  # part of what a configuration is: reports give each value its cell
 
 
 _SCHEMA: tuple[Column, ...] = (
@@ -36,36 +37,70 @@ _SCHEMA: tuple[Column, ...] = (
     Column("git_dirty", "bool", "true when the work tree had uncommitted changes"),
     Column("experiment", "str", "experiment preset name, e.g. table1_qwen3_14b"),
     # what was run
-    Column("model_pair", "str", "pair name from cactus_bench.models.PAIR_NAMES"),
+    Column("model_pair", "str", "pair name from cactus_bench.models.PAIR_NAMES", config=True),
     Column("drafter_id", "str", "drafter checkpoint id; empty for a verifier-only run"),
     Column("verifier_id", "str", "verifier checkpoint id"),
     Column("backend", "str", "hf | vllm"),
     Column("dtype", "str", "dtype the models ran in"),
-    Column("task", "str", "gsm8k | ifeval | gpqa | demo"),
+    Column("task", "str", "gsm8k | ifeval | gpqa | demo", config=True),
     Column("n_samples", "int", "number of prompts scored"),
     Column(
         "sampler",
         "str",
         "sps | cactus | cactus_exact | tas | interp | topk | greedy | verifier (no drafts)",
+        config=True,
     ),
-    Column("delta", "float", "divergence budget (cactus, cactus_exact)"),
-    Column("divergence", "str", "f-divergence of the constraint, e.g. kl"),
-    Column("threshold", "float", "TAS posterior threshold epsilon"),
-    Column("alpha", "float", "TAS alpha, or the interpolation weight of interp"),
-    Column("top_k_accept", "int", "k of the top-k acceptance baseline"),
-    Column("m", "int", "draft length (tokens drafted per step)"),
-    Column("temperature", "float", "sampling temperature (0 = greedy)"),
-    Column("top_p", "float", "nucleus threshold"),
-    Column("top_k", "int", "top-k filter of the sampling distributions"),
+    Column("delta", "float", "divergence budget (cactus, cactus_exact)", config=True),
+    Column("divergence", "str", "f-divergence of the constraint, e.g. kl", config=True),
+    Column("threshold", "float", "TAS posterior threshold epsilon", config=True),
+    Column("alpha", "float", "TAS alpha, or the interpolation weight of interp", config=True),
+    Column("top_k_accept", "int", "k of the top-k acceptance baseline", config=True),
+    Column(
+        "sampler_params",
+        "json",
+        "every parameter of the acceptance rule, as its params() gives them (a new parameter "
+        "without a column of its own shows here)",
+        config=True,
+    ),
+    Column("m", "int", "draft length (tokens drafted per step)", config=True),
+    Column("temperature", "float", "sampling temperature (0 = greedy)", config=True),
+    Column("top_p", "float", "nucleus threshold", config=True),
+    Column("top_k", "int", "top-k filter of the sampling distributions", config=True),
     Column("seed", "int", "seed of the run"),
-    Column("max_new_tokens", "int", "generation cap per prompt"),
+    Column(
+        "repeats",
+        "int",
+        "decodes per prompt, each with its own seeds (both arms); empty in rows before it existed",
+    ),
+    Column("max_new_tokens", "int", "generation cap per prompt", config=True),
     # quality
     Column("score_name", "str", "which task metric `score` is, e.g. exact_match,strict-match"),
     Column("score", "float", "headline task score as a fraction in [0, 1]"),
+    Column(
+        "score_ci_low",
+        "float",
+        "lower end of the 95% interval of score: percentile bootstrap over prompts, paired "
+        "with the baseline, 2000 resamples (results/intervals.py)",
+    ),
+    Column("score_ci_high", "float", "upper end of the 95% interval of score"),
     Column("metrics_json", "json", "every task metric, a JSON object name -> value"),
+    Column(
+        "score_by_prompt",
+        "json",
+        "list: the headline metric per prompt in document order, averaged over repeats",
+    ),
+    Column(
+        "prompts_hash",
+        "str",
+        "hash of the prompts' token ids in order: rows with equal hashes ran the same prompts",
+    ),
     # speculation statistics (empty for a verifier-only run)
     Column("al", "float", "accepted drafts per verification step, bonus NOT counted (paper's AL)"),
+    Column("al_ci_low", "float", "lower end of the 95% interval of al"),
+    Column("al_ci_high", "float", "upper end of the 95% interval of al"),
     Column("tokens_per_step", "float", "emitted tokens per step, bonus counted (vLLM's 'AL')"),
+    Column("tokens_per_step_ci_low", "float", "lower end of the 95% interval of tokens_per_step"),
+    Column("tokens_per_step_ci_high", "float", "upper end of the 95% interval of tokens_per_step"),
     Column("accept_rate", "float", "accepted drafts / drafted tokens"),
     Column(
         "accept_rate_by_pos",
@@ -89,7 +124,18 @@ _SCHEMA: tuple[Column, ...] = (
     Column("tokens_per_s_spec", "float", "generated_tokens / wall_time_spec_s"),
     Column("tokens_per_s_baseline", "float", "baseline_generated_tokens / wall_time_baseline_s"),
     Column("speedup", "float", "tokens_per_s_spec / tokens_per_s_baseline"),
+    Column("speedup_ci_low", "float", "lower end of the 95% interval of speedup"),
+    Column("speedup_ci_high", "float", "upper end of the 95% interval of speedup"),
     Column("speedup_walltime", "float", "wall_time_baseline_s / wall_time_spec_s"),
+    Column("speedup_walltime_ci_low", "float", "lower end of the 95% interval of speedup_walltime"),
+    Column(
+        "speedup_walltime_ci_high", "float", "upper end of the 95% interval of speedup_walltime"
+    ),
+    Column(
+        "ci_resamples",
+        "int",
+        "bootstrap resamples behind the *_ci_* columns; empty when there are none (1 prompt)",
+    ),
     Column("baseline_mode", "str", "interleave | cached | none"),
     # environment
     Column("device_name", "str", "accelerator or CPU model the timings come from"),
@@ -104,6 +150,8 @@ _SCHEMA: tuple[Column, ...] = (
 SCHEMA: dict[str, Column] = {c.name: c for c in _SCHEMA}
 COLUMNS: list[str] = [c.name for c in _SCHEMA]
 REQUIRED_COLUMNS: tuple[str, ...] = ("run_id", "config_hash", "task", "sampler", "status")
+# One report cell / plotted point per distinct combination of these (seeds are averaged).
+CONFIG_COLUMNS: tuple[str, ...] = tuple(c.name for c in _SCHEMA if c.config)
 
 # Measured numbers: an error row must leave these empty so a failed run never carries stale values.
 MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(
@@ -206,6 +254,10 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
             f"score must be a fraction in [0, 1] (as lm-eval reports it), got "
             f"{score!r}; the report shows it as a percentage"
         )
+    for low_name in (name for name in row if name.endswith("_ci_low")):
+        low, high = row[low_name], row.get(low_name[: -len("low")] + "high")
+        if not _is_missing(low) and not _is_missing(high) and low > high:
+            raise ValueError(f"{low_name} = {low!r} is above its upper end {high!r}")
     cells = {name: format_cell(name, value) for name, value in row.items()}
     return [cells.get(name, "") for name in (columns or COLUMNS)]
 

@@ -12,47 +12,52 @@ out.num_accepted [B].
 
 from __future__ import annotations
 
-import inspect
+from typing import TYPE_CHECKING, Any
 
-from cactus_bench.samplers.base import AcceptanceRule, DraftStats, VerifyOutput
-from cactus_bench.samplers.divergences import (
-    DIVERGENCES,
-    binary_divergence,
-    exact_gamma,
-    full_divergence,
-    taylor_gamma,
-)
-from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
-from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
+from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, VERIFIER_ONLY, check_params
 
-SAMPLERS: dict[str, type[AcceptanceRule]] = {
-    "sps": SpS,
-    "cactus": Cactus,
-    "cactus_exact": CactusExact,
-    "tas": TypicalAcceptance,
-    "interp": Interpolation,
-    "topk": TopK,
-    "greedy": Greedy,
+SAMPLER_NAMES = RULE_NAMES  # torch-free: configuration checks read the catalogue only
+
+if TYPE_CHECKING:
+    from cactus_bench.samplers.base import AcceptanceRule, DraftStats, VerifyOutput
+    from cactus_bench.samplers.divergences import (
+        DIVERGENCES,
+        binary_divergence,
+        exact_gamma,
+        full_divergence,
+        taylor_gamma,
+    )
+    from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
+    from cactus_bench.samplers.registry import SAMPLERS, make_sampler
+    from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
+
+_LAZY = {
+    **dict.fromkeys(("AcceptanceRule", "DraftStats", "VerifyOutput"), "base"),
+    **dict.fromkeys(
+        ("DIVERGENCES", "binary_divergence", "exact_gamma", "full_divergence", "taylor_gamma"),
+        "divergences",
+    ),
+    **dict.fromkeys(("Greedy", "TopK", "TypicalAcceptance"), "heuristic_rules"),
+    **dict.fromkeys(("Cactus", "CactusExact", "Interpolation", "SpS"), "target_rules"),
+    **dict.fromkeys(("SAMPLERS", "make_sampler"), "registry"),
 }
-SAMPLER_NAMES = tuple(SAMPLERS)
 
 
-def make_sampler(name: str, **params) -> AcceptanceRule:
-    """Builds a rule by name. Parameters set to None are ignored; unknown ones raise."""
-    if name not in SAMPLERS:
-        raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLER_NAMES)}")
-    cls = SAMPLERS[name]
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    given = {key: value for key, value in params.items() if value is not None}
-    unknown = sorted(set(given) - accepted)
-    if unknown:
-        takes = ", ".join(sorted(accepted)) or "no parameters"
-        raise ValueError(f"sampler {name!r} takes {takes}; got unexpected {', '.join(unknown)}")
-    return cls(**given)
+def __getattr__(name: str) -> Any:
+    """The torch-backed names load on first use, so `import cactus_bench.samplers` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"cactus_bench.samplers.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'cactus_bench.samplers' has no attribute {name!r}")
 
 
 __all__ = [
     "DIVERGENCES",
+    "RULES",
+    "RULE_NAMES",
+    "VERIFIER_ONLY",
+    "check_params",
     "SAMPLERS",
     "SAMPLER_NAMES",
     "AcceptanceRule",

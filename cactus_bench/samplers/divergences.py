@@ -29,7 +29,9 @@ import math
 
 import torch
 
-DIVERGENCES = ("kl", "reverse_kl", "chi2", "hellinger", "tv")
+from cactus_bench.samplers.catalogue import DIVERGENCE_NAMES
+
+DIVERGENCES = DIVERGENCE_NAMES  # the torch-free catalogue lists them for config checks
 
 _SOLVER_TOL = 1e-12  # bracket width at which the Newton/bisection solver stops
 _NEWTON_MAX_ITERS = 100

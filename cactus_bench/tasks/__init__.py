@@ -4,7 +4,7 @@
 from cactus_bench.tasks import evaluate_task, TaskResult, TASK_NAMES, TASK_SPECS
 res = evaluate_task(task="gsm8k", decoder=dec, baseline=base_or_None, tokenizer=tok,
                     chat_template_kwargs={}, data_dir=None, limit=None, seed=1234,
-                    gen_kwargs=None, max_gen_toks=4096)
+                    gen_kwargs=None, max_gen_toks=4096, repeats=1)
 res.metrics; res.score_name; res.score; res.n_samples; res.records; res.baseline_records
 TASK_SPECS["gpqa"].score_name   # headline metric key, "exact_match,strict-match"
 ```

@@ -6,6 +6,8 @@
 Steps: pick the task's data source (hub or offline folder), seed as the reference does, build
 lm-eval's task, apply the paper's settings (paper_settings.py), then run lm-eval's
 `simple_evaluate` with chat templates on and collect its metrics and the engine's records.
+With repeats = k the same prompts are decoded and scored k times, each time with other sampling
+seeds (see `repeat_seed`), and the headline metric is averaged per prompt.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ from cactus_bench.tasks.data import (
 )
 from cactus_bench.tasks.lm import SUPPORTED_GEN_KWARGS, CactusBenchLM
 from cactus_bench.tasks.paper_settings import apply_paper_settings
+from cactus_bench.tasks.samples import scores_by_prompt, slim_sample
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS, PAPER_GEN_KWARGS, TaskSpec, get_spec
 
 IFEVAL_SCORED = ("ifeval", "demo")  # tasks whose checkers need NLTK punkt
 REFERENCE_SEED = 1234  # the reference's numpy / torch / few-shot seed; its `random` seed is 0
+REPEAT_SEED_STRIDE = 2**20  # repeat r decodes with run seed + r * stride (see repeat_seed)
 
 
 @dataclass
@@ -50,7 +54,11 @@ class TaskResult:
     reports them (fractions in [0, 1]; stderr entries included when numeric). records and
     baseline_records are in request order; baseline_records is empty without a baseline.
     samples: lm-eval's per-document log, slimmed to doc_id, filter, target, filtered response
-    and metric values (no prompt or document text).
+    and metric values (no prompt or document text), plus the repeat it belongs to.
+    repeats: decodes per prompt. records (and baseline_records) then hold repeat after repeat of
+    the n_samples prompts, record i belonging to prompt i % n_samples; metrics are the means over
+    repeats (lm-eval's stderr entries are left out when repeats > 1: they describe one repeat).
+    scores_by_prompt: the headline metric per prompt in document order, averaged over repeats.
     """
 
     task: str
@@ -65,6 +73,8 @@ class TaskResult:
     gen_kwargs: dict[str, Any] = field(default_factory=dict)
     seeds: dict[str, int] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    repeats: int = 1
+    scores_by_prompt: list[float] = field(default_factory=list)
 
 
 def lm_eval_seeds(seed: int) -> dict[str, int]:
@@ -82,6 +92,18 @@ def lm_eval_seeds(seed: int) -> dict[str, int]:
     }
 
 
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The decoding seed of repeat `repeat` (0 keeps the run seed, so repeats=1 is unchanged).
+
+    Request i of a repeat samples with request_seed(seed + r * 2**20, i) = (seed * 1000003 +
+    r * 2**20 * 1000003 + i) mod 2**31; as 1000003 is odd, the repeats' offsets are distinct
+    multiples of 2**20 for up to 2048 repeats, so no two requests of a run share a seed for up
+    to 2**20 prompts. lm-eval's own seeds (few-shot, GPQA's shuffle) stay the run seed's, so
+    every repeat sees the same prompts.
+    """
+    return seed + repeat * REPEAT_SEED_STRIDE
+
+
 def evaluate_task(
     task: str,
     decoder,
@@ -95,15 +117,18 @@ def evaluate_task(
     max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
     gpqa_password: str | None = None,
     show_progress: bool = True,
+    repeats: int = 1,
 ) -> TaskResult:
     """Runs `task` (gsm8k | ifeval | gpqa | demo) through lm-eval with `decoder`.
 
     gen_kwargs: lm-eval generation kwargs (do_sample, temperature, top_p, top_k); None means the
-    paper's (T 0.6, top-p 0.95, top-k 20). Given ones replace the paper's whole, so a key left
-    out is off. max_gen_toks caps new tokens unless gen_kwargs sets its own.
+    paper's (cactus_bench.paper). Given ones replace the paper's whole, so a key left out is off.
+    max_gen_toks caps new tokens unless gen_kwargs sets its own.
     data_dir: offline data folder (else $CACTUS_BENCH_DATA, else the Hugging Face hub).
     gpqa_password: for the encrypted GPQA zip (else $CACTUS_BENCH_GPQA_PASSWORD, else the
     authors' published one).
+    repeats: decode and score every prompt this many times, each with its own sampling seeds
+    (the baseline decodes each repeat too, with the same seeds as the run's decoder).
     """
     spec = get_spec(task)
     if tokenizer is None:
@@ -112,6 +137,8 @@ def evaluate_task(
         raise ValueError(f"limit must be an integer >= 1 or None for the whole task; got {limit!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
     generation = dict(PAPER_GEN_KWARGS if gen_kwargs is None else gen_kwargs)
     unknown = set(generation) - SUPPORTED_GEN_KWARGS
     if unknown:
@@ -128,15 +155,18 @@ def evaluate_task(
         langdetect.DetectorFactory.seed = 0
     yaml_path = task_yaml_path(spec, folder)
     seeds = lm_eval_seeds(seed)
-    lm = CactusBenchLM(
-        decoder,
-        tokenizer,
-        baseline=baseline,
-        chat_template_kwargs=chat_template_kwargs,
-        max_gen_toks=int(generation["max_gen_toks"]),
-        seed=seed,
-        show_progress=show_progress,
-    )
+    lms = [  # one lm-eval model per repeat (it keeps that repeat's records); bad input fails here
+        CactusBenchLM(
+            decoder,
+            tokenizer,
+            baseline=baseline,
+            chat_template_kwargs=chat_template_kwargs,
+            max_gen_toks=int(generation["max_gen_toks"]),
+            seed=repeat_seed(seed, repeat),
+            show_progress=show_progress,
+        )
+        for repeat in range(repeats)
+    ]
 
     password_token = set_gpqa_password(gpqa_password)
     try:
@@ -147,17 +177,20 @@ def evaluate_task(
     finally:
         reset_gpqa_password(password_token)
     apply_paper_settings(lm_task, generation)
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=[lm_task],
-        task_manager=_empty_task_manager(),
-        limit=limit,
-        apply_chat_template=True,
-        fewshot_as_multiturn=False,  # the reference's evaluate(): few-shot in one user turn
-        log_samples=True,
-        **seeds,
-    )
-    return _task_result(spec, lm_task, results, lm, folder, generation, seeds)
+    runs = []  # (lm-eval's results, the model that holds the records) per repeat
+    for lm in lms:
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=[lm_task],
+            task_manager=_empty_task_manager(),
+            limit=limit,
+            apply_chat_template=True,
+            fewshot_as_multiturn=False,  # the reference's evaluate(): few-shot in one user turn
+            log_samples=True,
+            **seeds,
+        )
+        runs.append((results, lm))
+    return _task_result(spec, lm_task, runs, folder, generation, seeds)
 
 
 @functools.cache
@@ -207,55 +240,46 @@ def _process_docs_once(process):
 def _task_result(
     spec: TaskSpec,
     lm_task: Task,
-    results: dict,
-    lm: CactusBenchLM,
+    runs: list[tuple[dict, CactusBenchLM]],
     folder: Path | None,
     generation: dict,
     seeds: dict,
 ) -> TaskResult:
     name = lm_task.task_name
-    raw = results["results"][name]
-    metrics = {
-        key: float(value)
-        for key, value in raw.items()  # "metric,filter" keys only
-        if "," in key and isinstance(value, int | float) and not isinstance(value, bool)
-    }
-    if spec.score_name not in metrics:
-        raise RuntimeError(f"lm-eval reported no {spec.score_name!r} for {name}: {sorted(raw)}")
+    per_repeat = []  # the metrics of each repeat
+    for results, _ in runs:
+        raw = results["results"][name]
+        metrics = {
+            key: float(value)
+            for key, value in raw.items()  # "metric,filter" keys only
+            if "," in key and isinstance(value, int | float) and not isinstance(value, bool)
+        }
+        if spec.score_name not in metrics:
+            raise RuntimeError(f"lm-eval reported no {spec.score_name!r} for {name}: {sorted(raw)}")
+        per_repeat.append(metrics)
+    metrics = per_repeat[0]
+    if len(runs) > 1:
+        shared = [k for k in metrics if "_stderr" not in k and all(k in m for m in per_repeat)]
+        metrics = {k: sum(m[k] for m in per_repeat) / len(per_repeat) for k in shared}
+    samples = [
+        {**slim_sample(sample), "repeat": repeat}
+        for repeat, (results, _) in enumerate(runs)
+        for sample in results.get("samples", {}).get(name, [])
+    ]
+    first_results, _ = runs[0]
     return TaskResult(
         task=spec.name,
         lm_eval_task=name,
         metrics=metrics,
         score_name=spec.score_name,
         score=metrics[spec.score_name],
-        n_samples=int(results["n-samples"][name]["effective"]),
-        records=list(lm.records),
-        baseline_records=list(lm.baseline_records),
+        n_samples=int(first_results["n-samples"][name]["effective"]),
+        records=[record for _, lm in runs for record in lm.records],
+        baseline_records=[record for _, lm in runs for record in lm.baseline_records],
         data_source="package" if spec.name == "demo" else str(folder) if folder else "hub",
         gen_kwargs=dict(lm_task.get_config("generation_kwargs")),
         seeds=dict(seeds),
-        samples=[_slim_sample(sample) for sample in results.get("samples", {}).get(name, [])],
+        samples=samples,
+        repeats=len(runs),
+        scores_by_prompt=scores_by_prompt(samples, spec.score_name, len(runs)),
     )
-
-
-def _slim_sample(sample: dict[str, Any]) -> dict[str, Any]:
-    """A logged lm-eval sample without the document and prompt (GPQA must not leak as text)."""
-    slim = {
-        key: sample[key]
-        for key in ("doc_id", "filter", "target", "filtered_resps")
-        if key in sample
-    }
-    metrics = [metric for metric in sample.get("metrics", []) if metric in sample]
-    slim.update({metric: sample[metric] for metric in metrics})
-    return _plain(slim)
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars become Python numbers, containers are copied."""
-    if isinstance(value, dict):
-        return {str(key): _plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(item) for item in value]
-    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalar
-        return value.item()
-    return value

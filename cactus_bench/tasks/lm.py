@@ -19,7 +19,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs
 from tqdm.auto import tqdm
 
-from cactus_bench.engine import RequestRecord, SamplingParams
+from cactus_bench.engine import RequestRecord, SamplingParams, cut_at_stop
 from cactus_bench.tasks.paper_settings import THINK_CLOSE, THINK_OPEN
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
 
@@ -168,9 +168,6 @@ class CactusBenchLM(LM):
         self.records.append(record)
         if self.baseline is not None and index % 2 == 0:
             self.baseline_records.append(run(self.baseline))
-        # The engine already cuts at stop strings; cut again so a decoder that does not cannot
-        # leak text past a stop into the scorer (lm-eval's own rule: earliest stop wins).
-        text = record.text
-        for term in stop:
-            text = text.split(term)[0]
-        return continues_thinking(context) + text
+        # Every Decoder cuts at stop strings with cut_at_stop; cutting the returned text again
+        # with the same function guards the scorer against a decoder that does not.
+        return continues_thinking(context) + cut_at_stop(record.text, stop)[0]

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cactus_bench.paper import PAPER
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -66,14 +68,14 @@ TASK_NAMES: tuple[str, ...] = tuple(TASK_SPECS)
 DEMO_PROMPTS_PATH = Path(__file__).with_name("demo_prompts.jsonl")
 
 # The reference code's generation settings for every generate-until task (its --gen-kwargs
-# default): T = 0.6, top-p 0.95, top-k 20, up to 4096 new tokens.
+# default), from the one source cactus_bench.paper.
 PAPER_GEN_KWARGS: dict[str, object] = {
     "do_sample": True,
-    "temperature": 0.6,
-    "top_p": 0.95,
-    "top_k": 20,
+    "temperature": PAPER.temperature,
+    "top_p": PAPER.top_p,
+    "top_k": PAPER.top_k,
 }
-DEFAULT_MAX_GEN_TOKS = 4096
+DEFAULT_MAX_GEN_TOKS = PAPER.max_new_tokens
 
 # The reference removes newline stop strings (a reasoning model writes many newlines before it
 # answers) and adds the end-of-turn markers of the chat families it runs.

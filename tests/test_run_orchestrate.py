@@ -1,4 +1,4 @@
-"""The runner on the tiny in-memory pair: rows, records, resume, errors, baselines.
+"""One run (cactus_bench.run) on the tiny in-memory pair: rows, records, resume, errors, baselines.
 
 In-process (no subprocess): each run decodes 2 demo prompts of at most 8 tokens.
 """
@@ -14,9 +14,17 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cactus_bench import runner
-from cactus_bench.config import ConfigError, RunConf, register_configs, validate
 from cactus_bench.results import MEASUREMENT_COLUMNS, ResultStore
+from cactus_bench.run import (
+    ConfigError,
+    RunConf,
+    build_identity,
+    format_outcome,
+    orchestrate,
+    register_configs,
+    run,
+    validate,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -59,7 +67,7 @@ def csv_rows(path: Path) -> list[dict[str, str]]:
 
 def test_run_writes_one_row_and_records_then_resume_skips(tmp_path, capsys):
     conf = tiny_conf(tmp_path, "sampler=cactus", "delta=0.5")
-    outcome = runner.run(conf)
+    outcome = run(conf)
     assert outcome.status == "ok"
     assert outcome.csv_path == tmp_path / "results" / "runs.csv"
     (row,) = csv_rows(outcome.csv_path)
@@ -92,29 +100,27 @@ def test_run_writes_one_row_and_records_then_resume_skips(tmp_path, capsys):
         ("spec", 1),
     ]
     assert all(r["run_id"] == outcome.run_id for r in records)
-    table = runner.format_outcome(outcome)
+    table = format_outcome(outcome)
     for label in ("score", "AL", "acceptance rate", "tokens/s", "speedup", str(outcome.csv_path)):
         assert label in table
 
     # Same config again: skipped before any model loads; the CSV keeps its single row.
-    again = runner.run(tiny_conf(tmp_path, "sampler=cactus", "delta=0.5"))
+    again = run(tiny_conf(tmp_path, "sampler=cactus", "delta=0.5"))
     assert (again.status, again.config_hash) == ("skipped", outcome.config_hash)
     assert "skip" in capsys.readouterr().out
     assert len(csv_rows(outcome.csv_path)) == 1
     # force=true reruns it; a different delta is a different run.
-    assert (
-        runner.run(tiny_conf(tmp_path, "sampler=cactus", "delta=0.5", "force=true")).status == "ok"
-    )
+    assert run(tiny_conf(tmp_path, "sampler=cactus", "delta=0.5", "force=true")).status == "ok"
     assert len(csv_rows(outcome.csv_path)) == 2
     assert not ResultStore(outcome.csv_path).has_finished(
-        runner.config_hash(runner.hash_fields(tiny_conf(tmp_path, "delta=0.25")))
+        build_identity(tiny_conf(tmp_path, "delta=0.25"))[0].config_hash
     )
 
 
 def test_failed_run_appends_error_row_and_reraises(tmp_path):
     conf = tiny_conf(tmp_path, "sampler=sps", f"data_dir={tmp_path / 'no-such-folder'}")
     with pytest.raises(Exception, match="no-such-folder"):
-        runner.run(conf)
+        run(conf)
     (row,) = csv_rows(tmp_path / "results" / "runs.csv")
     assert row["status"] == "error"
     assert "no-such-folder" in row["error"] and "\n" not in row["error"]
@@ -125,25 +131,25 @@ def test_failed_run_appends_error_row_and_reraises(tmp_path):
 
 
 def test_interrupted_run_leaves_an_error_row(tmp_path, monkeypatch):
-    def interrupted(conf):
+    def interrupted(identity, rule):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(runner, "_measure", interrupted)
+    monkeypatch.setattr(orchestrate, "measure", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        runner.run(tiny_conf(tmp_path, "sampler=sps"))
+        run(tiny_conf(tmp_path, "sampler=sps"))
     (row,) = csv_rows(tmp_path / "results" / "runs.csv")
     assert (row["status"], row["error"]) == ("error", "KeyboardInterrupt: interrupted")
 
 
 def test_verifier_run_feeds_the_cached_baseline(tmp_path, capsys):
-    verifier = runner.run(tiny_conf(tmp_path, "sampler=verifier", "baseline=cached"))
+    verifier = run(tiny_conf(tmp_path, "sampler=verifier", "baseline=cached"))
     row = verifier.row
     assert row["sampler"] == "verifier" and row["m"] is None and row["drafter_id"] is None
     assert row["al"] is None and row["speedup"] is None  # no speculation, no self-comparison
     assert row["baseline_mode"] == "none"
     assert list((tmp_path / "results" / "baselines").glob("*.json"))  # its records, cached
 
-    spec = runner.run(tiny_conf(tmp_path, "sampler=sps", "baseline=cached"))
+    spec = run(tiny_conf(tmp_path, "sampler=sps", "baseline=cached"))
     assert "reusing the cached verifier-only decode" in capsys.readouterr().out
     assert spec.row["baseline_mode"] == "cached"
     assert spec.row["speedup"] is not None
@@ -151,9 +157,9 @@ def test_verifier_run_feeds_the_cached_baseline(tmp_path, capsys):
 
 
 def test_cached_baseline_is_decoded_once_when_missing(tmp_path, capsys):
-    first = runner.run(tiny_conf(tmp_path, "sampler=tas", "baseline=cached"))
+    first = run(tiny_conf(tmp_path, "sampler=tas", "baseline=cached"))
     assert "decoding it once" in capsys.readouterr().out
-    second = runner.run(tiny_conf(tmp_path, "sampler=sps", "baseline=cached"))
+    second = run(tiny_conf(tmp_path, "sampler=sps", "baseline=cached"))
     assert "reusing" in capsys.readouterr().out
     assert second.row["tokens_per_s_baseline"] == pytest.approx(first.row["tokens_per_s_baseline"])
 
@@ -163,8 +169,8 @@ def test_vllm_backend_says_what_it_needs(tmp_path):
     try:
         import vllm  # noqa: F401
     except ImportError:
-        with pytest.raises(ConfigError, match=r"pip install 'cactus-bench\[vllm\]'"):
-            runner.run(tiny_conf(tmp_path, "backend=vllm"))
+        with pytest.raises(ConfigError, match=r"backend=vllm needs vLLM importable"):
+            run(tiny_conf(tmp_path, "backend=vllm"))
         assert not (tmp_path / "results" / "runs.csv").exists()  # nothing ran, no row
     else:
         pytest.skip("vllm is installed here")
@@ -172,7 +178,7 @@ def test_vllm_backend_says_what_it_needs(tmp_path):
 
 def test_experiment_name_picks_the_csv(tmp_path):
     conf = tiny_conf(tmp_path, "experiment_name=my_study", "sampler=greedy", "temperature=0")
-    outcome = runner.run(conf)
+    outcome = run(conf)
     assert outcome.csv_path.name == "my_study.csv"
     assert csv_rows(outcome.csv_path)[0]["experiment"] == "my_study"
 
@@ -182,7 +188,7 @@ def test_wandb_logger_runs_offline_without_api_key(tmp_path, monkeypatch, capsys
     pytest.importorskip("wandb")
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.delenv("WANDB_MODE", raising=False)
-    outcome = runner.run(tiny_conf(tmp_path, "logger=wandb", "sampler=sps"))
+    outcome = run(tiny_conf(tmp_path, "logger=wandb", "sampler=sps"))
     assert outcome.status == "ok"
     assert "offline" in capsys.readouterr().out  # says so
     assert list((tmp_path / "results" / "wandb").glob("offline-run-*"))

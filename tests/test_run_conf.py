@@ -1,7 +1,8 @@
 """Every YAML under configs/ composes and validates; bad configs fail with one clear line.
 
 Composition goes through Hydra's compose API against the real configs/ folder, with the same
-schema (cactus_bench.config.RunConf) and conversion run.py uses. Fast: no model, no torch.
+schema (cactus_bench.run.conf.RunConf) and conversion run.py uses. Fast: no model (the config
+hash tests build the rule, which imports torch).
 """
 
 from __future__ import annotations
@@ -15,21 +16,20 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cactus_bench import config as config_module
-from cactus_bench.config import (
-    SAMPLER_PARAMS,
+from cactus_bench.run import (
     ConfigError,
     RunConf,
-    hash_fields,
+    build_identity,
     one_line_error,
     register_configs,
     run_conf_from_dict,
+    sampler_choice,
     validate,
 )
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "configs"
-GROUPS = ("model", "task", "sampler", "backend", "logger", "experiment", "arm")
+GROUPS = ("model", "task", "sampler", "backend", "logger", "experiment")
 ALL_YAMLS = sorted(p.relative_to(CONFIG_DIR).as_posix() for p in CONFIG_DIR.rglob("*.yaml"))
 
 register_configs()
@@ -86,7 +86,7 @@ def test_every_yaml_composes_and_validates(relative):
 
 def test_default_is_the_embedded_demo():
     conf = compose_run_conf([])
-    assert (conf.model.name, conf.task.name, conf.sampler.name) == (
+    assert (conf.model.name, conf.task.name, conf.sampler["name"]) == (
         "smollm2_135m",
         "demo",
         "cactus",
@@ -96,12 +96,23 @@ def test_default_is_the_embedded_demo():
     assert compose_run_conf(["task=gsm8k"]).m == 10  # the paper's default draft length
 
 
-def test_shortcuts_reach_the_sampler_and_arms_set_sampler_and_delta():
-    assert compose_run_conf(["delta=0.75"]).sampler.delta == 0.75
-    conf = compose_run_conf(["arm=cactus_exact_0.25"])
-    assert (conf.sampler.name, conf.sampler.delta, conf.delta) == ("cactus_exact", 0.25, 0.25)
-    conf = compose_run_conf(["sampler=tas", "delta=0.5"])
-    assert conf.sampler.delta is None  # TAS has no delta: it is not recorded nor hashed
+def choice(overrides):
+    choice = sampler_choice(compose_run_conf(overrides))
+    return choice.name, choice.params
+
+
+def test_delta_shortcut_and_preset_arms_set_one_value():
+    assert choice([]) == ("cactus", {"delta": 1.0})  # configs/sampler/cactus.yaml
+    assert choice(["delta=0.75"]) == ("cactus", {"delta": 0.75})
+    assert choice(["sampler.delta=0.5"]) == ("cactus", {"delta": 0.5})
+    assert choice(["sampler=cactus_exact_0.25"]) == (
+        "cactus_exact",
+        {"delta": 0.25, "divergence": "kl"},
+    )
+    assert choice(["sampler=cactus_0.5", "delta=2"]) == ("cactus", {"delta": 2.0})  # shortcut wins
+    # TAS has no budget: delta= does not reach it (not recorded, not hashed)
+    assert choice(["sampler=tas", "delta=0.5"]) == ("tas", {"threshold": 0.09, "alpha": 0.3})
+    assert choice(["sampler=verifier", "delta=0.5"]) == ("verifier", {})
 
 
 def test_task_defaults_yield_to_presets_and_command_line():
@@ -120,8 +131,8 @@ def test_demo_gsm8k_slice_extends_the_demo_sweep_into_the_same_csv():
     gsm8k = compose_cfg(["experiment=demo_gsm8k", "task=gsm8k"], hydra_node=True)
     demo_params, gsm8k_params = sweep_params(demo), sweep_params(gsm8k)
     assert demo_params["task"] == ["demo"] and gsm8k_params["task"] == ["gsm8k"]
-    assert gsm8k_params["arm"] == demo_params["arm"]  # same eleven arms, same pair
-    assert len(demo_params["arm"]) == 11
+    assert gsm8k_params["sampler"] == demo_params["sampler"]  # same eleven arms, same pair
+    assert len(demo_params["sampler"]) == 11
     for key in ("experiment_name", "results_dir", "baseline", "m", "threads", "device"):
         assert gsm8k[key] == demo[key], key
     # the preset's slice size wins over the GSM8K task's own defaults (all 1,319, 4096 tokens)
@@ -134,7 +145,7 @@ def test_table1_preset_covers_the_paper_grid():
     assert str(cfg.hydra.mode).endswith("MULTIRUN")
     assert set(params["model"]) == {"qwen3_8b", "qwen3_14b"}
     assert set(params["m"]) == {"10", "20"}
-    assert set(params["arm"]) == {"verifier", "sps", "tas", "cactus_0.75", "cactus_1.0"}
+    assert set(params["sampler"]) == {"verifier", "sps", "tas", "cactus_0.75", "cactus_1.0"}
 
 
 @pytest.mark.parametrize(
@@ -153,8 +164,12 @@ def test_table1_preset_covers_the_paper_grid():
         (["limit=0"], "limit must be >= 1"),
         (["top_p=0"], "top_p must be in (0, 1]"),
         (["device=gpu"], "device must be auto, cpu, mps, cuda or cuda:N"),
-        (["sampler=sps", "sampler.delta=0.5"], "sampler 'sps' does not take delta"),
-        (["sampler=tas", "sampler.threshold=1.5"], "threshold (TAS epsilon) must be in (0, 1]"),
+        (["sampler=sps", "sampler.delta=0.5"], "the chosen sampler takes no 'delta'"),
+        (["sampler=sps", "+sampler.delta=0.5"], "sampler 'sps' does not take delta"),
+        (["sampler=cactus", "+sampler.detla=1"], "does not take detla (did you mean 'delta'?)"),
+        (["sampler=tas", "sampler.threshold=1.5"], "threshold must be in (0, 1] for tas"),
+        (["sampler=topk", "sampler.k=2.5"], "k must be an integer for topk"),
+        (["sampler=cactus_exact", "sampler.divergence=js"], "divergence must be one of kl"),
     ],
 )
 def test_validation_errors_are_one_line(overrides, expected):
@@ -167,50 +182,23 @@ def test_validation_errors_are_one_line(overrides, expected):
 
 def test_run_conf_from_dict_validates():
     base = OmegaConf.to_container(compose_cfg([]), resolve=True)
-    assert run_conf_from_dict(base).sampler.name == "cactus"
+    assert run_conf_from_dict(base).sampler["name"] == "cactus"
     with pytest.raises(ConfigError, match="m \\(draft length\\) must be >= 1"):
         run_conf_from_dict({**base, "m": 0})
-    with pytest.raises(ConfigError, match="unknown config key 'sampler.foo'"):
+    with pytest.raises(ConfigError, match="sampler 'cactus' does not take foo"):
         run_conf_from_dict({**base, "sampler": {**base["sampler"], "foo": 1}})
 
 
 def test_hash_ignores_what_does_not_change_a_measurement():
     def hashed(overrides):
-        return hash_fields(compose_run_conf(overrides))
+        return build_identity(compose_run_conf([*overrides, "device=cpu"]))[0].config_hash
 
     assert hashed(["sampler=sps", "delta=0.5"]) == hashed(["sampler=sps", "delta=1.0"])
     assert hashed(["sampler=verifier", "m=10"]) == hashed(["sampler=verifier", "m=20"])
     assert hashed(["force=true", "results_dir=/elsewhere"]) == hashed([])
     assert hashed(["delta=0.5"]) != hashed(["delta=1.0"])
+    assert hashed(["sampler=cactus_0.5"]) == hashed(["delta=0.5"])  # a preset is its values
     assert hashed(["m=10"]) != hashed(["m=20"])
-
-
-def test_name_lists_match_the_layers():
-    # config.py keeps its own copies so validation never imports torch; they must not drift.
-    samplers = pytest.importorskip("cactus_bench.samplers")
-    assert set(config_module.SAMPLER_NAMES) == set(samplers.SAMPLER_NAMES)
-    assert set(SAMPLER_PARAMS) == {*samplers.SAMPLER_NAMES, config_module.VERIFIER_ONLY}
-    for name, params in SAMPLER_PARAMS.items():  # every listed parameter is accepted
-        if name != config_module.VERIFIER_ONLY:
-            samplers.make_sampler(name, **{p: _example(p) for p in params})
-    try:
-        from cactus_bench.tasks import TASK_NAMES
-    except ImportError:
-        return
-    assert set(config_module.TASK_NAMES) == set(TASK_NAMES)
-
-
-def _example(param: str):
-    return {"delta": 0.5, "divergence": "kl", "threshold": 0.09, "alpha": 0.3, "k": 5}[param]
-
-
-def test_git_env_names_match_the_results_layer():
-    from cactus_bench.results import metadata
-
-    assert (config_module.GIT_SHA_ENV, config_module.GIT_DIRTY_ENV) == (
-        metadata.GIT_SHA_ENV,
-        metadata.GIT_DIRTY_ENV,
-    )
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,141 @@
+"""What the figures share: one color and marker per sampler, the figure frame, reference lines
+with their interval bands, and error bars from the rows' 95% intervals (see plots.py)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from cactus_bench.report.tables import (
+    is_missing,
+    method_label,
+    pair_title,
+    task_sort_key,
+)
+
+SWEEP_SAMPLERS = ("cactus", "cactus_exact")  # the samplers with a δ axis
+COLORS = {
+    "verifier": "0.35",
+    "sps": "C0",
+    "tas": "C1",
+    "cactus": "C3",
+    "cactus_exact": "C4",
+    "interp": "C2",
+    "topk": "C5",
+    "greedy": "C6",
+}  # one color per sampler in every figure
+REFERENCE_STYLES = {"verifier": ("Verifier", "-"), "sps": ("SpS", "--"), "tas": ("TAS", ":")}
+MARKERS = {
+    "verifier": "*",
+    "sps": "o",
+    "tas": "s",
+    "cactus": "^",
+    "cactus_exact": "v",
+    "interp": "D",
+    "topk": "P",
+    "greedy": "X",
+}
+DELTA_LABEL = "δ (KL divergence budget, nats)"
+
+
+def sampler_color(sampler: str) -> str:
+    return COLORS.get(sampler, "C9")
+
+
+def say_missing(ax: Axes, text: str) -> None:
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        ha="center",
+        va="center",
+        wrap=True,
+        fontsize=9,
+        transform=ax.transAxes,
+        color="0.3",
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def cell_value(row, column: str, scale: float = 1.0) -> float | None:
+    return None if is_missing(row[column]) else float(row[column]) * scale
+
+
+def new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, list[Axes], list]:
+    tasks = sorted(rows["task"].unique(), key=task_sort_key)
+    width = 4.6 * len(tasks) + 0.6
+    figure = Figure(figsize=(width, 4.2), layout="constrained")
+    axes = figure.subplots(1, len(tasks), squeeze=False)[0]
+    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
+    # Long hub ids would run off the figure: wrap at ~12 characters per inch (fontsize 10).
+    # (non-breaking spaces keep "m = 2" on one line: textwrap splits on ASCII whitespace only)
+    m_text = f"m = {m if m else '—'}".replace(" ", "\u00a0")
+    title = textwrap.fill(f"{what}: {pair_title(rows, pair)}, {m_text}", int(width * 12))
+    title = title.replace("\u00a0", " ")
+    figure.suptitle(f"{title}\n{devices}", fontsize=10)
+    return figure, list(axes), tasks
+
+
+def readable_score_axis(ax: Axes, scores: pd.Series, scale: float) -> None:
+    """Plain tick labels, and a +-5 point band when every score is the same (e.g. all 0 %):
+    matplotlib would otherwise zoom into float noise and label the axis '1e-17'."""
+    ax.yaxis.get_major_formatter().set_useOffset(False)
+    values = scores.dropna().astype(float) * scale
+    if len(values) and values.max() - values.min() < 1e-6:
+        ax.set_ylim(values.iloc[0] - 5.0, values.iloc[0] + 5.0)
+
+
+def interval_errors(rows: pd.DataFrame, column: str, scale: float = 1.0) -> np.ndarray | None:
+    """[2, n] distances from each point down and up to its 95% interval's ends (matplotlib's
+    asymmetric yerr / xerr), or None unless every row has an interval for `column`."""
+    low, high = f"{column}_ci_low", f"{column}_ci_high"
+    if low not in rows or high not in rows or rows[[low, high]].isna().any().any():
+        return None
+    value = rows[column].astype(float).to_numpy() * scale
+    below = value - rows[low].astype(float).to_numpy() * scale
+    above = rows[high].astype(float).to_numpy() * scale - value
+    # a percentile interval of a ratio may sit just beside its point: never a negative bar
+    return np.clip(np.vstack([below, above]), 0.0, None)
+
+
+def score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
+    """Binomial standard error sqrt(p (1 - p) / n) of each accuracy (n = prompts scored)."""
+    if "n_samples" not in rows or rows["n_samples"].isna().any():
+        return None
+    p = rows["score"].astype(float)
+    return list(scale * (p * (1 - p) / rows["n_samples"].astype(float)) ** 0.5)
+
+
+def draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1.0) -> None:
+    """Horizontal lines for the reference methods, each in a faint band of its 95% interval."""
+    for sampler in samplers:
+        label, style = REFERENCE_STYLES[sampler]
+        color = sampler_color(sampler)
+        for _, row in rows[rows["sampler"] == sampler].iterrows():
+            value = cell_value(row, column, scale)
+            if value is not None:
+                ax.axhline(
+                    value,
+                    linestyle=style,
+                    color=color,
+                    linewidth=1.3,
+                    label=method_label(row) if sampler == "tas" else label,
+                )
+                low, high = (row.get(f"{column}_ci_{end}") for end in ("low", "high"))
+                if not (low is None or high is None or is_missing(low) or is_missing(high)):
+                    ax.axhspan(float(low) * scale, float(high) * scale, color=color, alpha=0.1)
+
+
+def bars(sweep: pd.DataFrame, column: str, scale: float) -> tuple[object, str]:
+    """(yerr, what the bars are) for one sweep: intervals, else the score's s.e., else none."""
+    errors = interval_errors(sweep, column, scale)
+    if errors is not None:
+        return errors, "bars: 95% bootstrap interval"
+    if column == "score":
+        return score_stderr(sweep, scale), "bars: ±1 binomial s.e."
+    return None, ""

@@ -1,0 +1,98 @@
+"""The speedup table: tokens/s of both arms and the two speedup forms, with 95% intervals."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from cactus_bench.report.reference import Reference
+from cactus_bench.report.tables import (
+    Table,
+    blocks,
+    fmt_interval,
+    fmt_number,
+    has_interval,
+    is_missing,
+    method_label,
+    method_sort_key,
+    pair_title,
+    task_sort_key,
+    task_title,
+)
+from cactus_bench.results.intervals import BOOTSTRAP_RESAMPLES
+
+
+def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]:
+    """Per (pair, m): tokens/s of both arms, tokens/s speedup, wall-time speedup, device."""
+    reference = reference or Reference.empty()
+    tables = []
+    for pair, m, rows in blocks(agg):
+        rows = rows[rows["sampler"] != "verifier"]
+        if rows.empty:
+            continue
+        table = Table(
+            title=f"Speedup over the verifier alone: {pair_title(rows, pair)}, m = {m}",
+            groups=[],
+            columns=[
+                "Task",
+                "Method",
+                "tokens/s (method)",
+                "tokens/s (verifier)",
+                "speedup (tokens/s)",
+                "speedup (wall time)",
+                "paper (wall time)",
+                "baseline",
+            ],
+        )
+        ordered = sorted(
+            (r for _, r in rows.iterrows()),
+            key=lambda r: (task_sort_key(r["task"]), method_sort_key(r)),
+        )
+        for row in ordered:
+            paper = reference.lookup(
+                row["drafter_id"],
+                row["verifier_id"],
+                m,
+                row["sampler"],
+                row["delta"],
+                row["task"],
+                "speedup_walltime",
+            )
+            paper_text = (
+                ""
+                if paper is None
+                else (f"{'~' if paper.approximate else ''}{paper.value:.2f}x ({paper.device})")
+            )
+            table.rows.append(
+                (
+                    task_title(row["task"]),
+                    [
+                        method_label(row),
+                        fmt_number(row["tokens_per_s_spec"], 2),
+                        fmt_number(row["tokens_per_s_baseline"], 2),
+                        fmt_interval(row, "speedup", 2, suffix="x"),
+                        fmt_interval(row, "speedup_walltime", 2, suffix="x"),
+                        paper_text,
+                        "—" if is_missing(row["baseline_mode"]) else str(row["baseline_mode"]),
+                    ],
+                    "main",
+                )
+            )
+        devices = sorted({d for d in rows["device_name"].dropna()})
+        if any(has_interval(r, c) for r in ordered for c in ("speedup", "speedup_walltime")):
+            table.notes.append(
+                "Brackets: 95% intervals, percentile bootstrap over prompts with the method "
+                f"and its verifier baseline resampled together ({BOOTSTRAP_RESAMPLES} paired "
+                "resamples): a prompt slow for both arms moves both, so its spread cancels in "
+                "the ratio; within a resample each speedup is a ratio of sums, like the point "
+                "estimate. Cells averaging several seeds show the mean of the per-seed bounds "
+                "(errs wide)."
+            )
+        table.notes.append(
+            f"Device: {' / '.join(devices) or 'unknown'}. speedup (tokens/s) = generated tokens "
+            "per second of the method / of the verifier-only baseline on the same prompts; "
+            "speedup (wall time) = total decode time of the baseline / of the method. — means "
+            "no baseline was measured (baseline=none). The paper timed vLLM on an A100 40GB; "
+            "timings on other hardware or backends are not comparable to it."
+        )
+        tables.append(table)
+    return tables

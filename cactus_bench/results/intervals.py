@@ -1,0 +1,203 @@
+"""95% intervals for a results row: a paired percentile bootstrap over prompts.
+
+The prompts are the sampling unit: a run's numbers would move mostly because a different set of
+prompts was drawn, so each resample draws n prompts with replacement (all repeats of a drawn
+prompt come along) and recomputes every statistic the way the row's point estimate is computed:
+
+    al               = sum(accepted) / sum(steps)              ratio of sums, not mean of ratios
+    tokens_per_step  = sum(emitted) / sum(steps)
+    speedup          = (sum(gen) / sum(time)) / (sum(gen_base) / sum(time_base))
+    speedup_walltime = sum(time_base) / sum(time)
+    score            = mean over prompts of the per-prompt score (averaged over repeats)
+
+Paired: the run's decoder and its verifier-only baseline use the SAME resamples, so the
+prompt-to-prompt spread (long prompts are slow for both arms) cancels in the speedup instead of
+widening it. The interval is the percentile interval: the 2.5th and 97.5th percentiles of the
+BOOTSTRAP_RESAMPLES resampled values (numpy's default linear interpolation, Hyndman-Fan type 7).
+The random draws come from a fixed stream derived from the run seed, so a row is reproducible.
+A row with fewer than 2 prompts, or a statistic undefined on some resample (a zero denominator),
+gets empty interval cells, never a zero-width interval.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from cactus_bench.results.baseline_cache import prompts_hash
+
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+BOOTSTRAP_STREAM = 16_003  # mixed with the run seed: the bootstrap's own random stream
+INTERVAL_STATS = ("score", "al", "tokens_per_step", "speedup", "speedup_walltime")
+
+
+def interval_column_names() -> list[str]:
+    return [f"{stat}_ci_{end}" for stat in INTERVAL_STATS for end in ("low", "high")]
+
+
+def bootstrap_rng(seed: int) -> np.random.Generator:
+    """The bootstrap's generator for run seed `seed` (independent of the decoding streams)."""
+    return np.random.default_rng([BOOTSTRAP_STREAM, int(seed)])
+
+
+def resample_counts(n_prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """[resamples, n_prompts] how often each prompt is drawn in each resample (rows sum to n)."""
+    drawn = rng.integers(0, n_prompts, size=(resamples, n_prompts))  # [B, n] prompt indices
+    flat = (drawn + n_prompts * np.arange(resamples)[:, None]).ravel()
+    counts = np.bincount(flat, minlength=resamples * n_prompts).reshape(resamples, n_prompts)
+    return counts.astype(np.float64)  # exact small integers; float for BLAS products
+
+
+def percentile_interval(values: np.ndarray, confidence: float = CONFIDENCE):
+    """(low, high) percentiles of the resampled values; (None, None) if any is not finite."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        return None, None
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+def ratio_of_sums(counts: np.ndarray, numerator, denominator) -> np.ndarray:
+    """[B] sum(numerator) / sum(denominator) over each resample; NaN where the sum is 0."""
+    top = counts @ np.asarray(numerator, dtype=float)
+    bottom = counts @ np.asarray(denominator, dtype=float)
+    return _ratio(top, bottom)
+
+
+def _ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
+
+
+def _get(record, name: str):
+    return record[name] if isinstance(record, Mapping) else getattr(record, name)
+
+
+def per_prompt_totals(records: Sequence, n_prompts: int) -> dict[str, np.ndarray]:
+    """Sums per prompt over its repeats. Record i belongs to prompt i % n_prompts (evaluate_task
+    decodes the whole prompt list once per repeat, in the same order)."""
+    if n_prompts < 1 or len(records) % n_prompts:
+        raise ValueError(
+            f"{len(records)} records do not split into repeats of {n_prompts} prompts; pass the "
+            "records of evaluate_task in order"
+        )
+    totals = {k: np.zeros(n_prompts) for k in ("accepted", "steps", "emitted", "gen", "time")}
+    for index, record in enumerate(records):
+        prompt = index % n_prompts
+        accepted = _get(record, "accepted_per_step")
+        totals["accepted"][prompt] += sum(accepted)
+        totals["steps"][prompt] += len(accepted)
+        totals["emitted"][prompt] += sum(_get(record, "emitted_per_step"))
+        totals["gen"][prompt] += len(_get(record, "output_ids"))
+        totals["time"][prompt] += float(_get(record, "total_time_s"))
+    return totals
+
+
+def bootstrap_intervals(
+    counts: np.ndarray,
+    spec: dict[str, np.ndarray] | None,
+    base: dict[str, np.ndarray] | None,
+    scores: np.ndarray | None,
+    speculative: bool,
+) -> dict[str, float | None]:
+    """Interval columns from per-prompt totals and ONE shared [B, n] resample-count matrix."""
+    out: dict[str, float | None] = dict.fromkeys(interval_column_names())
+
+    def put(stat: str, values: np.ndarray) -> None:
+        out[f"{stat}_ci_low"], out[f"{stat}_ci_high"] = percentile_interval(values)
+
+    per_prompt = {f"spec_{k}": v for k, v in (spec or {}).items()}
+    per_prompt |= {f"base_{k}": v for k, v in (base or {}).items()}
+    if scores is not None:
+        per_prompt["score"] = np.asarray(scores, dtype=float)
+    if not per_prompt:
+        return out
+    names = list(per_prompt)
+    # [B, k]: every per-prompt quantity summed over each resample in one product, so the run
+    # and its baseline are summed over the very same resampled prompts
+    sums = np.asarray(counts, dtype=float) @ np.column_stack([per_prompt[k] for k in names])
+    total = dict(zip(names, sums.T, strict=True))  # name -> [B]
+    if scores is not None:
+        put("score", total["score"] / counts.shape[1])  # mean over the n resampled prompts
+    if spec is not None and speculative:
+        put("al", _ratio(total["spec_accepted"], total["spec_steps"]))
+        put("tokens_per_step", _ratio(total["spec_emitted"], total["spec_steps"]))
+    if spec is not None and base is not None:
+        rate = _ratio(total["spec_gen"], total["spec_time"])  # [B] tokens/s of the run
+        base_rate = _ratio(total["base_gen"], total["base_time"])
+        put("speedup", _ratio(rate, base_rate))
+        put("speedup_walltime", _ratio(total["base_time"], total["spec_time"]))
+    return out
+
+
+def compact_scores(scores: Sequence[float]) -> list:
+    """Per-prompt scores for the CSV: 0/1 as integers, others rounded to 6 decimals."""
+    compact = []
+    for value in scores:
+        value = float(value)
+        if math.isnan(value):
+            compact.append(None)
+        elif value.is_integer():
+            compact.append(int(value))
+        else:
+            compact.append(round(value, 6))
+    return compact
+
+
+def per_prompt_columns(
+    records: Sequence,
+    baseline_records: Sequence | None,
+    scores_by_prompt: Sequence[float] | None,
+    seed: int,
+    n_prompts: int | None = None,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> dict:
+    """The row's per-prompt columns: score_by_prompt, prompts_hash, the intervals, ci_resamples.
+
+    records / baseline_records: evaluate_task's, in order (repeat after repeat of the prompts);
+    scores_by_prompt: the headline metric per prompt in the same prompt order, averaged over
+    repeats; seed: the run seed (the bootstrap's stream derives from it); n_prompts: the number
+    of distinct prompts (default: len(scores_by_prompt), else one prompt per record).
+    Records that do not split into repeats of n_prompts leave the intervals empty with a
+    warning rather than fail a finished run.
+    """
+    records = list(records)
+    n_prompts = n_prompts or (len(scores_by_prompt) if scores_by_prompt else len(records))
+    if n_prompts < 1 or not records:
+        raise ValueError("per_prompt_columns needs at least one record and one prompt")
+    if scores_by_prompt and len(scores_by_prompt) != n_prompts:
+        warnings.warn(
+            f"{len(scores_by_prompt)} per-prompt scores for {n_prompts} prompts; the score "
+            "interval and score_by_prompt are left empty",
+            stacklevel=2,
+        )
+        scores_by_prompt = None
+    row: dict = {
+        "score_by_prompt": compact_scores(scores_by_prompt) if scores_by_prompt else None,
+        "prompts_hash": prompts_hash([_get(r, "prompt_ids") for r in records[:n_prompts]]),
+        **dict.fromkeys(interval_column_names()),
+        "ci_resamples": None,
+    }
+    arms = [records] + ([] if baseline_records is None else [list(baseline_records)])
+    if any(len(arm) % n_prompts for arm in arms):
+        warnings.warn(
+            f"records ({', '.join(str(len(a)) for a in arms)}) do not split into repeats of "
+            f"{n_prompts} prompts; the row's intervals are left empty",
+            stacklevel=2,
+        )
+        return row
+    if n_prompts < 2:  # one prompt: no spread to resample, so no interval (not a zero-width one)
+        return row
+    spec = per_prompt_totals(records, n_prompts)
+    base = None if baseline_records is None else per_prompt_totals(arms[1], n_prompts)
+    counts = resample_counts(n_prompts, resamples, bootstrap_rng(seed))
+    speculative = int(_get(records[0], "num_draft_tokens")) > 0
+    scores = None if not scores_by_prompt else np.asarray(scores_by_prompt, dtype=float)
+    row.update(bootstrap_intervals(counts, spec, base, scores, speculative))
+    row["ci_resamples"] = resamples
+    return row

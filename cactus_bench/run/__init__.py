@@ -1,0 +1,63 @@
+"""One run: its configuration, its checks, its identity, and its orchestration.
+
+conf.py         the schema run.py composes into (RunConf and its parts; paper defaults)
+checks.py       validate(conf) and the sampler choice: one-line ConfigErrors, no torch
+errors.py       one line for any Hydra / OmegaConf / run error
+launch.py       git state and launch folder pinned for every job of a sweep; resolvers
+identity.py     RunIdentity: config hash, CSV identity columns, description, W&B config,
+                baseline-cache key, all from one place
+orchestrate.py  run(conf): resume check, measure, error rows, append the row
+measure.py      decode the task and its baseline with a backend's decoders, summarise
+baseline.py     the verifier-only baseline cache (baseline=cached)
+backends/       hf (this project's engine) and vllm: the decoders a run measures
+wandb.py        logger=wandb's mirror;  console.py: what a finished run prints
+
+    from cactus_bench.run import run, run_conf_from_dict, format_outcome
+    print(format_outcome(run(run_conf_from_dict({...}))))
+
+Importing this package imports neither torch nor lm-eval; `run()` does, after validation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from cactus_bench.run.checks import ConfigError, run_conf_from_dict, sampler_choice, validate
+from cactus_bench.run.conf import RunConf, register_configs
+from cactus_bench.run.console import RunOutcome, format_outcome
+from cactus_bench.run.errors import one_line_error
+from cactus_bench.run.launch import pin_launch_context
+
+if TYPE_CHECKING:
+    from cactus_bench.run.identity import RunIdentity
+    from cactus_bench.run.orchestrate import build_identity, run
+
+
+def __getattr__(name: str) -> Any:
+    """run / build_identity / RunIdentity load the results layer on first use."""
+    if name in ("run", "build_identity"):
+        from cactus_bench.run import orchestrate
+
+        return getattr(orchestrate, name)
+    if name == "RunIdentity":
+        from cactus_bench.run.identity import RunIdentity
+
+        return RunIdentity
+    raise AttributeError(f"module 'cactus_bench.run' has no attribute {name!r}")
+
+
+__all__ = [
+    "ConfigError",
+    "RunConf",
+    "RunIdentity",
+    "RunOutcome",
+    "build_identity",
+    "format_outcome",
+    "one_line_error",
+    "pin_launch_context",
+    "register_configs",
+    "run",
+    "run_conf_from_dict",
+    "sampler_choice",
+    "validate",
+]

@@ -1,0 +1,52 @@
+"""backend=hf: this project's draft-verify engine over a loaded transformers pair."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cactus_bench.run.backends import Decoders, sampling_params
+from cactus_bench.run.identity import RunIdentity
+
+
+def hf_decoders(identity: RunIdentity, rule) -> Decoders:
+    """Load the pair; the speculative decoder (or the verifier alone) and the baseline's."""
+    from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
+    from cactus_bench.models import PairSpec, load_pair
+
+    conf = identity.conf
+    pair = load_pair(PairSpec(**dataclasses.asdict(conf.model)), device=conf.device)
+    sampling = sampling_params(conf)
+    engine = {"fast": conf.engine.fast, "compile": conf.engine.compile}  # same path for both arms
+
+    def verifier_only() -> AutoregressiveDecoder:
+        return AutoregressiveDecoder(
+            pair.verifier,
+            pair.tokenizer,
+            sampling=sampling,
+            device=conf.device,
+            token_map=pair.token_map,  # the same restricted law as the speculative arm
+            **engine,
+        )
+
+    if identity.speculative:
+        decoder = SpeculativeDecoder(
+            pair.drafter,
+            pair.verifier,
+            pair.tokenizer,
+            rule,
+            num_draft_tokens=conf.m,
+            sampling=sampling,
+            device=conf.device,
+            token_map=pair.token_map,
+            **engine,
+        )
+    else:
+        decoder = verifier_only()
+    interleave = identity.speculative and conf.baseline == "interleave"
+    return Decoders(
+        decoder=decoder,
+        interleaved=verifier_only() if interleave else None,
+        verifier_only=verifier_only,
+        tokenizer=pair.tokenizer,
+        chat_template_kwargs=dict(pair.chat_template_kwargs),
+    )

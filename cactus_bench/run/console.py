@@ -1,0 +1,56 @@
+"""What a run prints when it ends: the headline numbers and where the row went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class RunOutcome:
+    """What happened: status "ok" (a row was appended) or "skipped" (already finished)."""
+
+    status: str
+    csv_path: Path
+    config_hash: str
+    run_id: str | None = None
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+def _cell(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _with_interval(row: dict, name: str, fmt: str) -> str:
+    """`1.42 [1.31, 1.55]` when the row has the 95% interval, else the point value."""
+    low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
+    interval = f" [{low:{fmt}}, {high:{fmt}}]" if low is not None and high is not None else ""
+    return _cell(row.get(name), fmt) + interval
+
+
+def format_outcome(outcome: RunOutcome) -> str:
+    """A small table of the headline numbers and the CSV path."""
+    if outcome.status == "skipped":
+        return f"skipped (already finished): {outcome.csv_path}"
+    row = outcome.row
+    base = row.get("tokens_per_s_baseline")
+    lines = [
+        f"{'score (' + str(row.get('score_name')) + ')':<44} {_with_interval(row, 'score', '.4f')}",
+        f"{'AL (accepted drafts per step, no bonus)':<44} {_with_interval(row, 'al', '.3f')}",
+        f"{'acceptance rate (accepted / drafted)':<44} {_cell(row.get('accept_rate'), '.3f')}",
+        f"{'tokens/s (run' + (' / verifier baseline)' if base else ')'):<44} "
+        f"{_cell(row.get('tokens_per_s_spec'), '.2f')}" + (f" / {base:.2f}" if base else ""),
+        f"{'speedup (tokens/s ratio)':<44} {_with_interval(row, 'speedup', '.3f')}",
+        f"{'speedup (wall time)':<44} {_with_interval(row, 'speedup_walltime', '.3f')}",
+    ]
+    if row.get("score_ci_low") is not None:
+        lines.append("[low, high]: 95% paired bootstrap interval over prompts")
+    title = f"{row['model_pair']} / {row['task']} / {row['sampler']}  ({row['n_samples']} prompts)"
+    return "\n".join(
+        [
+            title,
+            *("  " + line for line in lines),
+            f"results: {outcome.csv_path} (run_id {outcome.run_id})",
+        ]
+    )

@@ -1,0 +1,107 @@
+"""Measuring one run: decode the task with the backend's decoders (and the verifier-only
+baseline), then summarise the records into the row's measured columns.
+
+The order inside a run: seed torch, pin threads, load the decoders, warm every decoder up, decode
+the task (the baseline interleaved prompt by prompt, or from the baseline cache), summarise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cactus_bench.results import summarise
+from cactus_bench.results.intervals import per_prompt_columns
+from cactus_bench.run.backends import Decoders, load_decoders
+from cactus_bench.run.baseline import cached_baseline
+from cactus_bench.run.conf import RunConf
+from cactus_bench.run.identity import RunIdentity
+from cactus_bench.run.launch import resolve_path
+
+WARM_UP_TEXT = "Warm-up: name three colours."
+PHASE_TIME_COLUMNS = ("prefill_time_s", "draft_time_s", "verify_time_s", "sampler_time_s")
+
+
+@dataclass
+class Measured:
+    row: dict[str, Any]  # task and speculation columns
+    records: list  # RequestRecords of the run's decoder
+    baseline_records: list | None  # of the verifier-only baseline (records or their dicts)
+
+
+def measure(identity: RunIdentity, rule) -> Measured:
+    """Load, warm up, decode and summarise; `rule` is None for the verifier alone."""
+    import torch
+
+    conf = identity.conf
+    torch.manual_seed(conf.seed)
+    if conf.threads is not None:
+        torch.set_num_threads(conf.threads)
+    decoders = load_decoders(identity, rule)
+    warm_up([decoders.decoder, decoders.interleaved], decoders.tokenizer)
+    return evaluate_and_summarise(identity, decoders)
+
+
+def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measured:
+    """Decode the task (and its baseline), then summarise; the same for every backend."""
+    from cactus_bench.tasks import evaluate_task
+
+    conf = identity.conf
+
+    def evaluate(task_decoder, baseline):
+        return evaluate_task(
+            task=conf.task.name,
+            decoder=task_decoder,
+            baseline=baseline,
+            tokenizer=decoders.tokenizer,
+            chat_template_kwargs=decoders.chat_template_kwargs,
+            data_dir=resolve_path(conf.data_dir),
+            limit=conf.limit,
+            seed=conf.seed,
+            gen_kwargs=gen_kwargs(conf),
+            max_gen_toks=conf.max_new_tokens,
+            repeats=conf.repeats,
+        )
+
+    result = evaluate(decoders.decoder, decoders.interleaved)
+    baseline_records = list(result.baseline_records) if decoders.interleaved is not None else None
+    if conf.baseline == "cached":
+        baseline_records = cached_baseline(
+            identity, result.records, lambda: evaluate(decoders.verifier_only(), None).records
+        )
+    row = {
+        "n_samples": result.n_samples,
+        "score_name": result.score_name,
+        "score": result.score,
+        "metrics_json": dict(result.metrics),
+        **summarise(result.records, baseline_records),
+        **per_prompt_columns(
+            result.records, baseline_records, result.scores_by_prompt, conf.seed, result.n_samples
+        ),
+    }
+    if not decoders.per_phase_times:  # empty cells, never a 0 the backend did not measure
+        row.update(dict.fromkeys(PHASE_TIME_COLUMNS))
+    return Measured(row, list(result.records), baseline_records)
+
+
+def warm_up(decoders: list, tokenizer, new_tokens: int = 8) -> None:
+    """Decode a few tokens with each decoder before anything is timed.
+
+    The first forwards of a model pay one-off costs (allocations, kernel selection, lazy
+    initialisation) that would otherwise land on whichever arm decodes the first prompt, or on a
+    cached baseline decoded by the first job of a sweep. Spec-Bench warms up likewise.
+    """
+    prompt_ids = tokenizer.encode(WARM_UP_TEXT)
+    for decoder in decoders:
+        if decoder is not None:
+            decoder.generate(prompt_ids, max_new_tokens=new_tokens, seed=0)
+
+
+def gen_kwargs(conf: RunConf) -> dict[str, Any]:
+    """lm-eval generation kwargs matching the run's sampling (temperature 0 = greedy)."""
+    if conf.temperature == 0:
+        return {"do_sample": False, "temperature": 0.0}
+    kwargs = {"do_sample": True, "temperature": conf.temperature, "top_p": conf.top_p}
+    if conf.top_k:
+        kwargs["top_k"] = conf.top_k
+    return kwargs

@@ -1,0 +1,87 @@
+"""One run from a validated RunConf to a results row: what `run.py` calls.
+
+    from cactus_bench.run import run, run_conf_from_dict, format_outcome
+    outcome = run(run_conf_from_dict({"model": {...}, "task": {"name": "demo"}, ...}))
+    print(format_outcome(outcome))
+
+Order of work, cheapest first, so that a bad run fails before anything slow happens:
+validate -> backend check -> the acceptance rule and the run's identity -> resume check (config
+hash already finished? skip) -> measure (load, warm up, decode the task and its baseline,
+summarise) -> append ONE row (and the per-request records) -> mirror to W&B. Any failure after
+the resume check appends a status=error row carrying the one-line message and no measurements,
+then re-raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import uuid
+
+from cactus_bench.results import ResultStore, run_metadata
+from cactus_bench.run.backends import check_backend, resolve_device
+from cactus_bench.run.checks import validate
+from cactus_bench.run.conf import RunConf
+from cactus_bench.run.console import RunOutcome
+from cactus_bench.run.errors import error_text
+from cactus_bench.run.identity import RunIdentity
+from cactus_bench.run.measure import measure
+
+
+def build_identity(conf: RunConf) -> tuple[RunIdentity, object]:
+    """(identity, rule) of a validated config; rule is None for the verifier alone."""
+    choice = validate(conf)
+    conf = dataclasses.replace(conf, device=resolve_device(conf.device))
+    rule = None
+    if choice.speculative:
+        from cactus_bench.samplers import make_sampler
+
+        rule = make_sampler(choice.name, **choice.params)
+    params = rule.params() if rule is not None else {}
+    return RunIdentity(conf, choice.name, params), rule
+
+
+def run(conf: RunConf) -> RunOutcome:
+    """Run `conf` unless its config hash already has a finished row (then skip; force=true)."""
+    validate(conf)
+    check_backend(conf)
+    identity, rule = build_identity(conf)
+    store = ResultStore(identity.results_csv)
+    if not conf.force and store.has_finished(identity.config_hash):
+        print(
+            f"skip: {identity.description} already has a finished row (config hash "
+            f"{identity.config_hash}) in {identity.results_csv}; force=true reruns it",
+            flush=True,
+        )
+        return RunOutcome("skipped", identity.results_csv, identity.config_hash)
+
+    run_id = new_run_id()
+    columns = identity.columns(run_id)
+    device = identity.conf.device
+    print(f"run {run_id}: {identity.description} on {device}", flush=True)
+    try:
+        measured = measure(identity, rule)
+    except BaseException as error:  # KeyboardInterrupt too: leave a row saying what happened
+        error_row = {**columns, **run_metadata(device), "status": "error"}
+        store.append({**error_row, "error": error_text(error)})
+        raise
+    row = {**columns, **run_metadata(device), **measured.row, "status": "ok"}
+    # Records first, the row last: a finished row is the commit mark resume trusts, so a run
+    # killed in between leaves orphan records (its run_id has no row), never a row without them.
+    store.append_records(run_id, measured.records, arm="spec")
+    if measured.baseline_records is not None:
+        store.append_records(run_id, measured.baseline_records, arm="baseline")
+    store.append(row)
+    if conf.logger.name == "wandb":
+        from cactus_bench.run.wandb import mirror_to_wandb
+
+        try:
+            mirror_to_wandb(identity, row, measured.records)
+        except Exception as error:  # the CSV is the source of truth; a W&B hiccup is a warning
+            print(f"warning: W&B mirror failed ({error_text(error)}); the CSV row is written")
+    return RunOutcome("ok", identity.results_csv, identity.config_hash, run_id, row)
+
+
+def new_run_id() -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,44 @@
+"""logger=wandb: mirror a finished row and its per-step AL series to Weights & Biases.
+
+The CSV stays the source of truth: a W&B failure is a warning, never a failed run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from cactus_bench.run.identity import RunIdentity
+from cactus_bench.run.launch import resolve_path
+
+
+def mirror_to_wandb(identity: RunIdentity, row: dict, records: list) -> None:
+    from cactus_bench.results.wandb_mirror import WandbMirror
+
+    conf = identity.conf
+    mode = conf.logger.mode if conf.logger.mode in ("online", "offline", "disabled") else None
+    run_name = f"{conf.model.name}-{conf.task.name}-{identity.sampler}-{row['run_id']}"
+    config = identity.wandb_config(row["run_id"])
+    with _environment(WANDB_MODE=mode, WANDB_ENTITY=conf.logger.entity):
+        with WandbMirror(
+            conf.logger.project, run_name, config, dir=resolve_path(conf.results_dir)
+        ) as mirror:
+            mirror.log_row(row)
+            mirror.log_al_series(records, task=conf.task.name)
+
+
+@contextlib.contextmanager
+def _environment(**values: str | None):
+    """Set environment variables for the duration (multirun jobs share one process)."""
+    saved = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is not None:
+            os.environ[name] = value
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

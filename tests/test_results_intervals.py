@@ -1,0 +1,236 @@
+"""The paired percentile bootstrap of results/intervals.py: hand computations, coverage by
+simulation, why pairing matters, and the row columns it writes (fixed seeds throughout)."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from cactus_bench.results import COLUMNS, MEASUREMENT_COLUMNS, ResultStore, row_to_cells, summarise
+from cactus_bench.results.intervals import (
+    BOOTSTRAP_RESAMPLES,
+    bootstrap_intervals,
+    bootstrap_rng,
+    interval_column_names,
+    per_prompt_columns,
+    per_prompt_totals,
+    percentile_interval,
+    ratio_of_sums,
+    resample_counts,
+)
+
+
+def record(accepted: list[int], seconds: float, m: int = 4, prompt: int = 0) -> dict:
+    """A speculative record (m > 0) or, with m = 0, a verifier-only one (one token per step)."""
+    return {
+        "prompt_ids": [prompt, 7],
+        "num_draft_tokens": m,
+        "drafted_per_step": [m] * len(accepted),
+        "accepted_per_step": accepted,
+        "emitted_per_step": [a + 1 for a in accepted],
+        "output_ids": list(range(sum(accepted) + len(accepted))),
+        "draft_time_s": 0.0,
+        "verify_time_s": seconds,
+        "sampler_time_s": 0.0,
+        "total_time_s": seconds,
+    }
+
+
+def test_bootstrap_matches_a_hand_computation():
+    # Three prompts: accepted / steps = 4/2, 0/1, 6/3. Three resamples, written out by hand.
+    spec = per_prompt_totals(
+        [record([2, 2], 1.0), record([0], 1.0, prompt=1), record([2, 2, 2], 2.0, prompt=2)], 3
+    )
+    assert list(spec["accepted"]) == [4, 0, 6] and list(spec["steps"]) == [2, 1, 3]
+    counts = np.array([[2, 1, 0], [0, 0, 3], [1, 1, 1]])  # prompts {0,0,1}, {2,2,2}, {0,1,2}
+    al = ratio_of_sums(counts, spec["accepted"], spec["steps"])
+    # ratio of sums, not mean of ratios: (4+4+0)/(2+2+1) = 8/5, not (2+2+0)/3
+    assert al == pytest.approx([8 / 5, 18 / 9, 10 / 6])
+    # percentiles by linear interpolation over the sorted values 1.6, 1.667, 2.0:
+    # 2.5 %: position 0.05 -> 1.6 + 0.05 (1.667 - 1.6); 97.5 %: position 1.95
+    low, high = percentile_interval(al)
+    assert low == pytest.approx(1.6 + 0.05 * (10 / 6 - 1.6))
+    assert high == pytest.approx(10 / 6 + 0.95 * (2.0 - 10 / 6))
+    scores = np.array([1.0, 0.0, 1.0])
+    out = bootstrap_intervals(counts, spec, None, scores, speculative=True)
+    # score means per resample: 2/3, 1, 2/3 -> sorted 2/3, 2/3, 1
+    assert out["score_ci_low"] == pytest.approx(2 / 3)
+    assert out["score_ci_high"] == pytest.approx(2 / 3 + 0.95 * (1 / 3))
+    assert out["speedup_ci_low"] is None  # no baseline, no speedup interval
+
+
+def test_the_identity_resample_gives_the_rows_point_estimates():
+    spec = [record([1, 3, 0], 0.9), record([4, 4], 0.4, prompt=1), record([2], 0.3, prompt=2)]
+    base = [record([0] * 5, 1.2, m=0), record([0] * 10, 1.5, m=0), record([0] * 3, 0.6, m=0)]
+    row = summarise(spec, base)
+    ones = np.ones((1, 3))
+    a, b = per_prompt_totals(spec, 3), per_prompt_totals(base, 3)
+    assert ratio_of_sums(ones, a["accepted"], a["steps"])[0] == pytest.approx(row["al"])
+    assert ratio_of_sums(ones, a["emitted"], a["steps"])[0] == pytest.approx(row["tokens_per_step"])
+    assert ratio_of_sums(ones, b["time"], a["time"])[0] == pytest.approx(row["speedup_walltime"])
+    rate = ratio_of_sums(ones, a["gen"], a["time"]) / ratio_of_sums(ones, b["gen"], b["time"])
+    assert rate[0] == pytest.approx(row["speedup"])
+
+
+def test_resample_counts_draw_n_prompts_with_replacement():
+    counts = resample_counts(5, 4000, bootstrap_rng(1234))
+    assert counts.shape == (4000, 5) and (counts.sum(axis=1) == 5).all()
+    assert counts.mean(axis=0) == pytest.approx([1.0] * 5, abs=0.05)
+    # a prompt is absent from a resample with probability (1 - 1/n)^n = 0.328
+    assert (counts == 0).mean() == pytest.approx(0.8**5, abs=0.01)
+    again = resample_counts(5, 4000, bootstrap_rng(1234))
+    assert (again == counts).all()
+    assert not (resample_counts(5, 4000, bootstrap_rng(1235)) == counts).all()
+
+
+# Coverage: the percentile bootstrap undercovers at small n (about 92 % at n = 15), so the
+# simulations use 100 prompts, where it is close to nominal, and 1000 data sets, so that the
+# binomial noise of the observed rate (s.d. 0.7 points) stays well inside the 93-97 % band.
+COVERAGE_PROMPTS, COVERAGE_SETS = 100, 1000
+
+
+def coverage(values: np.ndarray, truth: float) -> float:
+    """Share of columns (data sets) whose percentile interval of [B, sets] values holds truth."""
+    hits = [low <= truth <= high for low, high in map(percentile_interval, values.T)]
+    return float(np.mean(hits))
+
+
+def test_95_percent_intervals_cover_a_known_mean_about_95_percent_of_the_time():
+    # per-prompt scores ~ N(3, 2^2): the interval of the mean must hold 3 in 93-97 % of the sets
+    rng = np.random.default_rng(2024)
+    n = COVERAGE_PROMPTS
+    counts = resample_counts(n, BOOTSTRAP_RESAMPLES, bootstrap_rng(0))  # [B, n]
+    scores = rng.normal(3.0, 2.0, size=(n, COVERAGE_SETS))  # [n, sets]
+    assert 0.93 <= coverage(counts @ scores / n, 3.0) <= 0.97
+
+
+def test_ratio_intervals_cover_the_population_ratio():
+    # AL-like ratio of sums: steps ~ 1 + Poisson(20), accepted ~ Binomial(4 steps, 0.3), so the
+    # population ratio E[accepted] / E[steps] is 4 * 0.3 = 1.2 exactly.
+    rng = np.random.default_rng(7)
+    n = COVERAGE_PROMPTS
+    counts = resample_counts(n, BOOTSTRAP_RESAMPLES, bootstrap_rng(0))
+    steps = 1 + rng.poisson(20, size=(n, COVERAGE_SETS))  # [n, sets]
+    accepted = rng.binomial(4 * steps, 0.3)
+    assert 0.93 <= coverage(ratio_of_sums(counts, accepted, steps), 1.2) <= 0.97
+
+
+def test_pairing_cancels_the_prompt_to_prompt_spread():
+    # Prompt lengths vary 10x and a long answer is also slower per token (time ~ length^1.3),
+    # so both arms' times and tokens/s vary a lot across prompts; the run is 1.25x faster on
+    # every prompt, up to 3 % noise. Resampling both arms together keeps both speedup forms
+    # near 1.25; resampling them independently mixes long and short prompts and widens them.
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(10, 100, size=40)
+    base_time = 0.01 * lengths**1.3
+    spec_time = base_time / 1.25 * (1 + 0.03 * rng.standard_normal(40))
+    spec = [record([0] * int(n), float(spec_time[i]), prompt=i) for i, n in enumerate(lengths)]
+    base = [record([0] * int(n), float(base_time[i]), m=0) for i, n in enumerate(lengths)]
+    row = per_prompt_columns(spec, base, None, seed=11)
+    a, b = per_prompt_totals(spec, 40), per_prompt_totals(base, 40)
+    spec_counts = resample_counts(40, 2000, bootstrap_rng(11))
+    base_counts = resample_counts(40, 2000, bootstrap_rng(12))  # independent: unpaired
+    unpaired = {
+        "speedup_walltime": ratio_of_sums(base_counts, b["time"], np.ones(40))
+        / ratio_of_sums(spec_counts, a["time"], np.ones(40)),
+        "speedup": ratio_of_sums(spec_counts, a["gen"], a["time"])
+        / ratio_of_sums(base_counts, b["gen"], b["time"]),
+    }
+    for stat, values in unpaired.items():
+        low, high = percentile_interval(values)
+        paired = row[f"{stat}_ci_high"] - row[f"{stat}_ci_low"]
+        assert row[f"{stat}_ci_low"] <= 1.25 <= row[f"{stat}_ci_high"], stat
+        assert paired < 0.1 and high - low > 3 * paired, (stat, paired, high - low)
+
+
+def test_row_columns_of_a_speculative_run_with_repeats():
+    # 2 prompts x 2 repeats: record i belongs to prompt i % 2
+    spec = [
+        record([1, 1], 1.0, prompt=0),
+        record([3], 1.0, prompt=1),
+        record([0, 2], 1.0, prompt=0),
+        record([4], 0.5, prompt=1),
+    ]
+    base = [record([0] * 4, 2.0, m=0, prompt=p) for p in (0, 1, 0, 1)]
+    totals = per_prompt_totals(spec, 2)
+    assert list(totals["accepted"]) == [4, 7] and list(totals["steps"]) == [4, 2]
+    row = per_prompt_columns(spec, base, [0.5, 1.0], seed=5)
+    assert set(row) == {"score_by_prompt", "prompts_hash", "ci_resamples", *interval_column_names()}
+    assert row["score_by_prompt"] == [0.5, 1] and row["ci_resamples"] == BOOTSTRAP_RESAMPLES
+    for stat in ("score", "al", "tokens_per_step", "speedup", "speedup_walltime"):
+        assert row[f"{stat}_ci_low"] <= row[f"{stat}_ci_high"], stat
+    assert row == per_prompt_columns(spec, base, [0.5, 1.0], seed=5)  # reproducible
+    with pytest.raises(ValueError, match="do not split into repeats"):
+        per_prompt_totals(spec[:3], 2)
+    # a finished run is not thrown away for it: empty intervals and a warning
+    with pytest.warns(UserWarning, match=r"records \(3\) do not split into repeats of 2"):
+        broken = per_prompt_columns(spec[:3], None, [0.5, 1.0], seed=5)
+    assert broken["score_by_prompt"] == [0.5, 1] and broken["score_ci_low"] is None
+    with pytest.warns(UserWarning, match="3 per-prompt scores for 2 prompts"):
+        mismatched = per_prompt_columns(spec, base, [0.5, 1.0, 1.0], seed=5, n_prompts=2)
+    assert mismatched["score_by_prompt"] is None and mismatched["score_ci_low"] is None
+    assert mismatched["al_ci_low"] == row["al_ci_low"]  # the rest still has its intervals
+
+
+def test_one_prompt_or_no_drafts_leave_interval_cells_empty():
+    one = per_prompt_columns([record([1], 1.0)], [record([0], 1.0, m=0)], [1.0], seed=0)
+    assert all(one[c] is None for c in interval_column_names()) and one["ci_resamples"] is None
+    assert one["score_by_prompt"] == [1] and one["prompts_hash"]
+    verifier = per_prompt_columns(
+        [record([0, 0], 1.0, m=0), record([0], 1.0, m=0, prompt=1)], None, [1.0, 0.0], seed=0
+    )
+    assert verifier["score_ci_low"] == 0.0 and verifier["score_ci_high"] == 1.0
+    assert all(verifier[f"{s}_ci_low"] is None for s in ("al", "speedup", "speedup_walltime"))
+
+
+def test_schema_holds_the_new_columns_and_error_rows_leave_them_empty():
+    for name in (*interval_column_names(), "score_by_prompt", "prompts_hash", "ci_resamples"):
+        assert name in COLUMNS and name in MEASUREMENT_COLUMNS, name
+    assert "repeats" in COLUMNS and "repeats" not in MEASUREMENT_COLUMNS
+    base = {"run_id": "r", "config_hash": "h", "task": "demo", "sampler": "sps", "status": "ok"}
+    with pytest.raises(ValueError, match="al_ci_low = 2.0 is above its upper end 1.0"):
+        row_to_cells({**base, "al_ci_low": 2.0, "al_ci_high": 1.0})
+    with pytest.raises(ValueError, match="stale"):
+        row_to_cells({**base, "status": "error", "error": "E: x", "score_ci_low": 0.1})
+    cells = dict(zip(COLUMNS, row_to_cells({**base, "score_by_prompt": [1, 0, 0.5]}), strict=True))
+    assert cells["score_by_prompt"] == "[1,0,0.5]"  # compact JSON
+
+
+def test_an_old_csv_is_widened_and_its_rows_read_with_empty_intervals(tmp_path):
+    new = {*interval_column_names(), "score_by_prompt", "prompts_hash", "ci_resamples", "repeats"}
+    old_columns = [c for c in COLUMNS if c not in new]
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(old_columns)
+        writer.writerow(["old" if c in ("run_id", "config_hash") else "" for c in old_columns])
+    with open(path, newline="") as handle:
+        rows = list(csv.reader(handle))
+    rows[1][old_columns.index("task")], rows[1][old_columns.index("sampler")] = "demo", "sps"
+    rows[1][old_columns.index("status")] = "ok"
+    with open(path, "w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    store = ResultStore(path)
+    store.append(
+        {
+            "run_id": "new",
+            "config_hash": "h2",
+            "task": "demo",
+            "sampler": "sps",
+            "status": "ok",
+            "repeats": 2,
+            **per_prompt_columns(
+                [record([1], 1.0), record([2], 1.0, prompt=1)], None, [1.0, 0.5], seed=0
+            ),
+        }
+    )
+    header = next(csv.reader(open(path, newline="")))
+    assert header[: len(old_columns)] == old_columns and set(header) == set(COLUMNS)
+    frame = store.read()
+    old, fresh = frame.iloc[0], frame.iloc[1]
+    assert old["score_ci_low"] is np.nan or old.isna()["score_ci_low"]
+    assert old.isna()["score_by_prompt"] and old.isna()["repeats"]
+    assert fresh["score_by_prompt"] == "[1,0.5]" and fresh["repeats"] == 2
+    assert fresh["ci_resamples"] == BOOTSTRAP_RESAMPLES
