@@ -142,6 +142,12 @@ def test_scancel_of_a_running_job_leaves_a_resumable_sweep(slurm_env, tmp_path):
     assert launcher.returncode == 1, output[-3000:]  # the sweep reports the cancelled job
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and cancelled in errors[0]
+    # The launcher stops at the first failed job; the array's later tasks go on in Slurm. A
+    # re-run before they end would run them twice, so wait for the array to drain first.
+    array, drained_by = cancelled.split("_")[0], time.monotonic() + 600
+    while any(job.startswith(f"{array}_") for job in queue(slurm_env)):
+        assert time.monotonic() < drained_by, "the array did not finish"
+        time.sleep(1)
     first = rows(tmp_path)
     assert sorted(first["sampler"]) == ["cactus", "verifier"]  # the other jobs still finished
 
