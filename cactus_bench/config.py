@@ -92,6 +92,7 @@ class BackendConf:
     enforce_eager: bool = False  # vllm: no CUDA graphs
     tensor_parallel_size: int = 1  # vllm: GPUs per engine
     max_model_len: int | None = None  # vllm: context cap (None: the model's own)
+    kv_cache_gib: float | None = None  # vllm: KV cache per engine (None: GPU share; CPU 1 GiB)
 
 
 @dataclass
@@ -247,6 +248,8 @@ def validate(conf: RunConf) -> None:
         )
     if conf.backend.max_model_len is not None and conf.backend.max_model_len < 1:
         _fail(f"backend.max_model_len must be >= 1 or null (got {conf.backend.max_model_len})")
+    if conf.backend.kv_cache_gib is not None and not conf.backend.kv_cache_gib > 0:
+        _fail(f"backend.kv_cache_gib must be > 0 or null (got {conf.backend.kv_cache_gib})")
     if conf.logger.mode not in (None, "online", "offline", "disabled"):
         _fail(f"logger.mode must be online, offline, disabled or null (got {conf.logger.mode!r})")
     if conf.threads is not None and conf.threads < 1:

