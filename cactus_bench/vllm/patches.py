@@ -70,6 +70,8 @@ def sample_processed_drafts(logits, sampling_metadata, use_fp64_gumbel: bool = F
     )
     noise = torch.empty_like(probs, dtype=torch.float64 if use_fp64_gumbel else probs.dtype)
     noise.exponential_()  # argmax(p / E) with E ~ Exp(1) draws from p (vLLM's sampler too)
+    for b, generator in (getattr(sampling_metadata, "generators", None) or {}).items():
+        noise[b].exponential_(generator=generator)  # a seeded request drafts reproducibly
     next_token_ids = (probs / noise).argmax(dim=-1)
     next_token_ids = torch.where(greedy, probs.argmax(dim=-1), next_token_ids)
     return next_token_ids, probs

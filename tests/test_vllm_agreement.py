@@ -1,0 +1,208 @@
+"""Cross-backend agreement on the embedded pair: vLLM's CPU build vs this project's HF engine.
+
+Both backends run the same models (SmolLM2-135M-Instruct verifier; the drafter as its
+full-vocabulary export, the only form vLLM loads: cactus_bench/vllm/export.py), fp32, T 0.6,
+top-p 0.95, top-k 20, m = 2, on the same prompt token ids (the demo prompts, chat template) and
+seeds. vLLM runs in subprocesses (tests/vllm_worker.py, one engine per rule, bound to one core)
+while the HF engine decodes here on one torch thread.
+
+1. Acceptance by position agrees for sps, cactus (delta = 1) and tas: per position j, the pooled
+   rate a_j / n_j (steps accepting >= j+1 drafts over steps drafting >= j+1) of each backend,
+   two-proportion z test, |z| < 3. Power: a true difference D shifts z by about
+   D / sqrt(2 p (1 - p) / n), so failing a difference of D = 0.05 with probability 0.8 needs
+       n >= 2 p (1 - p) (3 + 0.8416)^2 / 0.05^2 = 11,803 p (1 - p)
+   steps per backend: 2,951 at p = 0.5, 1,665 at p = 0.17 (sps here). The test computes this
+   bound from each position's pooled rate and asserts that both backends drafted that much.
+2. vLLM + sps emits the verifier's law: the second token of many seeded requests of one prompt
+   (the first is sampled by vLLM's ordinary sampler at prefill, the second is the rule's first
+   output) is compared, per first-token group, with the verifier's processed law computed by
+   transformers: chi-square, bins with expected count >= 5 (the rest pooled), significance 1e-4.
+   The same counts against the drafter's law must be rejected (the test can fail).
+
+Slow (~15-25 min on a 2-core CPU): `make test-vllm` runs it inside .venv-vllm; skipped cleanly
+without vLLM or without the SmolLM2 cache.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm, then make test-vllm")
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+RULES = {"sps": {}, "cactus": {"delta": 1.0}, "tas": {}}
+SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
+M, MAX_TOKENS, SEEDS_PER_PROMPT = 2, 48, 6
+LAW_PROMPT, LAW_SAMPLES = "The capital of France is", 3000
+Z_LIMIT, Z_POWER, DIFFERENCE = 3.0, 0.8416, 0.05  # power 0.8 against a difference of 0.05
+
+
+def required_steps(rate: float) -> int:
+    return math.ceil(2 * rate * (1 - rate) * (Z_LIMIT + Z_POWER) ** 2 / DIFFERENCE**2)
+
+
+def two_proportion_z(a1: int, n1: int, a2: int, n2: int) -> float:
+    pooled = (a1 + a2) / (n1 + n2)
+    spread = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    return 0.0 if spread == 0 else (a1 / n1 - a2 / n2) / spread
+
+
+# ---- the two backends ----------------------------------------------------------------------------
+def _vllm_job(paths, rule, prompts, seeds, law_prompt) -> dict:
+    job = {
+        **paths,
+        "rule": rule,
+        "params": RULES[rule],
+        "m": M,
+        "sampling": SAMPLING,
+        "prompts": prompts,
+        "seeds": seeds,
+        "max_tokens": MAX_TOKENS,
+        "law_prompt": law_prompt if rule == "sps" else None,
+        "law_samples": LAW_SAMPLES,
+    }
+    core = sorted(os.sched_getaffinity(0))[-1]
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(HERE.parent)}
+    done = subprocess.run(
+        [sys.executable, str(HERE / "vllm_worker.py")],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=3600,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"vLLM worker ({rule}) failed: {done.stderr[-3000:]}")
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    counters = result["counters"]
+    result["accepted"] = [int(v) for v in counters["per_pos"][:M]]
+    result["drafted"] = [int(counters["drafts"])] * M  # vLLM drafts m tokens every step
+    return result
+
+
+def _hf_counts(pair, rule: str, prompts, seeds) -> dict:
+    from cactus_bench.engine import SamplingParams, SpeculativeDecoder
+    from cactus_bench.samplers import make_sampler
+
+    decoder = SpeculativeDecoder(
+        pair.drafter,
+        pair.verifier,
+        pair.tokenizer,
+        make_sampler(rule, **RULES[rule]),
+        num_draft_tokens=M,
+        sampling=SamplingParams(**SAMPLING),
+        device="cpu",
+        compile="off",
+    )
+    drafted, accepted = [0] * M, [0] * M
+    for ids, seed in zip(prompts, seeds, strict=True):
+        record = decoder.generate(ids, MAX_TOKENS, seed=seed)
+        for d, a in zip(record.drafted_per_step, record.accepted_per_step, strict=True):
+            for j in range(M):
+                drafted[j] += d > j
+                accepted[j] += a > j
+    return {"drafted": drafted, "accepted": accepted}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    from cactus_bench.models import load_pair
+    from cactus_bench.models.registry import PairSpec
+    from cactus_bench.models.smollm2 import is_prepared, smollm2_dir
+    from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
+    from cactus_bench.vllm.export import export_full_vocab_drafter
+
+    if not is_prepared():
+        pytest.skip("needs the SmolLM2 cache (make setup)")
+    paths = {"verifier": str(smollm2_dir()), "drafter": str(export_full_vocab_drafter())}
+    pair = load_pair(PairSpec("export", paths["drafter"], paths["verifier"]), device="cpu")
+    texts = [json.loads(line)["prompt"] for line in DEMO_PROMPTS_PATH.read_text().splitlines()]
+    chats = [[{"role": "user", "content": text}] for text in texts]
+    rendered = [
+        pair.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+        for c in chats
+    ]
+    prompt_ids = [pair.tokenizer.encode(text, add_special_tokens=False) for text in rendered]
+    prompts = [ids for ids in prompt_ids for _ in range(SEEDS_PER_PROMPT)]
+    seeds = list(range(len(prompts)))
+    law_prompt = pair.tokenizer.encode(LAW_PROMPT)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:  # vLLM on the last core meanwhile
+            pending = {
+                rule: pool.submit(_vllm_job, paths, rule, prompts, seeds, law_prompt)
+                for rule in RULES
+            }
+            hf = {rule: _hf_counts(pair, rule, prompts, seeds) for rule in RULES}
+            vllm = {rule: job.result() for rule, job in pending.items()}
+    finally:
+        torch.set_num_threads(threads)
+    return {"hf": hf, "vllm": vllm, "pair": pair, "law_prompt": law_prompt}
+
+
+# ---- 1. acceptance by position -------------------------------------------------------------------
+@pytest.mark.parametrize("rule", list(RULES))
+def test_acceptance_by_position_agrees(runs, rule):
+    hf, vllm = runs["hf"][rule], runs["vllm"][rule]
+    for j in range(M):
+        a1, n1, a2, n2 = hf["accepted"][j], hf["drafted"][j], vllm["accepted"][j], vllm["drafted"][j]
+        rate = (a1 + a2) / (n1 + n2)
+        need = required_steps(rate)
+        assert min(n1, n2) >= need, f"{rule} position {j + 1}: {n1}/{n2} steps, need {need}"
+        z = two_proportion_z(a1, n1, a2, n2)
+        print(f"{rule} pos {j + 1}: hf {a1}/{n1} = {a1 / n1:.4f}, vllm {a2}/{n2} = {a2 / n2:.4f}")
+        assert abs(z) < Z_LIMIT, f"{rule} position {j + 1}: hf {a1}/{n1} vs vllm {a2}/{n2}, z={z}"
+
+
+# ---- 2. vLLM + sps emits the verifier's law ------------------------------------------------------
+def _chi_square(counts: torch.Tensor, law: torch.Tensor) -> tuple[float, int]:
+    """(statistic, degrees of freedom): bins with expected >= 5, the remaining mass pooled."""
+    expected = law.double() * counts.sum()
+    big = expected >= 5
+    observed = torch.cat([counts[big], counts[~big].sum().view(1)])
+    expected = torch.cat([expected[big], expected[~big].sum().view(1)])
+    keep = expected > 0
+    if bool((observed[~keep] > 0).any()):
+        return math.inf, int(keep.sum()) - 1  # tokens the law cannot emit
+    observed, expected = observed[keep], expected[keep]
+    return float(((observed - expected) ** 2 / expected).sum()), int(keep.sum()) - 1
+
+
+def test_vllm_sps_emits_the_verifier_law(runs):
+    from scipy.stats import chi2
+
+    from cactus_bench.engine.sampling import SamplingParams, process_logits
+
+    pair, prompt = runs["pair"], runs["law_prompt"]
+    pairs = torch.tensor(runs["vllm"]["sps"]["pairs"])  # [N, 2]
+    params = SamplingParams(**SAMPLING)
+    against = {"verifier": [0.0, 0], "drafter": [0.0, 0]}
+    for first in pairs[:, 0].unique():
+        seconds = pairs[pairs[:, 0] == first, 1]
+        if seconds.numel() < 100:
+            continue
+        context = torch.tensor([prompt + [int(first)]])
+        counts = torch.bincount(seconds, minlength=pair.verifier.config.vocab_size).double()
+        for name, model in (("verifier", pair.verifier), ("drafter", pair.drafter)):
+            with torch.no_grad():
+                law = process_logits(model(context).logits[0, -1].float(), params)
+            stat, df = _chi_square(counts, law)
+            against[name][0] += stat
+            against[name][1] += df
+    stat, df = against["verifier"]
+    assert df > 0, "no first token was common enough; pick another LAW_PROMPT"
+    assert stat < chi2.isf(1e-4, df), f"chi-square {stat:.1f} on {df} df against the verifier"
+    stat, df = against["drafter"]
+    assert stat > chi2.isf(1e-4, max(df, 1)), "the drafter's law fits too: the test has no power"
