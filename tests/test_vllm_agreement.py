@@ -157,7 +157,8 @@ def runs():
 def test_acceptance_by_position_agrees(runs, rule):
     hf, vllm = runs["hf"][rule], runs["vllm"][rule]
     for j in range(M):
-        a1, n1, a2, n2 = hf["accepted"][j], hf["drafted"][j], vllm["accepted"][j], vllm["drafted"][j]
+        a1, n1 = hf["accepted"][j], hf["drafted"][j]
+        a2, n2 = vllm["accepted"][j], vllm["drafted"][j]
         rate = (a1 + a2) / (n1 + n2)
         need = required_steps(rate)
         assert min(n1, n2) >= need, f"{rule} position {j + 1}: {n1}/{n2} steps, need {need}"
