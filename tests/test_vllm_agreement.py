@@ -3,8 +3,8 @@
 Both backends run the same models (SmolLM2-135M-Instruct verifier; the drafter as its
 full-vocabulary export, the only form vLLM loads: cactus_bench/vllm/export.py), fp32, T 0.6,
 top-p 0.95, top-k 20, m = 2, on the same prompt token ids (the demo prompts, chat template) and
-seeds. vLLM runs in subprocesses (tests/vllm_worker.py, one engine per rule, bound to one core)
-while the HF engine decodes here on one torch thread.
+seeds. Both run in subprocesses (tests/agreement_worker.py): one vLLM engine per rule, one after
+another, bound to one core; the HF engine's three rules in parallel, one torch thread each.
 
 1. Acceptance by position agrees for sps, cactus (delta = 1) and tas: per position j, the pooled
    rate a_j / n_j (steps accepting >= j+1 drafts over steps drafting >= j+1) of each backend,
@@ -60,10 +60,11 @@ def two_proportion_z(a1: int, n1: int, a2: int, n2: int) -> float:
     return 0.0 if spread == 0 else (a1 / n1 - a2 / n2) / spread
 
 
-# ---- the two backends ----------------------------------------------------------------------------
-def _vllm_job(paths, rule, prompts, seeds, law_prompt) -> dict:
+# ---- the two backends, in subprocesses -----------------------------------------------------------
+def _job(backend: str, rule: str, paths: dict, prompts, seeds, law_prompt) -> dict:
     job = {
         **paths,
+        "backend": backend,
         "rule": rule,
         "params": RULES[rule],
         "m": M,
@@ -71,54 +72,24 @@ def _vllm_job(paths, rule, prompts, seeds, law_prompt) -> dict:
         "prompts": prompts,
         "seeds": seeds,
         "max_tokens": MAX_TOKENS,
-        "law_prompt": law_prompt if rule == "sps" else None,
+        "law_prompt": law_prompt if (backend, rule) == ("vllm", "sps") else None,
         "law_samples": LAW_SAMPLES,
     }
     core = sorted(os.sched_getaffinity(0))[-1]
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(HERE.parent)}
     done = subprocess.run(
-        [sys.executable, str(HERE / "vllm_worker.py")],
+        [sys.executable, str(HERE / "agreement_worker.py")],
         input=json.dumps(job),
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=None if backend == "hf" else subprocess.PIPE,  # HF progress shows with -s
         text=True,
         env=env,
-        timeout=3600,
+        timeout=7200,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"vLLM worker ({rule}) failed: {done.stderr[-3000:]}")
-    result = json.loads(lines[-1].removeprefix("RESULT "))
-    counters = result["counters"]
-    result["accepted"] = [int(v) for v in counters["per_pos"][:M]]
-    result["drafted"] = [int(counters["drafts"])] * M  # vLLM drafts m tokens every step
-    return result
-
-
-def _hf_counts(pair, rule: str, prompts, seeds) -> dict:
-    from cactus_bench.engine import SamplingParams, SpeculativeDecoder
-    from cactus_bench.samplers import make_sampler
-
-    decoder = SpeculativeDecoder(
-        pair.drafter,
-        pair.verifier,
-        pair.tokenizer,
-        make_sampler(rule, **RULES[rule]),
-        num_draft_tokens=M,
-        sampling=SamplingParams(**SAMPLING),
-        device="cpu",
-        compile="off",
-    )
-    from tqdm import tqdm
-
-    drafted, accepted = [0] * M, [0] * M
-    requests = tqdm(list(zip(prompts, seeds, strict=True)), desc=f"HF engine, {rule}")
-    for ids, seed in requests:
-        record = decoder.generate(ids, MAX_TOKENS, seed=seed)
-        for d, a in zip(record.drafted_per_step, record.accepted_per_step, strict=True):
-            for j in range(M):
-                drafted[j] += d > j
-                accepted[j] += a > j
-    return {"drafted": drafted, "accepted": accepted}
+        raise RuntimeError(f"{backend} worker ({rule}) failed: {(done.stderr or '')[-3000:]}")
+    return json.loads(lines[-1].removeprefix("RESULT "))
 
 
 @pytest.fixture(scope="module")
@@ -134,28 +105,33 @@ def runs():
     paths = {"verifier": str(smollm2_dir()), "drafter": str(export_full_vocab_drafter())}
     pair = load_pair(PairSpec("export", paths["drafter"], paths["verifier"]), device="cpu")
     texts = [json.loads(line)["prompt"] for line in DEMO_PROMPTS_PATH.read_text().splitlines()]
-    chats = [[{"role": "user", "content": text}] for text in texts]
     rendered = [
-        pair.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
-        for c in chats
+        pair.tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+        for text in texts
     ]
     prompt_ids = [pair.tokenizer.encode(text, add_special_tokens=False) for text in rendered]
     prompts = [ids for ids in prompt_ids for _ in range(SEEDS_PER_PROMPT)]
     seeds = list(range(len(prompts)))
     law_prompt = pair.tokenizer.encode(LAW_PROMPT)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(max_workers=1) as pool:  # vLLM on the last core meanwhile
+    jobs = [(backend, rule) for rule in RULES for backend in ("hf", "vllm")]
+    # the HF rules decode in parallel; the vLLM engines one after another (one core, ~3.5 GB)
+    with ThreadPoolExecutor(max_workers=len(RULES)) as hf_pool:
+        with ThreadPoolExecutor(max_workers=1) as vllm_pool:
             pending = {
-                rule: pool.submit(_vllm_job, paths, rule, prompts, seeds, law_prompt)
-                for rule in RULES
+                (backend, rule): (hf_pool if backend == "hf" else vllm_pool).submit(
+                    _job, backend, rule, paths, prompts, seeds, law_prompt
+                )
+                for backend, rule in jobs
             }
-            hf = {rule: _hf_counts(pair, rule, prompts, seeds) for rule in RULES}
-            vllm = {rule: job.result() for rule, job in pending.items()}
-    finally:
-        torch.set_num_threads(threads)
-    return {"hf": hf, "vllm": vllm, "pair": pair, "law_prompt": law_prompt}
+            results = {key: job.result() for key, job in pending.items()}
+    return {
+        "hf": {rule: results["hf", rule] for rule in RULES},
+        "vllm": {rule: results["vllm", rule] for rule in RULES},
+        "pair": pair,
+        "law_prompt": law_prompt,
+    }
 
 
 # ---- 1. acceptance by position -------------------------------------------------------------------
