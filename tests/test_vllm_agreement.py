@@ -88,7 +88,10 @@ def _job(backend: str, rule: str, paths: dict, prompts, seeds, law_prompt) -> di
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{backend} worker ({rule}) failed: {(done.stderr or '')[-3000:]}")
+        errors = [line for line in done.stdout.splitlines() if "Error" in line or "error" in line]
+        raise RuntimeError(
+            f"{backend} worker ({rule}) failed: {errors[-20:]} {(done.stderr or '')[-3000:]}"
+        )
     return json.loads(lines[-1].removeprefix("RESULT "))
 
 
@@ -125,19 +128,19 @@ def runs():
                 )
                 for backend, rule in jobs
             }
-            results = {key: job.result() for key, job in pending.items()}
-    return {
-        "hf": {rule: results["hf", rule] for rule in RULES},
-        "vllm": {rule: results["vllm", rule] for rule in RULES},
-        "pair": pair,
-        "law_prompt": law_prompt,
-    }
+            for job in pending.values():  # a failed job fails only the tests that read it
+                job.exception()
+    return {"jobs": pending, "pair": pair, "law_prompt": law_prompt}
+
+
+def _result(runs, backend: str, rule: str) -> dict:
+    return runs["jobs"][backend, rule].result()
 
 
 # ---- 1. acceptance by position -------------------------------------------------------------------
 @pytest.mark.parametrize("rule", list(RULES))
 def test_acceptance_by_position_agrees(runs, rule):
-    hf, vllm = runs["hf"][rule], runs["vllm"][rule]
+    hf, vllm = _result(runs, "hf", rule), _result(runs, "vllm", rule)
     for j in range(M):
         a1, n1 = hf["accepted"][j], hf["drafted"][j]
         a2, n2 = vllm["accepted"][j], vllm["drafted"][j]
@@ -169,7 +172,7 @@ def test_vllm_sps_emits_the_verifier_law(runs):
     from cactus_bench.engine.sampling import SamplingParams, process_logits
 
     pair, prompt = runs["pair"], runs["law_prompt"]
-    pairs = torch.tensor(runs["vllm"]["sps"]["pairs"])  # [N, 2]
+    pairs = torch.tensor(_result(runs, "vllm", "sps")["pairs"])  # [N, 2]
     params = SamplingParams(**SAMPLING)
     against = {"verifier": [0.0, 0], "drafter": [0.0, 0]}
     for first in pairs[:, 0].unique():
