@@ -85,8 +85,7 @@ endif
 	$(VLLM_PYTHON) scripts/vllm_env.py check
 
 test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~20 min)
-	$(VLLM_PYTHON) -m pytest -q tests/test_vllm_bridge.py tests/test_vllm_plugin.py \
-		tests/test_vllm_runner.py tests/test_vllm_agreement.py
+	$(VLLM_PYTHON) -m pytest -q -rs tests/test_vllm_*.py
 
 bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_cpu.csv)
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \
