@@ -45,8 +45,13 @@ pytestmark = pytest.mark.slow
 HERE = Path(__file__).resolve().parent
 RULES = {"sps": {}, "cactus": {"delta": 1.0}, "tas": {}}
 SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
-M, MAX_TOKENS, SEEDS_PER_PROMPT = 2, 32, 4
-LAW_PROMPT, LAW_SAMPLES = "The capital of France is", 3000
+# CACTUS_BENCH_AGREEMENT_SCALE < 1 shrinks the workload for a smoke run (the power check fails)
+SCALE = float(os.environ.get("CACTUS_BENCH_AGREEMENT_SCALE", "1"))
+M, MAX_TOKENS, SEEDS_PER_PROMPT = 2, 32, max(1, round(4 * SCALE))
+LAW_PROMPT, LAW_SAMPLES = "The capital of France is", max(100, round(3000 * SCALE))
+# The HF engine runs with the project's transformers (>= 5.20; .venv-vllm has vLLM's 5.19, under
+# which the engine's KV-cache crop tests fail): CACTUS_BENCH_HF_PYTHON, else ../.venv's python.
+HF_PYTHON = os.environ.get("CACTUS_BENCH_HF_PYTHON") or str(HERE.parent / ".venv/bin/python")
 Z_LIMIT, DIFFERENCE = 3.0, 0.05  # a difference of 0.05 puts E|z| at the limit
 
 
@@ -77,8 +82,9 @@ def _job(backend: str, rule: str, paths: dict, prompts, seeds, law_prompt) -> di
     }
     core = sorted(os.sched_getaffinity(0))[-1]
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(HERE.parent)}
+    python = HF_PYTHON if backend == "hf" and Path(HF_PYTHON).exists() else sys.executable
     done = subprocess.run(
-        [sys.executable, str(HERE / "agreement_worker.py")],
+        [python, str(HERE / "agreement_worker.py")],
         input=json.dumps(job),
         stdout=subprocess.PIPE,
         stderr=None if backend == "hf" else subprocess.PIPE,  # HF progress shows with -s
