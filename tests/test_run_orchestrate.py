@@ -169,7 +169,7 @@ def test_vllm_backend_says_what_it_needs(tmp_path):
     try:
         import vllm  # noqa: F401
     except ImportError:
-        with pytest.raises(ConfigError, match=r"backend=vllm needs vLLM importable"):
+        with pytest.raises(ConfigError, match=r"make setup-vllm"):
             run(tiny_conf(tmp_path, "backend=vllm"))
         assert not (tmp_path / "results" / "runs.csv").exists()  # nothing ran, no row
     else:

@@ -118,6 +118,10 @@ def _check_ranges(conf: RunConf) -> None:
             backend.max_model_len is not None and backend.max_model_len < 1,
             "backend.max_model_len must be >= 1 or null",
         ),
+        (
+            backend.kv_cache_gib is not None and not backend.kv_cache_gib > 0,
+            "backend.kv_cache_gib must be > 0 or null",
+        ),
     ):
         if bad:
             key = line.split(" must ")[0]

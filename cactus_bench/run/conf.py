@@ -56,6 +56,7 @@ class BackendConf:
     enforce_eager: bool = False  # vllm: no CUDA graphs
     tensor_parallel_size: int = 1  # vllm: GPUs per engine
     max_model_len: int | None = None  # vllm: context cap (None: the model's own)
+    kv_cache_gib: float | None = None  # vllm: KV cache per engine (None: GPU share; CPU 1 GiB)
 
 
 @dataclass

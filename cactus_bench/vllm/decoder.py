@@ -1,8 +1,7 @@
 """backend=vllm: the paper's timing engine, driven one request at a time like Spec-Bench.
 
-    from cactus_bench.vllm.decoder import VllmOptions, build_llm, VllmDecoder
-    llm = build_llm(verifier_id, drafter_id=drafter_id, m=10, rule=("cactus", {"delta": 0.75}),
-                    dtype="bfloat16", seed=1234, options=VllmOptions())
+    from cactus_bench.vllm.decoder import VllmDecoder
+    llm = cactus_bench.vllm.engines.build_llm(...)  # a speculative or verifier-only engine
     dec = VllmDecoder(llm, tokenizer, num_draft_tokens=10, sampler_name="cactus", sampling=sp)
     rec = dec.generate(prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None)
 
@@ -10,8 +9,11 @@ vLLM is imported only inside functions, so this module imports (and is tested) o
 
 What is measured, and how (never invented):
 - The acceptance rule runs inside vLLM through `cactus_bench.vllm.acceptance` (the
-  `vllm.general_plugins` entry point reads CACTUS_BENCH_VLLM_RULE, set by `build_llm` before
-  vLLM starts its worker processes).
+  `vllm.general_plugins` entry point reads CACTUS_BENCH_VLLM_RULE, set by `engines.build_llm`
+  before vLLM starts its worker processes).
+- The counters live in one process-wide Prometheus registry, and every `vllm.LLM` built later
+  in the process unregisters the earlier engines' counters: build the verifier-only engine
+  first (the runner does); a speculative request whose counters did not move raises.
 - Per request, the deltas of vLLM's cumulative counters around `llm.generate` (batch 1, nothing
   else running): vllm:spec_decode_num_drafts (verification steps with drafts),
   ..._num_draft_tokens, ..._num_accepted_tokens and ..._num_accepted_tokens_per_pos.
@@ -29,17 +31,16 @@ What is measured, and how (never invented):
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from cactus_bench.engine.base import Request
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.engine.stopping import cut_at_stop
-from cactus_bench.vllm.acceptance import RULE_ENV, parse_rule_spec, rule_spec
 
 SPEC_METRICS = {
     "drafts": "vllm:spec_decode_num_drafts",
@@ -50,86 +51,12 @@ SPEC_METRICS = {
 
 
 @dataclass
-class VllmOptions:
-    """configs/backend/vllm.yaml (BackendConf) fields that reach `vllm.LLM`."""
-
-    gpu_memory_utilization: float = 0.85
-    enforce_eager: bool = False
-    tensor_parallel_size: int = 1
-    max_model_len: int | None = None
-
-
-@dataclass
 class VllmRequestRecord(RequestRecord):
     """A RequestRecord whose per-step lists were rebuilt from vLLM's counters (see above)."""
 
     step_order: str = "sorted"  # per-step lists are a sorted multiset, not in decode order
     drafted_exact: bool = True
     vllm_counters: dict[str, Any] = field(default_factory=dict)  # the raw per-request deltas
-
-
-# ---- building the engine -------------------------------------------------------------------------
-def speculative_config(
-    drafter_id: str, m: int, drafter_revision: str | None = None
-) -> dict[str, Any]:
-    """vLLM's draft-model speculation with sampled drafts (the paper samples drafts)."""
-    config = {
-        "method": "draft_model",
-        "model": drafter_id,
-        "num_speculative_tokens": int(m),
-        "draft_sample_method": "probabilistic",  # greedy drafts would pass no drafter law
-    }
-    if drafter_revision:
-        config["revision"] = drafter_revision
-    return config
-
-
-def llm_kwargs(
-    verifier_id: str,
-    *,
-    drafter_id: str | None,
-    m: int,
-    dtype: str,
-    seed: int,
-    options: VllmOptions,
-    verifier_revision: str | None = None,
-    drafter_revision: str | None = None,
-) -> dict[str, Any]:
-    """Keyword arguments of `vllm.LLM` (pure, so tested without vLLM)."""
-    kwargs: dict[str, Any] = {
-        "model": verifier_id,
-        "dtype": "auto" if dtype == "auto" else dtype,
-        "seed": int(seed),
-        "disable_log_stats": False,  # the spec-decode counters need stats on
-        "gpu_memory_utilization": options.gpu_memory_utilization,
-        "enforce_eager": options.enforce_eager,
-        "tensor_parallel_size": options.tensor_parallel_size,
-    }
-    if options.max_model_len:
-        kwargs["max_model_len"] = int(options.max_model_len)
-    if verifier_revision:
-        kwargs["revision"] = verifier_revision
-    if drafter_id is not None:  # the verifier-only arm is an LLM without speculative_config
-        kwargs["speculative_config"] = speculative_config(drafter_id, m, drafter_revision)
-    return kwargs
-
-
-def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwargs):
-    """A `vllm.LLM`; `rule=(name, params)` is exported to RULE_ENV before vLLM starts workers.
-
-    The variable stays set for this process (a verifier-only engine has no rejection sampler to
-    patch, so it is harmless there).
-    """
-    if rule is not None:
-        text = rule_spec(*rule)
-        parse_rule_spec(text)  # a bad rule fails here, before any model loads
-        os.environ[RULE_ENV] = text
-    from vllm import LLM
-
-    from cactus_bench.vllm.acceptance import register
-
-    register()  # this process too (VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model here)
-    return LLM(**llm_kwargs(verifier_id, **kwargs))
 
 
 # ---- counters ------------------------------------------------------------------------------------
@@ -234,23 +161,22 @@ class VllmDecoder:
         seed: int | None = None,
         sampling: SamplingParams | None = None,
     ) -> RequestRecord:
-        import torch
-
-        if isinstance(stop, str):
-            stop = [stop]
-        params = sampling if sampling is not None else self.sampling
-        if seed is None:
-            seed = torch.Generator().seed() % (2**63)
-        vllm_params = self.vllm_sampling(params, max_new_tokens, stop, int(seed))
+        """One request through `llm.generate` (engine.base.Decoder); the same argument
+        handling as the HF decoders (engine.base.Request)."""
+        request = Request.make(self, prompt_ids, max_new_tokens, stop, seed, sampling)
+        params, stop = request.sampling, request.stop
+        vllm_params = self.vllm_sampling(params, request.max_new_tokens, stop, request.seed)
         speculative = self.num_draft_tokens > 0
         before = spec_counters(self.llm.get_metrics()) if speculative else None
         start = time.perf_counter()
         outputs = self.llm.generate(
-            [{"prompt_token_ids": list(prompt_ids)}], vllm_params, use_tqdm=False
+            [{"prompt_token_ids": request.prompt_ids}], vllm_params, use_tqdm=False
         )
         total = time.perf_counter() - start
         completion = outputs[0].outputs[0]
-        return self._record(prompt_ids, completion, params, int(seed), stop, total, before)
+        return self._record(
+            request.prompt_ids, completion, params, request.seed, stop, total, before
+        )
 
     def _record(self, prompt_ids, completion, params, seed, stop, total, before) -> RequestRecord:
         output_ids = list(completion.token_ids)
@@ -278,6 +204,12 @@ class VllmDecoder:
                 emitted_per_step=[1] * n,
             )
         delta = counter_delta(before, spec_counters(self.llm.get_metrics()))
+        if len(output_ids) > 1 and delta["drafts"] == 0:
+            raise RuntimeError(
+                "vLLM's spec-decode counters did not move for a speculative request: a second "
+                "vllm.LLM built later in this process unregisters the first one's metrics; "
+                "build the verifier-only engine first"
+            )
         drafted, accepted, exact = steps_from_counters(delta, self.num_draft_tokens)
         return VllmRequestRecord(
             **common,

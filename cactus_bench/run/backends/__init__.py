@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from cactus_bench.run.identity import RunIdentity
 
 VLLM_HINT = (
-    "backend=vllm needs vLLM importable (make setup-vllm, then .venv-vllm/bin/python run.py ...) "
-    "on a CUDA machine or with vLLM's CPU build; use backend=hf otherwise"
+    "backend=vllm needs vLLM, which lives in its own environment: run `make setup-vllm`, then "
+    "run with .venv-vllm/bin/python; or use backend=hf here"
 )
 
 

