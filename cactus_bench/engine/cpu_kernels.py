@@ -1,0 +1,164 @@
+"""CPU kernel choices for the fast forward: what `dtype=auto` means on this CPU, and linear layers
+on oneDNN with weights packed once.
+
+Why (scripts/bench_forward.py section `linear`, results/bench/forward.csv): a batch-1 decode
+step streams every weight once, and a verify over m + 1 tokens should stream them once too.
+ATen's `F.linear` does not always do that: with fp32 weights it calls MKL, whose path for a few
+rows depends on the CPU (on an AMD EPYC, 2-3 rows ran as separate matrix-vector products, 2-3x
+the one-row time; on an Intel Xeon, 4-8 rows ran ~2x); with bf16 weights it calls oneDNN on the
+plain (transposed) weight layout, which is slower than packed weights at every row count.
+`PackedLinear` reorders each weight once into oneDNN's blocked layout (packed for a batch of
+`PACK_BATCH_HINT` rows: packed for one row, fp32 weights stay plain and take a matrix-vector
+kernel) and calls oneDNN's brgemm kernel, which covers 1-8 rows with one pass over the weights.
+oneDNN picks its kernel by instruction set (cpuid: avx2, avx512_core, avx512_core_bf16,
+avx512_core_amx), not by vendor, so the same path runs on Intel and AMD CPUs.
+
+bf16 (`native_bf16`): chosen by capability, not vendor. The CPU must compute bf16 dot products
+in hardware (the `avx512_bf16` or `amx_bf16` flag) and torch must have oneDNN; without them
+oneDNN emulates bf16 with fp32 instructions, which saves memory traffic but not time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import platform
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+LINEAR_KERNELS = ("auto", "aten", "onednn")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of hardware bf16 dot products
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+PACK_BATCH_HINT = 8  # rows the packed layout is tuned for; any row count runs on it
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """What the kernels depend on: the CPU model, its instruction-set flags, torch's build."""
+
+    model: str  # e.g. "Intel(R) Xeon(R) Processor" or "AMD EPYC 9R14"
+    flags: frozenset[str]  # /proc/cpuinfo flags (empty where there is no /proc/cpuinfo)
+    capability: str  # torch.backends.cpu.get_cpu_capability(): ATen's kernel level, e.g. AVX512
+    onednn: bool  # torch was built with oneDNN (mkldnn) and can use it
+
+    @property
+    def x86(self) -> bool:
+        return platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+
+    @property
+    def native_bf16(self) -> bool:
+        """bf16 matrix products in hardware, reachable through torch's oneDNN."""
+        return (
+            self.x86
+            and self.onednn
+            and any(flag in self.flags for flag in BF16_FLAGS)
+            and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+        )
+
+    @property
+    def isa(self) -> str:
+        """ATen's capability and the relevant flags, e.g. 'AVX512 (avx2 avx512f avx512_bf16)'."""
+        present = [flag for flag in ISA_FLAGS if flag in self.flags]
+        return f"{self.capability} ({' '.join(present) or 'flags unknown'})"
+
+
+@functools.cache
+def cpu_info() -> CpuInfo:
+    model, flags = platform.processor() or platform.machine(), frozenset()
+    with contextlib.suppress(OSError):
+        text = open("/proc/cpuinfo").read()  # noqa: SIM115 (one read, closed by refcount)
+        if found := re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE):
+            model = found.group(1).strip()
+        if found := re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE):
+            flags = frozenset(found.group(1).split())
+    onednn = torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+    return CpuInfo(model, flags, torch.backends.cpu.get_cpu_capability(), onednn)
+
+
+def auto_cpu_dtype() -> torch.dtype:
+    """`dtype=auto` for the embedded pair on CPU: bfloat16 where `native_bf16`, else float32."""
+    return torch.bfloat16 if cpu_info().native_bf16 else torch.float32
+
+
+def resolve_linear_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:
+    """ "auto" -> "onednn" for fp32/bf16 weights on an x86 CPU with oneDNN, else "aten" (HF's
+    modules: F.linear). "onednn" where it cannot run fails with a one-line reason."""
+    if kernel not in LINEAR_KERNELS:
+        raise ValueError(f"linear kernel must be one of {LINEAR_KERNELS}; got {kernel!r}")
+    info = cpu_info()
+    reason = None
+    if device.type != "cpu":
+        reason = f"the model is on {device.type}, oneDNN packing is for CPU weights"
+    elif not (info.x86 and info.onednn):
+        reason = f"torch has no usable oneDNN on this {platform.machine()} CPU"
+    elif dtype not in (torch.float32, torch.bfloat16):
+        reason = f"oneDNN packing is used for float32 and bfloat16 weights, not {dtype}"
+    if kernel == "onednn" and reason is not None:
+        raise ValueError(f"linear kernel 'onednn' cannot run: {reason}; use 'auto' or 'aten'")
+    if kernel == "auto":
+        return "aten" if reason is not None else "onednn"
+    return kernel
+
+
+class PackedLinear:
+    """y = x W^T + b with W [out, in] reordered once into oneDNN's blocked layout.
+
+    Several weights may be fused along `out` (e.g. q, k and v): one kernel call instead of three.
+    The packed copy is made at construction; later in-place edits of the source weights are not
+    seen (`FastRunner` re-packs when a weight's version changes)."""
+
+    def __init__(self, weights: list[torch.Tensor], biases: list[torch.Tensor | None]):
+        with torch.no_grad():
+            weight = torch.cat([w.detach() for w in weights]) if len(weights) > 1 else weights[0]
+            self.weight = torch.ops.mkldnn._reorder_linear_weight(
+                weight.detach().contiguous(), PACK_BATCH_HINT
+            )  # opaque oneDNN tensor [out, in]
+            self.bias = None
+            if any(bias is not None for bias in biases):
+                parts = [
+                    b.detach() if b is not None else w.new_zeros(w.shape[0])
+                    for w, b in zip(weights, biases, strict=True)
+                ]
+                self.bias = torch.cat(parts)  # [out]
+        self.sizes = [w.shape[0] for w in weights]
+
+    @classmethod
+    def of(cls, *modules: torch.nn.Linear) -> PackedLinear:
+        return cls([m.weight for m in modules], [m.bias for m in modules])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """[..., in] -> [..., out]; fused weights' outputs side by side (`sizes` each)."""
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+
+def aten_linear(module: torch.nn.Linear):
+    """The `aten` kernel with PackedLinear's call signature (the module's own F.linear)."""
+    return lambda x: F.linear(x, module.weight, module.bias)
+
+
+def onednn_implementation(dtype: torch.dtype, rows: int, in_features: int = 576) -> str:
+    """The oneDNN kernel a PackedLinear of `dtype` runs for `rows` rows, read from oneDNN's
+    verbose log (e.g. 'brg_matmul:avx512_core_bf16'); 'unknown' if the log is not readable."""
+    linear = PackedLinear([torch.zeros(64, in_features, dtype=dtype)], [None])
+    x = torch.zeros(1, rows, in_features, dtype=dtype)
+    with tempfile.TemporaryFile(mode="w+") as log:
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            os.dup2(log.fileno(), 1)  # oneDNN writes its verbose lines to the C stdout
+            with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
+                linear(x)
+            ctypes.CDLL(None).fflush(None)  # C stdio buffers them: flush into the log
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        log.seek(0)
+        found = re.findall(r"onednn_verbose,.*?,exec,cpu,\w+,([\w:]+),", log.read())
+    return found[-1] if found else "unknown"
