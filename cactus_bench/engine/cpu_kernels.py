@@ -43,7 +43,7 @@ PACK_BATCH_HINT = 8  # rows the packed layout is tuned for; any row count runs o
 class CpuInfo:
     """What the kernels depend on: the CPU model, its instruction-set flags, torch's build."""
 
-    model: str  # e.g. "Intel(R) Xeon(R) Processor" or "AMD EPYC 9R14"
+    model: str  # e.g. "Intel(R) Xeon(R) Processor (family 6 model 207)"
     flags: frozenset[str]  # /proc/cpuinfo flags (empty where there is no /proc/cpuinfo)
     capability: str  # torch.backends.cpu.get_cpu_capability(): ATen's kernel level, e.g. AVX512
     onednn: bool  # torch was built with oneDNN (mkldnn) and can use it
@@ -74,8 +74,10 @@ def cpu_info() -> CpuInfo:
     model, flags = platform.processor() or platform.machine(), frozenset()
     with contextlib.suppress(OSError):
         text = open("/proc/cpuinfo").read()  # noqa: SIM115 (one read, closed by refcount)
-        if found := re.search(r"^model name\s*:\s*(.+)$", text, re.MULTILINE):
-            model = found.group(1).strip()
+        fields = dict(re.findall(r"^(model name|cpu family|model)\s*:\s*(.+)$", text, re.M))
+        if "model name" in fields:  # family and model tell CPUs apart behind a generic name
+            model = f"{fields['model name'].strip()} (family {fields.get('cpu family', '?')} "
+            model += f"model {fields.get('model', '?').strip()})"
         if found := re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE):
             flags = frozenset(found.group(1).split())
     onednn = torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
@@ -85,6 +87,16 @@ def cpu_info() -> CpuInfo:
 def auto_cpu_dtype() -> torch.dtype:
     """`dtype=auto` for the embedded pair on CPU: bfloat16 where `native_bf16`, else float32."""
     return torch.bfloat16 if cpu_info().native_bf16 else torch.float32
+
+
+def onednn_min_rows(dtype: torch.dtype) -> int:
+    """The fewest rows a "onednn" runner sends to oneDNN; fewer go to ATen's `F.linear`.
+
+    float32: 2. One row is a matrix-vector product, which ATen's BLAS (MKL) streams at full
+    memory speed on every CPU measured; its trouble starts at 2-3 rows (AMD) or 4 (Intel).
+    bfloat16: 1. ATen's bf16 `F.linear` is oneDNN too, but on the plain transposed weights:
+    slower than the packed ones at every row count (section `linear` of the benchmark)."""
+    return 2 if dtype == torch.float32 else 1
 
 
 def resolve_linear_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:
@@ -143,22 +155,36 @@ def aten_linear(module: torch.nn.Linear):
     return lambda x: F.linear(x, module.weight, module.bias)
 
 
-def onednn_implementation(dtype: torch.dtype, rows: int, in_features: int = 576) -> str:
-    """The oneDNN kernel a PackedLinear of `dtype` runs for `rows` rows, read from oneDNN's
-    verbose log (e.g. 'brg_matmul:avx512_core_bf16'); 'unknown' if the log is not readable."""
-    linear = PackedLinear([torch.zeros(64, in_features, dtype=dtype)], [None])
+@functools.cache
+def kernel_label(kernel: str, dtype: torch.dtype, rows: int, in_features: int = 576) -> str:
+    """What runs a linear layer of `kernel` ("onednn" or "aten") for `rows` rows, e.g.
+    'onednn packed: brg_matmul:avx512_core_bf16' or 'aten: BLAS (MKL)', read from oneDNN's
+    verbose log (a call that logs no oneDNN primitive ran on ATen's BLAS)."""
+    weight = torch.zeros(64, in_features, dtype=dtype)
     x = torch.zeros(1, rows, in_features, dtype=dtype)
+    if kernel == "onednn":
+        packed = PackedLinear([weight], [None])
+        found = _onednn_log(lambda: packed(x))
+        return f"onednn packed: {found or 'unknown'}"
+    found = _onednn_log(lambda: F.linear(x, weight))
+    if found:
+        return f"aten: oneDNN {found} (plain weights)"
+    return "aten: BLAS (MKL)" if torch.backends.mkl.is_available() else "aten: BLAS"
+
+
+def _onednn_log(call) -> str | None:
+    """The oneDNN implementation `call()` ran (e.g. 'brg_matmul:avx512_core_bf16'), or None."""
     with tempfile.TemporaryFile(mode="w+") as log:
         sys.stdout.flush()
         saved = os.dup(1)
         try:
             os.dup2(log.fileno(), 1)  # oneDNN writes its verbose lines to the C stdout
             with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
-                linear(x)
+                call()
             ctypes.CDLL(None).fflush(None)  # C stdio buffers them: flush into the log
         finally:
             os.dup2(saved, 1)
             os.close(saved)
         log.seek(0)
         found = re.findall(r"onednn_verbose,.*?,exec,cpu,\w+,([\w:]+),", log.read())
-    return found[-1] if found else "unknown"
+    return found[-1] if found else None

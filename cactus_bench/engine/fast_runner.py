@@ -38,7 +38,7 @@ from cactus_bench.engine.compact_layer import (
     rope_tables,
     unsupported_reason,
 )
-from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
+from cactus_bench.engine.cpu_kernels import onednn_min_rows, resolve_linear_kernel
 from cactus_bench.engine.packed_model import packed_model, unpackable_reason
 from cactus_bench.engine.static_cache import StaticKVCache
 from cactus_bench.engine.static_cache import bucket as _bucket
@@ -110,6 +110,7 @@ class FastRunner:
         self.compiled = bool(compile)
         self.linear_kernel = self._resolve_kernel(linear_kernel)
         self._packs = packed_model(model) if self.linear_kernel == "onednn" else None
+        self._packed_from = onednn_min_rows(self.dtype)  # fewer new tokens: HF's modules
         self._layer = self._eager_layer
         if self.compiled:
             enable_compile_cache()
@@ -126,6 +127,10 @@ class FastRunner:
         if reason is not None and requested == "onednn":
             raise ValueError(f"linear kernel 'onednn' cannot run here: {reason}; use 'auto'")
         return "aten" if reason is not None else kernel
+
+    def uses_packs(self, num_new: int) -> bool:
+        """Whether a forward over `num_new` tokens runs the oneDNN packs (else HF's modules)."""
+        return self._packs is not None and num_new >= self._packed_from
 
     def warmup(self, capacity: int = 0) -> None:
         """Runs each registered size through the compiled layer for caches of `capacity`
@@ -205,7 +210,7 @@ class FastRunner:
         hidden = self._run(input_ids, cache, compiled=self.compiled)  # [1, n', H] final-normed
         cache.length -= input_ids.shape[1] - num_new  # the padding stays stale
         hidden = hidden[:, :num_new] if all_logits else hidden[:, num_new - 1 : num_new]
-        head = self._packs.head if self._packs is not None else None
+        head = self._packs.head if self.uses_packs(hidden.shape[1]) else None
         return self.model.lm_head(hidden) if head is None else head(hidden)
 
     def _run(self, input_ids: torch.Tensor, cache: StaticKVCache, compiled: bool):
@@ -227,7 +232,7 @@ class FastRunner:
         layer_fn = self._layer if compiled else self._eager_layer
         if compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
-        packs = self._packs.layers if self._packs is not None else [None] * len(self.layers)
+        packs = self._packs.layers if self.uses_packs(num_new) else [None] * len(self.layers)
         hidden = self.model.model.embed_tokens(input_ids)  # [1, n, H]
         for layer, packed, window, key_cache, value_cache in zip(
             self.layers, packs, self.windows, cache.keys, cache.values, strict=True

@@ -46,6 +46,7 @@ class LoadedPair:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     token_map: torch.Tensor | None = None  # [K] int64 shared ids, or None (same output size)
     max_context: int | None = None
+    dtype: str = "float32"  # the dtype the models were loaded in, e.g. "bfloat16" (never "auto")
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -55,10 +56,21 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype | str:
-    """A torch dtype, or ``"auto"`` (the checkpoint's dtype; float32 on CPU)."""
+def resolve_dtype(
+    dtype: str | torch.dtype, device: torch.device, cpu_bf16: bool = False
+) -> torch.dtype | str:
+    """A torch dtype, or ``"auto"`` (on CUDA: the checkpoint's dtype, resolved by the loader).
+
+    ``"auto"`` on a CPU is float32, except with ``cpu_bf16`` (the embedded SmolLM2 pair):
+    bfloat16 where the CPU computes bf16 products in hardware (``cpu_kernels.auto_cpu_dtype``:
+    the avx512_bf16 or amx_bf16 flag and torch's oneDNN), float32 otherwise.
+    """
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto" and device.type == "cpu" and cpu_bf16:
+        from cactus_bench.engine.cpu_kernels import auto_cpu_dtype
+
+        return auto_cpu_dtype()
     if dtype == "auto":
         return "auto" if device.type == "cuda" else torch.float32
     if dtype not in TORCH_DTYPES:
@@ -187,7 +199,8 @@ def load_pair(
     """
     spec = get_pair_spec(spec) if isinstance(spec, str) else spec
     device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype if dtype is not None else spec.dtype, device)
+    cpu_bf16 = spec.verifier == SMOLLM2_VERIFIER_ID  # auto: bf16 where the CPU has it natively
+    torch_dtype = resolve_dtype(dtype if dtype is not None else spec.dtype, device, cpu_bf16)
     embedded = {spec.drafter, spec.verifier} & {
         SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID, TINY_DRAFTER_ID, TINY_VERIFIER_ID
     }  # fmt: skip
@@ -215,6 +228,7 @@ def load_pair(
         chat_template_kwargs=dict(spec.chat_template_kwargs),
         token_map=token_map,
         max_context=spec.max_context,
+        dtype=str(next(verifier.parameters()).dtype).removeprefix("torch."),
     )
 
 
