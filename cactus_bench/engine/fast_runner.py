@@ -229,6 +229,13 @@ class FastRunner:
         for window in set(self.windows) - {None}:
             # HF's sliding mask: key k visible from query q iff q - W < k <= q.
             masks[window] = causal & (key_positions[None, :] > positions[:, None] - window)
+        # Additive masks (0 / -inf), as SDPA would convert the boolean ones in every layer.
+        masks = {
+            window: torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(
+                ~mask, float("-inf")
+            )
+            for window, mask in masks.items()
+        }
         layer_fn = self._layer if compiled else self._eager_layer
         if compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
