@@ -7,11 +7,12 @@ Every row names the CPU, its instruction set, the dtype and the kernel path take
 oneDNN's verbose log, `cpu_kernels.kernel_label`); rows are appended to
 results/bench/forward.csv. Sections:
 1. linear: F.linear on SmolLM2's matrices over 1..8 rows, fp32 and bf16, ATen vs packed oneDNN
-   (scripts/bench_linear.py), ms.
+   (scripts/bench_linear.py), CPU ms.
 2. forward: one cached forward over n = 1..8 new tokens at a --context-token cache, per dtype
    and path (hf_eager, fast_aten, fast = the default: oneDNN packs), interleaved per repeat;
-   decode tok/s = 1 / forward(1); cost(n) / cost(1) is what a verify of m + 1 = n tokens costs
-   in decode steps.
+   wall and CPU time (this thread's, less disturbed by other jobs); decode tok/s = 1 / wall
+   forward(1); cost(n) / cost(1) in CPU time is what a verify of m + 1 = n tokens costs in
+   decode steps.
 3. decode: AutoregressiveDecoder greedy tokens/s (EOS ignored) per dtype and path; with
    --vllm-python, vLLM's CPU build on the same model, dtype and thread count (a separate
    process, scripts/bench_vllm_decode.py), run between our repeats.
@@ -120,12 +121,13 @@ def path_kernel(path: str, runner, dtype: torch.dtype, n: int) -> str:
 
 
 def bench_forward(models: dict, tokenizer, args, paths) -> tuple[dict, dict]:
-    """Median seconds of one cached forward over n new tokens per (dtype, path, n), interleaved;
-    and the kernel label of each."""
+    """Median wall and CPU seconds (this thread's: less disturbed by other jobs) of one cached
+    forward over n new tokens per (dtype, path, n), interleaved; and each one's kernel label."""
     sizes = tuple(range(1, args.max_n + 1))
     runners = {(d, p): make_runner(p, models[d], sizes) for d in models for p in paths}
     context = prompt_ids(tokenizer, args.context)
     times = {(*key, n): [] for key in runners for n in sizes}
+    cpu_times = {key: [] for key in times}
     with torch.inference_mode():
         for runner in runners.values():
             if hasattr(runner, "warmup"):  # before prefill: it recycles the cache
@@ -136,15 +138,18 @@ def bench_forward(models: dict, tokenizer, args, paths) -> tuple[dict, dict]:
             for n in sizes:
                 new = torch.tensor([prompt_ids(tokenizer, n)])  # [1, n]
                 for key, runner in runners.items():
-                    start = time.perf_counter()
+                    start, cpu_start = time.perf_counter(), time.thread_time()
                     runner.forward(new, caches[key], all_logits=True)
                     if repeat:
                         times[(*key, n)].append(time.perf_counter() - start)
+                        cpu_times[(*key, n)].append(time.thread_time() - cpu_start)
                     crop_cache(caches[key], len(context))
     labels = {
         (d, p, n): path_kernel(p, runners[d, p], DTYPES[d], n) for d, p in runners for n in sizes
     }
-    return {key: statistics.median(values) for key, values in times.items()}, labels
+    wall = {key: statistics.median(values) for key, values in times.items()}
+    cpu = {key: statistics.median(values) for key, values in cpu_times.items()}
+    return wall, cpu, labels
 
 
 def decoder_for(path: str, verifier, tokenizer, drafter=None, m: int = 0):
@@ -236,14 +241,15 @@ def main() -> None:
         print_table(results, sizes)
         shapes = {shape: f"{shape} {out}x{inp}" for shape, out, inp in SHAPES}
         for (shape, dtype, kernel, n), ms in results.items():
-            emit("linear", shapes[shape], dtype, labels[dtype, kernel, n], n, "ms", ms)
+            emit("linear", shapes[shape], dtype, labels[dtype, kernel, n], n, "cpu_ms", ms)
     if "forward" not in skip:
-        seconds, labels = bench_forward(verifiers, tokenizer, args, paths)
+        seconds, cpu_seconds, labels = bench_forward(verifiers, tokenizer, args, paths)
         for (dtype, path, n), value in seconds.items():
-            label = labels[dtype, path, n]
+            label, cpu = labels[dtype, path, n], cpu_seconds[dtype, path, n]
             emit("forward", path, dtype, label, n, "forward_ms", 1e3 * value)
-            ratio = value / seconds[dtype, path, 1]
-            emit("forward", path, dtype, label, n, "cost_vs_one_token", ratio)
+            emit("forward", path, dtype, label, n, "forward_cpu_ms", 1e3 * cpu)
+            ratio = cpu / cpu_seconds[dtype, path, 1]
+            emit("forward", path, dtype, label, n, "cost_vs_one_token_cpu", ratio)
             if n == 1:
                 emit("forward", path, dtype, label, 1, "decode_tok_per_s", 1 / value)
     prompt = prompt_ids(tokenizer, args.context)

@@ -6,8 +6,11 @@
 A batch-1 decode step multiplies 1 row by each weight matrix; a verify over m + 1 tokens
 multiplies m + 1 rows. With the weights streamed from memory (as in a real step: each copy is
 used once per sweep, and the copies together exceed the last-level cache), a good kernel costs
-about the same for 1..8 rows. Kernels: `aten` (`F.linear`: MKL for fp32, oneDNN on the plain
-weights for bf16) and `onednn` (`cpu_kernels.PackedLinear`, weights packed once).
+about the same for 1..8 rows. Times are this thread's CPU time (`time.thread_time`, with one
+torch thread all the work runs here), which other jobs on a shared machine disturb less than
+wall time (they still compete for memory bandwidth and caches). Kernels: `aten` (`F.linear`:
+MKL for fp32, oneDNN on the plain weights for bf16) and `onednn` (`cpu_kernels.PackedLinear`,
+weights packed once).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ KERNELS = ("aten", "onednn")
 
 
 def bench_linear(rows: range, repeats: int, stream_bytes: float = 512e6, dtypes=DTYPES):
-    """{(shape name, dtype name, kernel, rows): median ms per product} and the kernel labels."""
+    """{(shape name, dtype name, kernel, rows): median CPU ms per product}, the kernel labels."""
     results, labels = {}, {}
     for name, out_features, in_features in tqdm(SHAPES, desc="linear"):
         for dtype_name, dtype in dtypes.items():
@@ -54,11 +57,11 @@ def bench_linear(rows: range, repeats: int, stream_bytes: float = 512e6, dtypes=
                 for n in rows:
                     x = torch.randn(1, n, in_features).to(dtype)
                     for kernel in KERNELS:  # interleaved: the same load for both kernels
-                        start = time.perf_counter()
+                        start = time.thread_time()
                         for call in calls[kernel]:
                             call(x)
                         if repeat:
-                            times[kernel, n].append((time.perf_counter() - start) / copies)
+                            times[kernel, n].append((time.thread_time() - start) / copies)
             for (kernel, n), values in times.items():
                 results[name, dtype_name, kernel, n] = 1e3 * statistics.median(values)
                 labels[dtype_name, kernel, n] = kernel_label(kernel, dtype, n, in_features)
