@@ -13,6 +13,13 @@ kernel) and calls oneDNN's brgemm kernel, which covers 1-8 rows with one pass ov
 oneDNN picks its kernel by instruction set (cpuid: avx2, avx512_core, avx512_core_bf16,
 avx512_core_amx), not by vendor, so the same path runs on Intel and AMD CPUs.
 
+Which rows go to the packs: bf16, all (ATen's bf16 `F.linear` is oneDNN too, on the plain
+weights: slower at every row count). fp32 depends on the CPU's BLAS, so it is measured, once per
+model (`time_rows` over the real MLP weights, ~1 s): each row count 1..8 takes the packs only if
+they cost at most 90% of ATen's time (a margin, so that noise rarely flips a choice between runs);
+more rows (prefill) always take the packs. Measured here (Intel): ATen for 1-3 rows, packs
+for 4-8; the AMD figures in issue 16 (MKL 2-3x slower at 2-3 rows) would give packs from 2.
+
 bf16 (`native_bf16`): chosen by capability, not vendor. The CPU must compute bf16 dot products
 in hardware (the `avx512_bf16` or `amx_bf16` flag) and torch must have oneDNN; without them
 oneDNN emulates bf16 with fp32 instructions, which saves memory traffic but not time.
@@ -26,8 +33,10 @@ import functools
 import os
 import platform
 import re
+import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +46,9 @@ LINEAR_KERNELS = ("auto", "aten", "onednn")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of hardware bf16 dot products
 ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
 PACK_BATCH_HINT = 8  # rows the packed layout is tuned for; any row count runs on it
+PROBE_ROWS = range(1, 9)  # fp32 row counts whose kernel is measured per model (`time_rows`)
+PACKED_MARGIN = 0.9  # the packs win a row count only if they take <= 90% of ATen's time
+PROBE_MIN_BYTES = 64 << 20  # smaller MLP weights stay in caches: not measured, ATen for 1..8 rows
 
 
 @dataclass(frozen=True)
@@ -89,14 +101,36 @@ def auto_cpu_dtype() -> torch.dtype:
     return torch.bfloat16 if cpu_info().native_bf16 else torch.float32
 
 
-def onednn_min_rows(dtype: torch.dtype) -> int:
-    """The fewest rows a "onednn" runner sends to oneDNN; fewer go to ATen's `F.linear`.
+def choose_packed_rows(aten_s: dict[int, float], packed_s: dict[int, float]) -> frozenset[int]:
+    """The row counts whose packed products took at most PACKED_MARGIN of ATen's time."""
+    return frozenset(n for n in aten_s if packed_s[n] <= PACKED_MARGIN * aten_s[n])
 
-    float32: 2. One row is a matrix-vector product, which ATen's BLAS (MKL) streams at full
-    memory speed on every CPU measured; its trouble starts at 2-3 rows (AMD) or 4 (Intel).
-    bfloat16: 1. ATen's bf16 `F.linear` is oneDNN too, but on the plain transposed weights:
-    slower than the packed ones at every row count (section `linear` of the benchmark)."""
-    return 2 if dtype == torch.float32 else 1
+
+def time_rows(products: list[tuple], rows=PROBE_ROWS, repeats: int = 3):
+    """Median CPU seconds of one sweep over `products`, per row count, for ATen and for the packs.
+
+    products: (plain modules, their PackedLinear) pairs, e.g. each layer's gate and up
+    projections and their fused pack; together larger than the CPU's caches, so the sweep
+    streams the weights from memory, as a decode step does. Interleaved, warmed up once."""
+    in_features = products[0][0][0].in_features
+    dtype = products[0][0][0].weight.dtype
+    times: dict[tuple[str, int], list[float]] = {}
+    with torch.inference_mode():
+        for repeat in range(repeats + 1):
+            for n in rows:
+                x = torch.zeros(1, n, in_features, dtype=dtype)
+                for kernel in ("aten", "packed"):
+                    start = time.thread_time()
+                    for modules, packed in products:
+                        if kernel == "packed":
+                            packed(x)
+                        else:
+                            for module in modules:
+                                module(x)
+                    if repeat:
+                        times.setdefault((kernel, n), []).append(time.thread_time() - start)
+    median = {key: statistics.median(values) for key, values in times.items()}
+    return {n: median["aten", n] for n in rows}, {n: median["packed", n] for n in rows}
 
 
 def resolve_linear_kernel(kernel: str, device: torch.device, dtype: torch.dtype) -> str:
@@ -148,11 +182,6 @@ class PackedLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """[..., in] -> [..., out]; fused weights' outputs side by side (`sizes` each)."""
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-
-
-def aten_linear(module: torch.nn.Linear):
-    """The `aten` kernel with PackedLinear's call signature (the module's own F.linear)."""
-    return lambda x: F.linear(x, module.weight, module.bias)
 
 
 @functools.cache

@@ -38,7 +38,7 @@ from cactus_bench.engine.compact_layer import (
     rope_tables,
     unsupported_reason,
 )
-from cactus_bench.engine.cpu_kernels import onednn_min_rows, resolve_linear_kernel
+from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
 from cactus_bench.engine.packed_model import packed_model, unpackable_reason
 from cactus_bench.engine.static_cache import StaticKVCache
 from cactus_bench.engine.static_cache import bucket as _bucket
@@ -77,8 +77,10 @@ class FastRunner:
     they are stale (masked, later overwritten); their logits are dropped.
 
     linear_kernel: "auto" (oneDNN on packed weights where `cpu_kernels.resolve_linear_kernel`
-    allows it and the layers are not compiled, else "aten"), "onednn" or "aten" (HF's modules).
-    Inductor cannot trace oneDNN's packed tensors, so compiled layers always use "aten".
+    allows it and the layers are not compiled, else "aten"; bf16: every forward on the packs,
+    fp32: the row counts measured faster on them, see `packed_model`), "onednn" (always the
+    packs) or "aten" (HF's modules). Inductor cannot trace oneDNN's packed tensors, so compiled
+    layers always use "aten". `uses_packs(n)` says what a forward over n tokens runs.
     """
 
     def __init__(
@@ -110,7 +112,7 @@ class FastRunner:
         self.compiled = bool(compile)
         self.linear_kernel = self._resolve_kernel(linear_kernel)
         self._packs = packed_model(model) if self.linear_kernel == "onednn" else None
-        self._packed_from = onednn_min_rows(self.dtype)  # fewer new tokens: HF's modules
+        self._always_packed = linear_kernel == "onednn"  # else packs.packed_for(n) decides
         self._layer = self._eager_layer
         if self.compiled:
             enable_compile_cache()
@@ -130,7 +132,9 @@ class FastRunner:
 
     def uses_packs(self, num_new: int) -> bool:
         """Whether a forward over `num_new` tokens runs the oneDNN packs (else HF's modules)."""
-        return self._packs is not None and num_new >= self._packed_from
+        if self._packs is None:
+            return False
+        return self._always_packed or self._packs.packed_for(num_new)
 
     def warmup(self, capacity: int = 0) -> None:
         """Runs each registered size through the compiled layer for caches of `capacity`

@@ -9,7 +9,9 @@ plain `nn.Linear` (tied or not); other heads (e.g. the drafter's `SubsetLMHead`)
 The packed copies cost as much memory as the weights they copy (270 MB for SmolLM2-135M in
 bf16); the HF modules keep theirs (HF's forward, embeddings, norms). Packs are cached per model
 and rebuilt when any parameter is replaced or edited in place (its data pointer or version
-changes), which `FastRunner` checks once per request.
+changes), which `FastRunner` checks once per request. With fp32 weights the packing also times
+the MLP's gate/up products on 1..8 rows both ways (`cpu_kernels.time_rows`, ~1 s) and keeps the
+row counts the packs win (`faster_rows`); bf16 weights always take the packs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_bench.engine.cpu_kernels import PackedLinear
+from cactus_bench.engine.cpu_kernels import (
+    PROBE_MIN_BYTES,
+    PROBE_ROWS,
+    PackedLinear,
+    choose_packed_rows,
+    time_rows,
+)
 
 _PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> PackedModel
 
@@ -38,6 +46,13 @@ class PackedModel:
     layers: list[PackedLayer]
     head: PackedLinear | None  # None: run model.lm_head as a module
     fingerprint: tuple
+    faster_rows: frozenset[int] | None = None  # fp32: row counts 1..8 the packs won (measured)
+
+    def packed_for(self, num_new: int) -> bool:
+        """Whether "auto" runs a forward over `num_new` tokens on the packs."""
+        if self.faster_rows is None or num_new > max(PROBE_ROWS):
+            return True
+        return num_new in self.faster_rows
 
 
 def unpackable_reason(model: torch.nn.Module) -> str | None:
@@ -78,4 +93,15 @@ def _pack(model: torch.nn.Module, fingerprint: tuple) -> PackedModel:
             )
         )
     head = model.lm_head if isinstance(model.lm_head, torch.nn.Linear) else None
-    return PackedModel(layers, PackedLinear.of(head) if head is not None else None, fingerprint)
+    faster_rows = None
+    if model.model.embed_tokens.weight.dtype == torch.float32:  # measured: cpu_kernels docstring
+        mlps = [layer.mlp for layer in model.model.layers[: model.config.num_hidden_layers]]
+        pairs = zip(mlps, layers, strict=True)
+        products = [((mlp.gate_proj, mlp.up_proj), packs.gate_up) for mlp, packs in pairs]
+        size = sum(m.weight.nbytes for modules, _ in products for m in modules)
+        # Weights that fit in a cache cannot show streaming behaviour: ATen up to 8 rows.
+        faster_rows = (
+            choose_packed_rows(*time_rows(products)) if size >= PROBE_MIN_BYTES else frozenset()
+        )
+    head_pack = PackedLinear.of(head) if head is not None else None
+    return PackedModel(layers, head_pack, fingerprint, faster_rows)
