@@ -3,9 +3,8 @@
     python scripts/bench_forward.py                 # SmolLM2-135M (+ drafter) if cached, else tiny
     python scripts/bench_forward.py --skip linear,compile --repeats 9 --vllm-python PATH
 
-Every row names the CPU, its instruction set, the dtype and the kernel path taken (read from
-oneDNN's verbose log, `cpu_kernels.kernel_label`); rows are appended to
-results/bench/forward.csv. Sections:
+Every row names the CPU, its instruction set, the dtype and the kernel path taken (oneDNN's
+verbose log, `cpu_kernels.kernel_label`); rows go to results/bench/forward.csv. Sections:
 1. linear: F.linear on SmolLM2's matrices over 1..8 rows, fp32 and bf16, ATen vs packed oneDNN
    (scripts/bench_linear.py), CPU ms.
 2. forward: one cached forward over n = 1..8 new tokens at a --context-token cache, per dtype
@@ -105,7 +104,7 @@ def prompt_ids(tokenizer, length: int) -> list[int]:
     return (ids * (length // len(ids) + 1))[:length]
 
 
-def make_runner(path: str, verifier, sizes):
+def make_runner(path: str, verifier, sizes):  # the runner a decoder on `path` would build
     fast, compiled, kernel = PATHS[path]
     if fast == "off":
         return ModelRunner(verifier, torch.device("cpu"))
@@ -168,13 +167,13 @@ def decoder_for(path: str, verifier, tokenizer, drafter=None, m: int = 0):
 
 def bench_decode(decoders: dict, prompt: list[int], args, sampling, seeds, between=None) -> dict:
     """Median tokens/s of each decoder (interleaved per seed, EOS ignored, prefill excluded);
-    `between()` runs after each round (e.g. a vLLM measurement) and its rates are kept too."""
+    `between(seed)` runs after each round (e.g. a vLLM measurement); its rates are kept too."""
     rates: dict = {name: [] for name in decoders}
     for seed in tqdm(seeds, desc="decode"):
         for name, decoder in decoders.items():
             rec = decoder.generate(prompt, args.max_new_tokens, seed=seed, sampling=sampling)
             rates[name].append(rec.num_generated / (rec.total_time_s - rec.prefill_time_s))
-        for name, rate in (between() if between else {}).items():
+        for name, rate in (between(seed) if between else {}).items():
             rates.setdefault(name, []).append(rate)
     return {name: statistics.median(values) for name, values in rates.items()}
 
@@ -255,9 +254,12 @@ def main() -> None:
     prompt = prompt_ids(tokenizer, args.context)
     if "decode" not in skip:
         decoders = {(d, p): decoder_for(p, verifiers[d], tokenizer) for d in DTYPES for p in paths}
-        between = None
-        if args.vllm_python and model_dir is not None:
-            between = lambda: {("bfloat16", "vllm_eager"): vllm_rate(args, model_dir, prompt)}  # noqa: E731
+
+        def between(seed: int) -> dict:  # vLLM in 3 of the rounds (~1 min a call: start-up)
+            if not (args.vllm_python and model_dir) or seed % max(1, args.repeats // 3):
+                return {}
+            return {("bfloat16", "vllm_eager"): vllm_rate(args, model_dir, prompt)}
+
         rates = bench_decode(decoders, prompt, args, GREEDY, range(args.repeats), between)
         for (dtype, path), rate in rates.items():
             kernel = "vLLM CPU build" if path.startswith("vllm") else path_kernel(
