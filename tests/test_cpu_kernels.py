@@ -19,7 +19,7 @@ from cactus_bench.engine.cpu_kernels import (
 )
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.packed_model import packed_model
-from cactus_bench.models.loading import load_pair, resolve_dtype
+from cactus_bench.models.loading import load_pair, resolve_dtype, resolve_pair_dtype
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 CPU = torch.device("cpu")
@@ -52,6 +52,9 @@ def test_auto_dtype_is_bf16_only_with_hardware_bf16(monkeypatch):
         assert resolve_dtype("auto", CPU, cpu_bf16=True) == expected
         assert resolve_dtype("auto", CPU) == torch.float32  # hub and tiny pairs keep fp32
         assert resolve_dtype("float32", CPU, cpu_bf16=True) == torch.float32  # still selectable
+        assert resolve_pair_dtype("smollm2_135m", "cpu") == expected  # its YAML says auto
+        assert resolve_pair_dtype("smollm2_135m", "cpu", "float32") == torch.float32
+        assert resolve_pair_dtype("qwen3_8b", "cpu", "auto") == torch.float32
 
 
 def test_loaded_pair_records_the_resolved_dtype():

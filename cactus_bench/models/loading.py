@@ -80,6 +80,18 @@ def resolve_dtype(
     return TORCH_DTYPES[dtype]
 
 
+def resolve_pair_dtype(
+    spec: PairSpec | str, device: str | torch.device, dtype: str | torch.dtype | None = None
+) -> torch.dtype | str:
+    """The dtype `load_pair(spec, device, dtype)` loads both models in, known before loading:
+    a torch dtype, or "auto" for a hub pair on CUDA (the checkpoint's; `LoadedPair.dtype` then
+    says which). "auto" picks bfloat16 on CPU only for the embedded SmolLM2 pair."""
+    spec = get_pair_spec(spec) if isinstance(spec, str) else spec
+    cpu_bf16 = spec.verifier == SMOLLM2_VERIFIER_ID  # auto: bf16 where the CPU has it natively
+    chosen = dtype if dtype is not None else spec.dtype
+    return resolve_dtype(chosen, resolve_device(device), cpu_bf16)
+
+
 def _source(model_id: str) -> tuple[str, dict[str, Any]]:
     """(pretrained path or hub id, extra from_pretrained kwargs) for a non-embedded id."""
     path = Path(model_id).expanduser()
@@ -199,8 +211,7 @@ def load_pair(
     """
     spec = get_pair_spec(spec) if isinstance(spec, str) else spec
     device = resolve_device(device)
-    cpu_bf16 = spec.verifier == SMOLLM2_VERIFIER_ID  # auto: bf16 where the CPU has it natively
-    torch_dtype = resolve_dtype(dtype if dtype is not None else spec.dtype, device, cpu_bf16)
+    torch_dtype = resolve_pair_dtype(spec, device, dtype)
     embedded = {spec.drafter, spec.verifier} & {
         SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID, TINY_DRAFTER_ID, TINY_VERIFIER_ID
     }  # fmt: skip
