@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 from bench_linear import SHAPES, bench_linear, print_table
+from bench_vllm_decode import vllm_rate
 from tqdm import tqdm
 
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder, runtime
@@ -119,7 +120,7 @@ def path_kernel(path: str, runner, dtype: torch.dtype, n: int) -> str:
     return kernel_label("onednn" if onednn else "aten", dtype, n)
 
 
-def bench_forward(models: dict, tokenizer, args, paths) -> tuple[dict, dict]:
+def bench_forward(models: dict, tokenizer, args, paths) -> tuple[dict, dict, dict]:
     """Median wall and CPU seconds (this thread's: less disturbed by other jobs) of one cached
     forward over n new tokens per (dtype, path, n), interleaved; and each one's kernel label."""
     sizes = tuple(range(1, args.max_n + 1))
@@ -178,18 +179,6 @@ def bench_decode(decoders: dict, prompt: list[int], args, sampling, seeds, betwe
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
-def vllm_rate(args, model_dir: Path, prompt: list[int]) -> float:
-    """vLLM's greedy decode tokens/s on the same model (bf16, eager, same threads)."""
-    script = Path(__file__).with_name("bench_vllm_decode.py")
-    cmd = [args.vllm_python, str(script), "--model", str(model_dir), "--threads",
-           str(args.threads), "--max-new-tokens", str(args.max_new_tokens), "--prompt",
-           json.dumps(prompt)]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"vLLM decode failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["tok_per_s"]
-
-
 def probe_compile(args) -> None:
     """Child process: compile everything AR and sps decoding use (fp32) and print the seconds."""
     _, drafter, verifier, tokenizer, _ = load_models(args.model, torch.float32)
@@ -224,14 +213,23 @@ def main() -> None:
     name, _, _, tokenizer, model_dir = loaded["float32"]
     verifiers = {d: value[2] for d, value in loaded.items()}
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    info, rows = cpu_info(), []
+    info = cpu_info()
     print(f"CPU: {info.model}; ISA: {info.isa}; native bf16: {info.native_bf16}")
 
-    def emit(section, path, dtype, kernel, n, metric, value) -> None:
-        rows.append(dict(timestamp=stamp, model=name, cpu=info.model, isa=info.isa,
-                         threads=torch.get_num_threads(), load_1m=round(os.getloadavg()[0], 2),
-                         section=section, path=path, dtype=dtype, kernel=kernel, n=n,
-                         metric=metric, value=round(value, 4)))  # fmt: skip
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def emit(section, path, dtype, kernel, n, metric, value) -> None:  # one CSV row, appended now
+        row = dict(timestamp=stamp, model=name, cpu=info.model, isa=info.isa,
+                   threads=torch.get_num_threads(), load_1m=round(os.getloadavg()[0], 2),
+                   section=section, path=path, dtype=dtype, kernel=kernel, n=n, metric=metric,
+                   value=round(value, 4))  # fmt: skip
+        new_file = not out.exists()
+        with out.open("a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+            if new_file:
+                writer.writeheader()
+            writer.writerow(row)
         print(f"{section:7s} {path:14s} {dtype:8s} n={n!s:2s} {metric:18s} {value:9.3f}  {kernel}")
 
     if "linear" not in skip:
@@ -258,7 +256,8 @@ def main() -> None:
         def between(seed: int) -> dict:  # vLLM in 3 of the rounds (~1 min a call: start-up)
             if not (args.vllm_python and model_dir) or seed % max(1, args.repeats // 3):
                 return {}
-            return {("bfloat16", "vllm_eager"): vllm_rate(args, model_dir, prompt)}
+            rate = vllm_rate(args.vllm_python, model_dir, args.threads, args.max_new_tokens, prompt)
+            return {("bfloat16", "vllm_eager"): rate}
 
         rates = bench_decode(decoders, prompt, args, GREEDY, range(args.repeats), between)
         for (dtype, path), rate in rates.items():
@@ -284,15 +283,7 @@ def main() -> None:
             emit("e2e", "fast/sps" if m else "fast/ar", dtype, kernel, m, "tok_per_s", rate)
             if m:
                 emit("e2e", "fast", dtype, kernel, m, "sps_speedup", rate / rates[dtype, 0])
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not out.exists()
-    with out.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
-    print(f"{len(rows)} rows appended to {out}")
+    print(f"rows appended to {out}")
 
 
 if __name__ == "__main__":

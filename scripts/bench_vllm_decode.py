@@ -15,7 +15,20 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import time
+from pathlib import Path
+
+
+def vllm_rate(python: str, model_dir, threads: int, max_new_tokens: int, prompt) -> float:
+    """Runs this script with `python` (a vLLM CPU build) and returns its tokens/s."""
+    cmd = [python, __file__, "--model", str(Path(model_dir)), "--threads", str(threads),
+           "--max-new-tokens", str(max_new_tokens),
+           "--prompt", json.dumps(list(prompt))]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"vLLM decode failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["tok_per_s"]
 
 
 def main() -> None:

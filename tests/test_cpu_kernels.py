@@ -112,12 +112,13 @@ def test_runner_picks_packs_by_dtype_and_row_count(tiny_pair, monkeypatch):
     verifier = tiny_pair[1]
     runner = FastRunner(verifier, CPU)
     assert runner.linear_kernel == "onednn"
-    # fp32 weights this small are not timed: ATen up to 8 rows, the packs for a long prefill.
+    # fp32 weights this small are not timed: ATen for every row count (prefills too).
     assert runner._packs.faster_rows == frozenset()
-    assert not any(runner.uses_packs(n) for n in range(1, 9)) and runner.uses_packs(9)
+    assert not any(runner.uses_packs(n) for n in (1, 2, 8, 9, 600))
     assert all(FastRunner(verifier, CPU, linear_kernel="onednn").uses_packs(n) for n in (1, 3))
     assert all(FastRunner(copy.deepcopy(verifier).bfloat16(), CPU).uses_packs(n) for n in (1, 3))
     assert not FastRunner(verifier, CPU, linear_kernel="aten").uses_packs(9)
+    assert FastRunner(verifier, CPU, linear_kernel="onednn").uses_packs(600)
     # Larger ones are timed once per model; the choice is a subset of 1..8 (timings vary).
     monkeypatch.setattr(packed_model_module, "PROBE_MIN_BYTES", 0)
     measured = FastRunner(copy.deepcopy(verifier), CPU)._packs.faster_rows

@@ -99,7 +99,8 @@ def rope_tables(rotary_emb, capacity: int, head_dim: int, dtype, device):
 def decoder_layer(shape, hidden, layer, packed, cos, sin, positions, key_cache, value_cache, mask):
     """hidden [1, n, H] -> [1, n, H], as HF's Llama/Qwen decoder layer (its own norms; its
     projection modules, or their oneDNN packs `packed`); writes the n new keys/values into the
-    [1, H_kv, capacity, D] caches in place. cos, sin_signed: [1, 1, n, D]; mask [n, capacity]."""
+    [1, H_kv, capacity, D] caches in place. cos, sin_signed: [1, 1, n, D]; mask [n, K]: additive,
+    over the first K cached positions."""
     residual = hidden
     hidden = norm(shape, layer.input_layernorm, hidden)
     hidden = residual + attention(
@@ -132,8 +133,14 @@ def attention(shape, attn, packed, hidden, cos, sin, positions, key_cache, value
     value = heads[:, :, num_qk:].transpose(1, 2)  # [1, H_kv, n, D]
     key_cache.index_copy_(2, positions, key)
     value_cache.index_copy_(2, positions, value)
+    visible = mask.shape[-1]  # the first K cached positions (K = capacity when compiled)
     out = F.scaled_dot_product_attention(
-        query, key_cache, value_cache, attn_mask=mask, scale=shape.scaling, enable_gqa=True
+        query,
+        key_cache[:, :, :visible],
+        value_cache[:, :, :visible],
+        attn_mask=mask,
+        scale=shape.scaling,
+        enable_gqa=True,
     )  # [1, H_q, n, D]
     out = out.transpose(1, 2).reshape(1, num_new, -1)  # [1, n, H_q * D]
     return attn.o_proj(out) if packed is None else packed.o(out)

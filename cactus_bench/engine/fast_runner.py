@@ -2,28 +2,28 @@
 
 Why: HF's eager forward spends part of each batch-1 step on model-level glue (mask building,
 cache bookkeeping, attention dispatch) and, on GPUs, on kernel launches. This runner keeps the HF
-modules (projections, norms, Qwen3's q/k norms, MLP, output head) and replaces the glue
-with a few lines that `torch.compile` traces into one graph per decoder layer and input length.
-On this project's 2-core CPU a SmolLM2-135M step is mostly the time to stream its 540 MB of fp32
-weights through one core (matrix-vector products at ~6-7 GB/s), which no forward path removes;
-scripts/bench_forward.py measures what is left to gain (results/bench/forward.csv).
+modules' weights and numerics (norms, projections, MLP, output head) and replaces the glue with
+a few lines (compact_layer.py) that `torch.compile` can trace into one graph per decoder layer
+and input length. On a CPU a batch-1 step is mostly the time to stream the weights through one
+core (SmolLM2-135M: 540 MB in fp32, 270 MB in bf16), so what matters there is that every linear
+layer streams its weights once per forward whatever the number of new tokens.
 
 - `StaticKVCache` (static_cache.py): preallocated per-layer key/value buffers and a length;
   roll-back moves the length.
-- The forward attends over the whole buffer with a boolean mask (key position <= query position,
-  and inside the sliding window where a layer has one), so its shapes depend only on the number of
-  new tokens n and the capacity: the engine uses n = 1, 2 (the drafter's catch-up) and m + 1.
+- The forward attends over the whole buffer with an additive mask (key position <= query
+  position, and inside the sliding window where a layer has one), so its shapes depend only on
+  the number of new tokens n and the capacity: the engine uses n = 1, 2 (the drafter's catch-up)
+  and m + 1.
 - The rotary tables are HF's own `rotary_emb` evaluated once for positions 0..capacity-1, so any
   rope scaling that does not depend on the sequence length (default, linear, llama3, yarn) matches.
-
 - Linear kernels (cpu_kernels.py, packed_model.py): on an x86 CPU with oneDNN the projections
-  and the output head run on weights packed once for oneDNN (q/k/v and gate/up fused), so a
-  forward over m + 1 tokens streams the weights once, like a one-token forward; elsewhere (CUDA,
-  other CPUs, compiled layers) HF's modules run them (`F.linear`). `linear_kernel` says which.
+  and the output head can run on weights packed once for oneDNN (q/k/v and gate/up fused), whose
+  cost hardly grows from 1 to 6 rows; elsewhere (CUDA, other CPUs, compiled layers) HF's modules
+  run them (`F.linear`). `linear_kernel` and `uses_packs(n)` say which.
 
-Supported: Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm) causal LMs, any head
-module (e.g. the drafter's `SubsetLMHead`, which runs eagerly after the compiled body). Other
-architectures (Gemma 2: scaled embeddings, soft-capping, extra norms) use the eager HF path;
+Supported: Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm) causal LMs, any head module (e.g.
+the drafter's `SubsetLMHead`, which runs as a module after the layers). Other architectures
+(Gemma 2: scaled embeddings, soft-capping, extra norms) use the eager HF path;
 `unsupported_reason(model)` says why.
 """
 
@@ -227,8 +227,10 @@ class FastRunner:
         cos_table, sin_table = self._rope_tables
         cos = cos_table.index_select(0, positions)[None, None]  # [1, 1, n, D]
         sin = sin_table.index_select(0, positions)[None, None]
-        key_positions = self._key_positions
-        causal = key_positions[None, :] <= positions[:, None]  # [n, capacity]
+        # Eager: only the first start + n keys can be visible; compiled: the whole buffer, so
+        # that the graph's shapes depend on the capacity bucket, not on the position.
+        key_positions = self._key_positions[: None if compiled else start + num_new]  # [K]
+        causal = key_positions[None, :] <= positions[:, None]  # [n, K]
         masks: dict[int | None, torch.Tensor] = {None: causal}
         for window in set(self.windows) - {None}:
             # HF's sliding mask: key k visible from query q iff q - W < k <= q.

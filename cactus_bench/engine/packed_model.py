@@ -23,7 +23,6 @@ import torch
 
 from cactus_bench.engine.cpu_kernels import (
     PROBE_MIN_BYTES,
-    PROBE_ROWS,
     PackedLinear,
     choose_packed_rows,
     time_rows,
@@ -49,10 +48,10 @@ class PackedModel:
     faster_rows: frozenset[int] | None = None  # fp32: row counts 1..8 the packs won (measured)
 
     def packed_for(self, num_new: int) -> bool:
-        """Whether "auto" runs a forward over `num_new` tokens on the packs."""
-        if self.faster_rows is None or num_new > max(PROBE_ROWS):
-            return True
-        return num_new in self.faster_rows
+        """Whether "auto" runs a forward over `num_new` tokens on the packs: bf16 always; fp32
+        the measured row counts, and never a prefill (> 8 rows: BLAS's GEMM, measured faster
+        here on 600 rows)."""
+        return self.faster_rows is None or num_new in self.faster_rows
 
 
 def unpackable_reason(model: torch.nn.Module) -> str | None:
