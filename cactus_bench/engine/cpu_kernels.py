@@ -39,6 +39,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -86,7 +87,7 @@ class CpuInfo:
 def cpu_info() -> CpuInfo:
     model, flags = platform.processor() or platform.machine(), frozenset()
     with contextlib.suppress(OSError):
-        text = open("/proc/cpuinfo").read()  # noqa: SIM115 (one read, closed by refcount)
+        text = Path("/proc/cpuinfo").read_text()
         fields = dict(re.findall(r"^(model name|cpu family|model)\s*:\s*(.+)$", text, re.M))
         if "model name" in fields:  # family and model tell CPUs apart behind a generic name
             model = f"{fields['model name'].strip()} (family {fields.get('cpu family', '?')} "
