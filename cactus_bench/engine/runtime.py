@@ -14,11 +14,12 @@ from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache, unsupport
 
 FORWARD_MODES = ("auto", "on", "off")
 # compile="auto" compiles on CUDA only, for models from this many parameters up: batch-1 GPU steps
-# are launch-bound, which mode="reduce-overhead" (CUDA graphs) targets. On this 2-core CPU the
-# compiled forward of SmolLM2-135M measured 9.1-9.3 tok/s against 9.3-10.8 for the uncompiled fast
-# forward (results/bench/forward.csv: decode is memory-bound, ~540 MB of fp32 weights per step),
-# so its 15-27 s cold compile never pays; `compile="on"` still compiles on CPU. On the tiny test
-# models a compile costs ~20 s against ~1 ms per step.
+# are launch-bound, which mode="reduce-overhead" (CUDA graphs) targets. On a CPU decode is
+# memory-bound, and the compiled layers run ATen's linear layers (inductor cannot trace oneDNN's
+# packed weights): for SmolLM2-135M in bf16 they took 62 ms of CPU per token against 49 ms for the
+# eager fast forward on the packs (48-token requests, one thread, this project's Intel CPU), after
+# a 25-50 s cold compile; `compile="on"` still compiles on CPU. On the tiny test models a compile
+# costs ~20 s against ~1 ms per step.
 COMPILE_MIN_PARAMS = 20_000_000
 # The linear kernel every fast forward a decoder builds asks for ("auto", "onednn" or "aten", see
 # `cpu_kernels`). Decoders take no argument for it: "auto" picks the measured best. Benchmarks
