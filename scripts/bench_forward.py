@@ -36,23 +36,20 @@ import time
 from pathlib import Path
 
 import torch
+from bench_decoders import PATHS, bench_decode, decoder_for
 from bench_linear import SHAPES, bench_linear, print_table
 from bench_vllm_decode import vllm_rate
 from tqdm import tqdm
 
-from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder, runtime
+from cactus_bench.engine import SamplingParams
 from cactus_bench.engine.cpu_kernels import cpu_info, kernel_label
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.runtime import ModelRunner, crop_cache
-from cactus_bench.samplers import make_sampler
 
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
 PAPER = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
 GREEDY = SamplingParams(temperature=0.0)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# path -> (fast, compile, linear kernel) as the decoders take them
-PATHS = {"hf_eager": ("off", "off", "aten"), "fast_aten": ("on", "off", "aten"),
-         "fast": ("on", "off", "auto"), "fast_compiled": ("on", "on", "aten")}  # fmt: skip
 COLUMNS = ("timestamp", "model", "cpu", "isa", "threads", "load_1m", "section", "path", "dtype",
            "kernel", "n", "metric", "value")  # fmt: skip
 
@@ -152,33 +149,6 @@ def bench_forward(models: dict, tokenizer, args, paths) -> tuple[dict, dict, dic
     return wall, cpu, labels
 
 
-def decoder_for(path: str, verifier, tokenizer, drafter=None, m: int = 0):
-    fast, compiled, kernel = PATHS[path]
-    runtime.DEFAULT_LINEAR_KERNEL = kernel  # the decoders' runners take it from here
-    try:
-        if drafter is None:
-            return AutoregressiveDecoder(
-                verifier, tokenizer, eos_token_ids=[], fast=fast, compile=compiled
-            )
-        return SpeculativeDecoder(drafter, verifier, tokenizer, make_sampler("sps"), m,
-                                  eos_token_ids=[], fast=fast, compile=compiled)  # fmt: skip
-    finally:
-        runtime.DEFAULT_LINEAR_KERNEL = "auto"
-
-
-def bench_decode(decoders: dict, prompt: list[int], args, sampling, seeds, between=None) -> dict:
-    """Median tokens/s of each decoder (interleaved per seed, EOS ignored, prefill excluded);
-    `between(seed)` runs after each round (e.g. a vLLM measurement); its rates are kept too."""
-    rates: dict = {name: [] for name in decoders}
-    for seed in tqdm(seeds, desc="decode"):
-        for name, decoder in decoders.items():
-            rec = decoder.generate(prompt, args.max_new_tokens, seed=seed, sampling=sampling)
-            rates[name].append(rec.num_generated / (rec.total_time_s - rec.prefill_time_s))
-        for name, rate in (between(seed) if between else {}).items():
-            rates.setdefault(name, []).append(rate)
-    return {name: statistics.median(values) for name, values in rates.items()}
-
-
 def probe_compile(args) -> None:
     """Child process: compile everything AR and sps decoding use (fp32) and print the seconds."""
     _, drafter, verifier, tokenizer, _ = load_models(args.model, torch.float32)
@@ -259,11 +229,15 @@ def main() -> None:
             rate = vllm_rate(args.vllm_python, model_dir, args.threads, args.max_new_tokens, prompt)
             return {("bfloat16", "vllm_eager"): rate}
 
-        rates = bench_decode(decoders, prompt, args, GREEDY, range(args.repeats), between)
+        rates, cpu_rates = bench_decode(
+            decoders, prompt, args, GREEDY, range(args.repeats), between
+        )
         for (dtype, path), rate in rates.items():
             kernel = "vLLM CPU build" if path.startswith("vllm") else path_kernel(
                 path, decoders[dtype, path].verifier, DTYPES[dtype], 1)  # fmt: skip
             emit("decode", path, dtype, kernel, 1, "ar_tok_per_s", rate)
+            if (dtype, path) in cpu_rates:
+                emit("decode", path, dtype, kernel, 1, "ar_tok_per_cpu_s", cpu_rates[dtype, path])
     if "compile" not in skip:
         with tempfile.TemporaryDirectory(prefix="inductor_bench_") as cache_dir:
             label = "inductor + " + kernel_label("aten", torch.float32, 1)
@@ -277,12 +251,16 @@ def main() -> None:
             arms[dtype, 0] = decoder_for("fast", verifier, tokenizer)
             for m in draft_counts:
                 arms[dtype, m] = decoder_for("fast", verifier, tokenizer, drafter, m)
-        rates = bench_decode(arms, prompt, args, PAPER, range(args.e2e_repeats))
+        rates, cpu_rates = bench_decode(arms, prompt, args, PAPER, range(args.e2e_repeats))
         for (dtype, m), rate in rates.items():
             kernel = path_kernel("fast", arms[dtype, m].verifier, DTYPES[dtype], m + 1)
-            emit("e2e", "fast/sps" if m else "fast/ar", dtype, kernel, m, "tok_per_s", rate)
+            cpu_rate, arm = cpu_rates[dtype, m], "fast/sps" if m else "fast/ar"
+            emit("e2e", arm, dtype, kernel, m, "tok_per_s", rate)
+            emit("e2e", arm, dtype, kernel, m, "tok_per_cpu_s", cpu_rate)
             if m:
                 emit("e2e", "fast", dtype, kernel, m, "sps_speedup", rate / rates[dtype, 0])
+                speedup = cpu_rate / cpu_rates[dtype, 0]
+                emit("e2e", "fast", dtype, kernel, m, "sps_speedup_cpu", speedup)
     print(f"rows appended to {out}")
 
 
