@@ -1,17 +1,23 @@
-"""Forward-path benchmark: HF eager forward vs the fast static-cache forward, eager and compiled.
+"""Forward-path benchmark on this CPU: kernels, forwards over 1..8 tokens, decode, end to end.
 
-    python scripts/bench_forward.py                 # SmolLM2-135M verifier if cached, else tiny
-    python scripts/bench_forward.py --model tiny --threads 1 --repeats 9
+    python scripts/bench_forward.py                 # SmolLM2-135M (+ drafter) if cached, else tiny
+    python scripts/bench_forward.py --skip linear,compile --repeats 9 --vllm-python PATH
 
-Sections (each printed and appended to results/bench/forward.csv, one row per number):
-1. forward: one cached forward over n = 1..5 new tokens at a --context-token cache, the three
-   paths interleaved per repeat (medians); decode tok/s = 1 / forward(1); cost(m+1) / cost(1).
-2. decode: AutoregressiveDecoder greedy tokens/s (EOS ignored), fast="off" vs compile="on".
-3. compile: seconds to warm up (compile) the verifier for the shapes sps decoding uses, in a
-   fresh process with an empty inductor cache (cold) and again with that cache (warm).
-4. e2e: if the trained drafter exists (or on the tiny pair), SpeculativeDecoder (sps, --e2e-m) over
-   AutoregressiveDecoder on each forward path (HF eager, fast eager = the CPU default, fast
-   compiled), paper sampling (T 0.6, top-p 0.95, top-k 20), same seeds, interleaved.
+Every row names the CPU, its instruction set, the dtype and the kernel path taken (oneDNN's
+verbose log, `cpu_kernels.kernel_label`); rows go to results/bench/forward.csv. Sections:
+1. linear: F.linear on SmolLM2's matrices over 1..8 rows, fp32 and bf16, ATen vs packed oneDNN
+   (scripts/bench_linear.py), CPU ms.
+2. forward: one cached forward over n = 1..8 new tokens at a --context-token cache, per dtype
+   and path (hf_eager, fast_aten, fast = the default: oneDNN packs), interleaved per repeat;
+   wall and CPU time (this thread's, less disturbed by other jobs); decode tok/s = 1 / wall
+   forward(1); cost(n) / cost(1) in CPU time is what a verify of m + 1 = n tokens costs in
+   decode steps.
+3. decode: AutoregressiveDecoder greedy tokens/s (EOS ignored) per dtype and path; with
+   --vllm-python, vLLM's CPU build on the same model, dtype and thread count (a separate
+   process, scripts/bench_vllm_decode.py), run between our repeats.
+4. compile: seconds to compile the verifier for the shapes sps decoding uses (fp32), cold and warm.
+5. e2e: SpeculativeDecoder (sps, --e2e-m) over AutoregressiveDecoder per dtype on the default
+   path, paper sampling (T 0.6, top-p 0.95, top-k 20), same seeds, interleaved.
 Timings on a shared machine are noisy: the 1-minute load average is recorded with every row.
 """
 
@@ -30,18 +36,22 @@ import time
 from pathlib import Path
 
 import torch
+from bench_decoders import PATHS, bench_decode, decoder_for
+from bench_linear import SHAPES, bench_linear, print_table
+from bench_vllm_decode import vllm_rate
 from tqdm import tqdm
 
-from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
+from cactus_bench.engine import SamplingParams
+from cactus_bench.engine.cpu_kernels import cpu_info, kernel_label
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.runtime import ModelRunner, crop_cache
-from cactus_bench.samplers import make_sampler
 
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
 PAPER = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
 GREEDY = SamplingParams(temperature=0.0)
-PATHS = ("hf_eager", "fast_eager", "fast_compiled")
-COLUMNS = ("timestamp", "model", "threads", "load_1m", "section", "path", "n", "metric", "value")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+COLUMNS = ("timestamp", "model", "cpu", "isa", "threads", "load_1m", "section", "path", "dtype",
+           "kernel", "n", "metric", "value")  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
@@ -50,41 +60,37 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: default)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--context", type=int, default=128, help="cached tokens before a forward")
-    parser.add_argument("--m", type=int, default=4, help="draft tokens per step (e2e, compile)")
+    parser.add_argument("--max-n", type=int, default=8, help="forward section: n = 1..max-n")
+    parser.add_argument("--paths", default="hf_eager,fast_aten,fast", help="forward/decode paths")
+    parser.add_argument("--m", type=int, default=4, help="draft tokens per step (compile)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--e2e-m", default="1,2,4", help="draft lengths for the e2e section")
+    parser.add_argument("--e2e-m", default="1,2,3,4", help="draft lengths for the e2e section")
     parser.add_argument("--e2e-repeats", type=int, default=3, help="seeds in the e2e section")
+    parser.add_argument("--vllm-python", default=os.environ.get("CACTUS_BENCH_VLLM_PYTHON"),
+                        help="python of a vLLM CPU build, for the decode section")  # fmt: skip
     parser.add_argument("--skip", default="", help="comma-separated sections to skip")
     parser.add_argument("--out", default="results/bench/forward.csv")
     parser.add_argument("--probe-compile", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
-def load_models(choice: str):
-    """(name, drafter or None, verifier, tokenizer): SmolLM2 (+ trained drafter) or tiny."""
+def load_models(choice: str, dtype: torch.dtype):
+    """(name, drafter or None, verifier, tokenizer, model dir or None) in `dtype`."""
     if choice in ("auto", "smollm2"):
         from cactus_bench.models.smollm2 import smollm2_dir
 
         if (smollm2_dir() / "model.safetensors").exists():
             from cactus_bench.models import load_pair
 
-            try:
-                pair = load_pair("smollm2_135m", device="cpu", dtype="float32")
-                return "smollm2_135m", pair.drafter, pair.verifier, pair.tokenizer
-            except FileNotFoundError as error:  # no trained drafter yet: verifier only
-                print(f"e2e skipped: {error}")
-            from transformers import AutoTokenizer, LlamaForCausalLM
-
-            path = str(smollm2_dir())
-            verifier = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-            return "smollm2_135m", None, verifier, AutoTokenizer.from_pretrained(path)
+            pair = load_pair("smollm2_135m", device="cpu", dtype=dtype)
+            return "smollm2_135m", pair.drafter, pair.verifier, pair.tokenizer, smollm2_dir()
         if choice == "smollm2":
             raise SystemExit(f"{smollm2_dir()} is absent: run scripts/prepare_smollm2.py")
         print(f"SmolLM2 not cached at {smollm2_dir()}: benchmarking the tiny pair")
     from cactus_bench.models.tiny import make_tiny_pair
 
     drafter, verifier, tokenizer = make_tiny_pair(seed=0)
-    return "tiny", drafter, verifier, tokenizer
+    return "tiny", drafter.to(dtype), verifier.to(dtype), tokenizer, None
 
 
 def prompt_ids(tokenizer, length: int) -> list[int]:
@@ -96,80 +102,69 @@ def prompt_ids(tokenizer, length: int) -> list[int]:
     return (ids * (length // len(ids) + 1))[:length]
 
 
-def bench_forward(verifier, tokenizer, args) -> dict[tuple[str, int], float]:
-    """Median seconds of one cached forward over n new tokens, per path."""
-    device = torch.device("cpu")
-    runners = {
-        "hf_eager": ModelRunner(verifier, device),
-        "fast_eager": FastRunner(verifier, device),
-        "fast_compiled": FastRunner(verifier, device, compile=True, sizes=(1, 2, 3, 4, 5)),
-    }
+def make_runner(path: str, verifier, sizes):  # the runner a decoder on `path` would build
+    fast, compiled, kernel = PATHS[path]
+    if fast == "off":
+        return ModelRunner(verifier, torch.device("cpu"))
+    return FastRunner(verifier, torch.device("cpu"), compiled == "on", sizes, kernel)
+
+
+def path_kernel(path: str, runner, dtype: torch.dtype, n: int) -> str:
+    """The kernel label of `path` for a forward over n tokens."""
+    if PATHS[path][1] == "on":
+        return "inductor + " + kernel_label("aten", dtype, n)
+    onednn = isinstance(runner, FastRunner) and runner.uses_packs(n)
+    return kernel_label("onednn" if onednn else "aten", dtype, n)
+
+
+def bench_forward(models: dict, tokenizer, args, paths) -> tuple[dict, dict, dict]:
+    """Median wall and CPU seconds (this thread's: less disturbed by other jobs) of one cached
+    forward over n new tokens per (dtype, path, n), interleaved; and each one's kernel label."""
+    sizes = tuple(range(1, args.max_n + 1))
+    runners = {(d, p): make_runner(p, models[d], sizes) for d in models for p in paths}
     context = prompt_ids(tokenizer, args.context)
-    times: dict[tuple[str, int], list[float]] = {(p, n): [] for p in PATHS for n in range(1, 6)}
+    times = {(*key, n): [] for key in runners for n in sizes}
+    cpu_times = {key: [] for key in times}
     with torch.inference_mode():
-        runners["fast_compiled"].warmup(args.context + 8)  # before prefill: it recycles the cache
-        caches = {
-            p: r.prefilled_cache(context, capacity=args.context + 8) for p, r in runners.items()
-        }
-        for _ in tqdm(range(args.repeats + 1), desc="forward"):  # the first round warms up
-            for n in range(1, 6):
+        for runner in runners.values():
+            if hasattr(runner, "warmup"):  # before prefill: it recycles the cache
+                runner.warmup(args.context + args.max_n)
+        capacity = args.context + args.max_n
+        caches = {key: r.prefilled_cache(context, capacity=capacity) for key, r in runners.items()}
+        for repeat in tqdm(range(args.repeats + 1), desc="forward"):  # the first warms up
+            for n in sizes:
                 new = torch.tensor([prompt_ids(tokenizer, n)])  # [1, n]
-                for path, runner in runners.items():
-                    start = time.perf_counter()
-                    runner.forward(new, caches[path], all_logits=True)
-                    times[path, n].append(time.perf_counter() - start)
-                    crop_cache(caches[path], len(context))
-    return {key: statistics.median(values[1:]) for key, values in times.items()}
-
-
-def bench_decode(decoders: dict, prompt: list[int], args, sampling, seeds) -> dict:
-    """Median tokens/s of each decoder (interleaved per seed, EOS ignored)."""
-    rates: dict[str, list[float]] = {name: [] for name in decoders}
-    for seed in tqdm(seeds, desc="decode"):
-        for name, decoder in decoders.items():
-            rec = decoder.generate(prompt, args.max_new_tokens, seed=seed, sampling=sampling)
-            rates[name].append(rec.num_generated / (rec.total_time_s - rec.prefill_time_s))
-    return {name: statistics.median(values) for name, values in rates.items()}
+                for key, runner in runners.items():
+                    start, cpu_start = time.perf_counter(), time.thread_time()
+                    runner.forward(new, caches[key], all_logits=True)
+                    if repeat:
+                        times[(*key, n)].append(time.perf_counter() - start)
+                        cpu_times[(*key, n)].append(time.thread_time() - cpu_start)
+                    crop_cache(caches[key], len(context))
+    labels = {
+        (d, p, n): path_kernel(p, runners[d, p], DTYPES[d], n) for d, p in runners for n in sizes
+    }
+    wall = {key: statistics.median(values) for key, values in times.items()}
+    cpu = {key: statistics.median(values) for key, values in cpu_times.items()}
+    return wall, cpu, labels
 
 
 def probe_compile(args) -> None:
-    """Child process: compile everything AR and sps decoding use (the verifier for 1 and m + 1
-    tokens, the drafter for 1 and 2 where there is one) and print the seconds it took."""
-    _, drafter, verifier, tokenizer = load_models(args.model)
+    """Child process: compile everything AR and sps decoding use (fp32) and print the seconds."""
+    _, drafter, verifier, tokenizer, _ = load_models(args.model, torch.float32)
     context = args.context + args.max_new_tokens
     start = time.perf_counter()
-    AutoregressiveDecoder(verifier, tokenizer, eos_token_ids=[], compile="on").warmup(context)
+    decoder_for("fast_compiled", verifier, tokenizer).warmup(context)
     if drafter is not None:  # the drafter's shapes (1, 2) and the verifier's m + 1
-        spec = SpeculativeDecoder(
-            drafter,
-            verifier,
-            tokenizer,
-            make_sampler("sps"),
-            args.m,
-            eos_token_ids=[],
-            compile="on",
-        )
-        spec.warmup(context)
+        decoder_for("fast_compiled", verifier, tokenizer, drafter, args.m).warmup(context)
     print(json.dumps({"total_s": time.perf_counter() - start}))
 
 
 def run_probe(args, cache_dir: str) -> float:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir)
-    cmd = [
-        sys.executable,
-        __file__,
-        "--probe-compile",
-        "--model",
-        args.model,
-        "--threads",
-        str(args.threads),
-        "--context",
-        str(args.context),
-        "--m",
-        str(args.m),
-        "--max-new-tokens",
-        str(args.max_new_tokens),
-    ]
+    cmd = [sys.executable, __file__, "--probe-compile", "--model", args.model, "--threads",
+           str(args.threads), "--context", str(args.context), "--m", str(args.m),
+           "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"compile probe failed:\n{done.stderr[-2000:]}")
@@ -183,99 +178,90 @@ def main() -> None:
     if args.probe_compile:
         probe_compile(args)
         return
-    skip = set(filter(None, args.skip.split(",")))
-    name, drafter, verifier, tokenizer = load_models(args.model)
+    skip, paths = set(filter(None, args.skip.split(","))), args.paths.split(",")
+    loaded = {d: load_models(args.model, dtype) for d, dtype in DTYPES.items()}
+    name, _, _, tokenizer, model_dir = loaded["float32"]
+    verifiers = {d: value[2] for d, value in loaded.items()}
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-    rows: list[dict] = []
+    info = cpu_info()
+    print(f"CPU: {info.model}; ISA: {info.isa}; native bf16: {info.native_bf16}")
 
-    def emit(section: str, path: str, n, metric: str, value: float) -> None:
-        rows.append(
-            dict(
-                timestamp=stamp,
-                model=name,
-                threads=torch.get_num_threads(),
-                load_1m=round(os.getloadavg()[0], 2),
-                section=section,
-                path=path,
-                n=n,
-                metric=metric,
-                value=round(value, 4),
-            )
-        )
-        print(f"{section:8s} {path:14s} n={n!s:4s} {metric:24s} {value:10.3f}")
-
-    if "forward" not in skip:
-        seconds = bench_forward(verifier, tokenizer, args)
-        for path in PATHS:
-            emit("forward", path, 1, "decode_tok_per_s", 1 / seconds[path, 1])
-            for n in range(1, 6):
-                emit("forward", path, n, "forward_ms", 1e3 * seconds[path, n])
-                emit("forward", path, n, "cost_vs_one_token", seconds[path, n] / seconds[path, 1])
-        emit(
-            "forward",
-            "fast_compiled",
-            1,
-            "speedup_vs_hf_eager",
-            seconds["hf_eager", 1] / seconds["fast_compiled", 1],
-        )
-    prompt = prompt_ids(tokenizer, args.context)
-    seeds = list(range(args.repeats))
-    if "decode" not in skip:
-        decoders = {
-            path: AutoregressiveDecoder(
-                verifier, tokenizer, eos_token_ids=[], fast=fast, compile=compiled
-            )
-            for path, fast, compiled in (("hf_eager", "off", "off"), ("fast_compiled", "on", "on"))
-        }
-        decoders["fast_compiled"].warmup(args.context + args.max_new_tokens)
-        rates = bench_decode(decoders, prompt, args, GREEDY, seeds)
-        for path, rate in rates.items():
-            emit("decode", path, 1, "ar_tok_per_s", rate)
-        emit(
-            "decode",
-            "fast_compiled",
-            1,
-            "speedup_vs_hf_eager",
-            rates["fast_compiled"] / rates["hf_eager"],
-        )
-    if "compile" not in skip:
-        with tempfile.TemporaryDirectory(prefix="inductor_bench_") as cache_dir:
-            emit("compile", "fast_compiled", args.m + 1, "cold_s", run_probe(args, cache_dir))
-            emit("compile", "fast_compiled", args.m + 1, "warm_s", run_probe(args, cache_dir))
-    if "e2e" not in skip and drafter is not None:
-        draft_counts = [int(m) for m in args.e2e_m.split(",")]
-        arms = {}
-        # the three forward paths: HF's, this project's (the CPU default), and compiled (CUDA's)
-        e2e_paths = (
-            ("hf_eager", "off", "off"),
-            ("fast_eager", "on", "off"),
-            ("fast_compiled", "on", "on"),
-        )
-        for path, fast, compiled in e2e_paths:
-            arms[path, 0] = AutoregressiveDecoder(
-                verifier, tokenizer, eos_token_ids=[], fast=fast, compile=compiled
-            )
-            for m in draft_counts:
-                arms[path, m] = SpeculativeDecoder(drafter, verifier, tokenizer,
-                                                   make_sampler("sps"), m, eos_token_ids=[],
-                                                   fast=fast, compile=compiled)  # fmt: skip
-        for decoder in arms.values():
-            decoder.warmup(args.context + args.max_new_tokens)
-        rates = bench_decode(arms, prompt, args, PAPER, range(args.e2e_repeats))
-        for (path, m), rate in rates.items():
-            emit("e2e", path + ("/sps" if m else "/ar"), m, "tok_per_s", rate)
-        for path, _, _ in e2e_paths:
-            for m in draft_counts:
-                emit("e2e", path, m, "sps_speedup", rates[path, m] / rates[path, 0])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not out.exists()
-    with out.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
-    print(f"{len(rows)} rows appended to {out}")
+
+    def emit(section, path, dtype, kernel, n, metric, value) -> None:  # one CSV row, appended now
+        row = dict(timestamp=stamp, model=name, cpu=info.model, isa=info.isa,
+                   threads=torch.get_num_threads(), load_1m=round(os.getloadavg()[0], 2),
+                   section=section, path=path, dtype=dtype, kernel=kernel, n=n, metric=metric,
+                   value=round(value, 4))  # fmt: skip
+        new_file = not out.exists()
+        with out.open("a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+            if new_file:
+                writer.writeheader()
+            writer.writerow(row)
+        print(f"{section:7s} {path:14s} {dtype:8s} n={n!s:2s} {metric:18s} {value:9.3f}  {kernel}")
+
+    if "linear" not in skip:
+        sizes = range(1, args.max_n + 1)
+        results, labels = bench_linear(sizes, args.repeats)
+        print_table(results, sizes)
+        shapes = {shape: f"{shape} {out}x{inp}" for shape, out, inp in SHAPES}
+        for (shape, dtype, kernel, n), ms in results.items():
+            emit("linear", shapes[shape], dtype, labels[dtype, kernel, n], n, "cpu_ms", ms)
+    if "forward" not in skip:
+        seconds, cpu_seconds, labels = bench_forward(verifiers, tokenizer, args, paths)
+        for (dtype, path, n), value in seconds.items():
+            label, cpu = labels[dtype, path, n], cpu_seconds[dtype, path, n]
+            emit("forward", path, dtype, label, n, "forward_ms", 1e3 * value)
+            emit("forward", path, dtype, label, n, "forward_cpu_ms", 1e3 * cpu)
+            ratio = cpu / cpu_seconds[dtype, path, 1]
+            emit("forward", path, dtype, label, n, "cost_vs_one_token_cpu", ratio)
+            if n == 1:
+                emit("forward", path, dtype, label, 1, "decode_tok_per_s", 1 / value)
+    prompt = prompt_ids(tokenizer, args.context)
+    if "decode" not in skip:
+        decoders = {(d, p): decoder_for(p, verifiers[d], tokenizer) for d in DTYPES for p in paths}
+
+        def between(seed: int) -> dict:  # vLLM in 3 of the rounds (~1 min a call: start-up)
+            if not (args.vllm_python and model_dir) or seed % max(1, args.repeats // 3):
+                return {}
+            rate = vllm_rate(args.vllm_python, model_dir, args.threads, args.max_new_tokens, prompt)
+            return {("bfloat16", "vllm_eager"): rate}
+
+        rates, cpu_rates = bench_decode(
+            decoders, prompt, args, GREEDY, range(args.repeats), between
+        )
+        for (dtype, path), rate in rates.items():
+            kernel = "vLLM CPU build" if path.startswith("vllm") else path_kernel(
+                path, decoders[dtype, path].verifier, DTYPES[dtype], 1)  # fmt: skip
+            emit("decode", path, dtype, kernel, 1, "ar_tok_per_s", rate)
+            if (dtype, path) in cpu_rates:
+                emit("decode", path, dtype, kernel, 1, "ar_tok_per_cpu_s", cpu_rates[dtype, path])
+    if "compile" not in skip:
+        with tempfile.TemporaryDirectory(prefix="inductor_bench_") as cache_dir:
+            label = "inductor + " + kernel_label("aten", torch.float32, 1)
+            for metric in ("cold_s", "warm_s"):
+                emit("compile", "fast_compiled", "float32", label, args.m + 1, metric,
+                     run_probe(args, cache_dir))  # fmt: skip
+    if "e2e" not in skip and loaded["float32"][1] is not None:
+        draft_counts = [int(m) for m in args.e2e_m.split(",")]
+        arms = {}
+        for dtype, (_, drafter, verifier, _, _) in loaded.items():
+            arms[dtype, 0] = decoder_for("fast", verifier, tokenizer)
+            for m in draft_counts:
+                arms[dtype, m] = decoder_for("fast", verifier, tokenizer, drafter, m)
+        rates, cpu_rates = bench_decode(arms, prompt, args, PAPER, range(args.e2e_repeats))
+        for (dtype, m), rate in rates.items():
+            kernel = path_kernel("fast", arms[dtype, m].verifier, DTYPES[dtype], m + 1)
+            cpu_rate, arm = cpu_rates[dtype, m], "fast/sps" if m else "fast/ar"
+            emit("e2e", arm, dtype, kernel, m, "tok_per_s", rate)
+            emit("e2e", arm, dtype, kernel, m, "tok_per_cpu_s", cpu_rate)
+            if m:
+                emit("e2e", "fast", dtype, kernel, m, "sps_speedup", rate / rates[dtype, 0])
+                speedup = cpu_rate / cpu_rates[dtype, 0]
+                emit("e2e", "fast", dtype, kernel, m, "sps_speedup_cpu", speedup)
+    print(f"rows appended to {out}")
 
 
 if __name__ == "__main__":

@@ -36,14 +36,25 @@ def single_thread():
     torch.set_num_threads(previous)
 
 
-@pytest.fixture(params=["off", "auto"], ids=["hf_forward", "fast_forward"])
+@pytest.fixture(params=["off", "auto", "onednn"], ids=["hf_forward", "fast_forward", "fast_onednn"])
 def forward_path(request, monkeypatch):
-    """Runs a module's tests on HF's eager forward and on the fast static-cache forward (the
-    default, "auto": the eager compact forward for tiny models; compiled runs are in
-    tests/test_fast_forward.py) by binding `fast=` into the decoder classes the module
-    imported. Opt in with `pytestmark = pytest.mark.usefixtures("forward_path")`."""
+    """Runs a module's tests on HF's eager forward, on the fast static-cache forward (the
+    default, "auto": eager, its linear kernel chosen by `cpu_kernels`; on the tiny fp32 models
+    that is ATen up to 8 rows) and on the fast forward with every linear layer on oneDNN's packed
+    weights ("onednn", x86 CPUs only; compiled runs are in tests/test_fast_forward.py), by
+    binding `fast=` into the decoder classes the module imported. Opt in with
+    `pytestmark = pytest.mark.usefixtures("forward_path")`."""
+    fast = request.param
+    if request.param == "onednn":
+        from cactus_bench.engine import runtime
+        from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
+
+        if resolve_linear_kernel("auto", torch.device("cpu"), torch.float32) != "onednn":
+            pytest.skip("oneDNN packs need an x86 CPU and torch's oneDNN")
+        monkeypatch.setattr(runtime, "DEFAULT_LINEAR_KERNEL", "onednn")
+        fast = "auto"
     for name in ("SpeculativeDecoder", "AutoregressiveDecoder"):
         cls = getattr(request.module, name, None)
         if cls is not None:
-            monkeypatch.setattr(request.module, name, functools.partial(cls, fast=request.param))
-    return request.param
+            monkeypatch.setattr(request.module, name, functools.partial(cls, fast=fast))
+    return fast

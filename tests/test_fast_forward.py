@@ -4,6 +4,8 @@ growth, the supported architectures, the drafter's restricted head, and the mode
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import (
@@ -17,6 +19,7 @@ from transformers import (
 )
 
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
+from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
 from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache, unsupported_reason
 from cactus_bench.engine.runtime import ModelRunner, crop_cache, make_runner, resolve_compile
 from cactus_bench.models.tiny import make_tiny_pair
@@ -85,11 +88,50 @@ def compare_along_schedule(model, fast: FastRunner, prompt_len: int = 12, seed: 
     return worst
 
 
+KERNELS = (
+    ["aten", "onednn"]
+    if resolve_linear_kernel("auto", CPU, torch.float32) == "onednn"
+    else ["aten"]
+)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("arch", ["qwen3", "llama"])
-def test_fast_forward_matches_hf_at_every_step(arch):
+def test_fast_forward_matches_hf_at_every_step(arch, kernel):
     drafter, verifier, _ = make_tiny_pair(seed=0, arch=arch)
     for model in (verifier, drafter):
-        assert compare_along_schedule(model, FastRunner(model, CPU)) < TOLERANCE
+        runner = FastRunner(model, CPU, linear_kernel=kernel)
+        assert compare_along_schedule(model, runner) < TOLERANCE
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_bf16_fast_forward_is_as_accurate_as_hf_bf16(arch, kernel):
+    """bf16 rounds differently along different operation orders, so the fast forward cannot match
+    HF's bf16 logits exactly; it must be as close to the fp32 model's logits as HF's bf16 forward
+    is (within 2x, plus a quarter of a bf16 unit at the logits' scale), at every step."""
+    _, verifier, _ = make_tiny_pair(seed=0, arch=arch)
+    half = copy.deepcopy(verifier).bfloat16()
+    runners = {
+        "fp32": ModelRunner(verifier, CPU),
+        "hf_bf16": ModelRunner(half, CPU),
+        "fast_bf16": FastRunner(half, CPU, linear_kernel=kernel),
+    }
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, verifier.config.vocab_size, (12,), generator=generator).tolist()
+    with torch.inference_mode():
+        caches = {name: runner.prefilled_cache(prompt) for name, runner in runners.items()}
+        length = len(prompt)
+        for num_new, all_logits, rolled_back in SCHEDULE:
+            ids = torch.randint(0, verifier.config.vocab_size, (1, num_new), generator=generator)
+            logits = {n: r.forward(ids, caches[n], all_logits).float() for n, r in runners.items()}
+            hf_error = (logits["hf_bf16"] - logits["fp32"]).abs().max()
+            fast_error = (logits["fast_bf16"] - logits["fp32"]).abs().max()
+            unit = 2.0**-8 * logits["fp32"].abs().max()  # one bf16 unit at the logits' scale
+            assert fast_error <= 2 * hf_error + unit / 4, (num_new, fast_error, hf_error)
+            length += num_new - rolled_back
+            for name in runners:
+                crop_cache(caches[name], length)
 
 
 def test_qwen2_biases_and_sliding_windows(tiny_pair):

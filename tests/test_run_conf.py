@@ -201,6 +201,29 @@ def test_hash_ignores_what_does_not_change_a_measurement():
     assert hashed(["m=10"]) != hashed(["m=20"])
 
 
+def test_identity_records_the_resolved_dtype(monkeypatch):
+    """dtype=auto reaches the CSV row, the baseline key and the hash as what it resolved to, so
+    a bf16 run and an fp32 run of one config never share a baseline or a resume slot."""
+    import dataclasses
+
+    from cactus_bench.engine import cpu_kernels
+
+    def measured(flags, dtype="auto"):
+        """What the identity says while the CPU has `flags` (its fields are computed lazily)."""
+        info = dataclasses.replace(cpu_kernels.cpu_info(), flags=frozenset(flags), onednn=True)
+        monkeypatch.setattr(cpu_kernels, "cpu_info", lambda: info)
+        identity = build_identity(compose_run_conf(["device=cpu", f"model.dtype={dtype}"]))[0]
+        return identity.columns("r")["dtype"], identity.config_hash, identity.baseline_key(
+            [[1, 2]], "cpu"
+        )
+
+    bf16, fp32 = measured({"avx512f", "avx512_bf16"}), measured({"avx512f"})
+    assert (bf16[0], fp32[0]) == ("bfloat16", "float32")
+    assert bf16[1] != fp32[1]  # config hash
+    assert bf16[2] != fp32[2]  # baseline key
+    assert measured({"avx512f", "avx512_bf16"}, "float32")[0] == "float32"
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

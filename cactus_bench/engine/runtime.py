@@ -14,12 +14,17 @@ from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache, unsupport
 
 FORWARD_MODES = ("auto", "on", "off")
 # compile="auto" compiles on CUDA only, for models from this many parameters up: batch-1 GPU steps
-# are launch-bound, which mode="reduce-overhead" (CUDA graphs) targets. On this 2-core CPU the
-# compiled forward of SmolLM2-135M measured 9.1-9.3 tok/s against 9.3-10.8 for the uncompiled fast
-# forward (results/bench/forward.csv: decode is memory-bound, ~540 MB of fp32 weights per step),
-# so its 15-27 s cold compile never pays; `compile="on"` still compiles on CPU. On the tiny test
-# models a compile costs ~20 s against ~1 ms per step.
+# are launch-bound, which mode="reduce-overhead" (CUDA graphs) targets. On a CPU decode is
+# memory-bound, and the compiled layers run ATen's linear layers (inductor cannot trace oneDNN's
+# packed weights): for SmolLM2-135M in bf16 they took 62 ms of CPU per token against 49 ms for the
+# eager fast forward on the packs (48-token requests, one thread, this project's Intel CPU), after
+# a 25-50 s cold compile; `compile="on"` still compiles on CPU. On the tiny test models a compile
+# costs ~20 s against ~1 ms per step.
 COMPILE_MIN_PARAMS = 20_000_000
+# The linear kernel every fast forward a decoder builds asks for ("auto", "onednn" or "aten", see
+# `cpu_kernels`). Decoders take no argument for it: "auto" picks the measured best. Benchmarks
+# and tests that compare kernels set this module attribute (tests via monkeypatch).
+DEFAULT_LINEAR_KERNEL = "auto"
 logger = logging.getLogger(__name__)
 
 
@@ -113,12 +118,15 @@ def make_runner(
     fast: str = "auto",
     compiled: bool = False,
     sizes: tuple[int, ...] = (1,),
+    linear_kernel: str | None = None,
 ) -> ModelRunner | FastRunner:
     """The forward path for one model: `FastRunner` (static cache, compact forward, compiled
     when `compiled`) or the eager HF `ModelRunner`. fast="auto" takes the fast forward for every
     architecture it supports (it matches HF's logits to ~1e-6; measured faster than HF's eager
     forward on the tiny models, ~1.5x, and on par to faster on SmolLM2, scripts/bench_forward.py)
-    and HF's otherwise (e.g. Gemma 2)."""
+    and HF's otherwise (e.g. Gemma 2). linear_kernel: see `FastRunner` ("auto": oneDNN on packed
+    weights on x86 CPUs, measured flat over 1-8 new tokens; `cpu_kernels`); None: the module's
+    DEFAULT_LINEAR_KERNEL."""
     check_forward_mode("fast", fast)
     reason = unsupported_reason(model)
     if fast == "on" and reason is not None:
@@ -130,7 +138,8 @@ def make_runner(
             logger.info("eager HF forward for %s: %s", type(model).__name__, reason)
         return ModelRunner(model, device)
     check_model_device(model, device)
-    return FastRunner(model, device, compile=compiled, sizes=sizes)
+    kernel = linear_kernel if linear_kernel is not None else DEFAULT_LINEAR_KERNEL
+    return FastRunner(model, device, compile=compiled, sizes=sizes, linear_kernel=kernel)
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:

@@ -56,6 +56,7 @@ class LoadedPair:
     # an unpinned revision ("main") moves when the hub repository is updated.
     drafter_commit: str | None = None
     verifier_commit: str | None = None
+    dtype: str = "float32"  # the dtype the models were loaded in, e.g. "bfloat16" (never "auto")
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -65,10 +66,21 @@ def resolve_device(device: str | torch.device) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype | str:
-    """A torch dtype, or ``"auto"`` (the checkpoint's dtype; float32 on CPU)."""
+def resolve_dtype(
+    dtype: str | torch.dtype, device: torch.device, cpu_bf16: bool = False
+) -> torch.dtype | str:
+    """A torch dtype, or ``"auto"`` (on CUDA: the checkpoint's dtype, resolved by the loader).
+
+    ``"auto"`` on a CPU is float32, except with ``cpu_bf16`` (the embedded SmolLM2 pair):
+    bfloat16 where the CPU computes bf16 products in hardware (``cpu_kernels.auto_cpu_dtype``:
+    the avx512_bf16 or amx_bf16 flag and torch's oneDNN), float32 otherwise.
+    """
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto" and device.type == "cpu" and cpu_bf16:
+        from cactus_bench.engine.cpu_kernels import auto_cpu_dtype
+
+        return auto_cpu_dtype()
     if dtype == "auto":
         return "auto" if device.type == "cuda" else torch.float32
     if dtype not in TORCH_DTYPES:
@@ -76,6 +88,18 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
             f"dtype must be one of {', '.join([*TORCH_DTYPES, 'auto'])}; got {dtype!r}"
         )
     return TORCH_DTYPES[dtype]
+
+
+def resolve_pair_dtype(
+    spec: PairSpec | str, device: str | torch.device, dtype: str | torch.dtype | None = None
+) -> torch.dtype | str:
+    """The dtype `load_pair(spec, device, dtype)` loads both models in, known before loading:
+    a torch dtype, or "auto" for a hub pair on CUDA (the checkpoint's; `LoadedPair.dtype` then
+    says which). "auto" picks bfloat16 on CPU only for the embedded SmolLM2 pair."""
+    spec = get_pair_spec(spec) if isinstance(spec, str) else spec
+    cpu_bf16 = spec.verifier == SMOLLM2_VERIFIER_ID  # auto: bf16 where the CPU has it natively
+    chosen = dtype if dtype is not None else spec.dtype
+    return resolve_dtype(chosen, resolve_device(device), cpu_bf16)
 
 
 def _source(model_id: str) -> tuple[str, dict[str, Any]]:
@@ -197,7 +221,7 @@ def load_pair(
     """
     spec = get_pair_spec(spec) if isinstance(spec, str) else spec
     device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype if dtype is not None else spec.dtype, device)
+    torch_dtype = resolve_pair_dtype(spec, device, dtype)
     embedded = {spec.drafter, spec.verifier} & {
         SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID, TINY_DRAFTER_ID, TINY_VERIFIER_ID
     }  # fmt: skip
@@ -236,6 +260,7 @@ def load_pair(
         chat_template_kwargs=dict(spec.chat_template_kwargs),
         token_map=token_map,
         max_context=spec.max_context,
+        dtype=str(next(verifier.parameters()).dtype).removeprefix("torch."),
     )
 
 

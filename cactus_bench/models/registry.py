@@ -68,7 +68,7 @@ PAIRS: dict[str, PairSpec] = {
                  "meta-llama/Llama-3.1-8B-Instruct", dtype="bfloat16", max_context=32768),
         PairSpec("deepseek_r1_7b", "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
                  "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", dtype="bfloat16", max_context=32768),
-        PairSpec("smollm2_135m", SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID, dtype="float32",
+        PairSpec("smollm2_135m", SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID, dtype="auto",
                  max_context=8192),
         PairSpec("tiny_random", TINY_DRAFTER_ID, TINY_VERIFIER_ID, dtype="float32",
                  max_context=4096),

@@ -63,7 +63,23 @@ class RunIdentity:
             "baseline": conf.baseline if self.speculative else "none",
             # only when set: a repeats=1 run keeps the hash it had before the field existed
             **({"repeats": conf.repeats} if conf.repeats != 1 else {}),
+            # dtype=auto is bf16 on one CPU and fp32 on another: two different measurements
+            **({"resolved_dtype": self.dtype} if conf.model.dtype == "auto" else {}),
         }
+
+    @cached_property
+    def dtype(self) -> str:
+        """The dtype the HF engine loads both models in, `auto` resolved for this device (bf16
+        for the embedded pair on a CPU with hardware bf16); "auto" stays for a hub pair on CUDA
+        and for vLLM, which take the checkpoint's dtype."""
+        conf = self.conf
+        if conf.backend.name != "hf" or conf.model.dtype != "auto":
+            return conf.model.dtype
+        from cactus_bench.models import PairSpec
+        from cactus_bench.models.loading import resolve_pair_dtype
+
+        resolved = resolve_pair_dtype(PairSpec(**dataclasses.asdict(conf.model)), conf.device)
+        return resolved if isinstance(resolved, str) else str(resolved).removeprefix("torch.")
 
     @cached_property
     def config_hash(self) -> str:
@@ -84,7 +100,7 @@ class RunIdentity:
             "drafter_id": conf.model.drafter if self.speculative else None,
             "verifier_id": conf.model.verifier,
             "backend": conf.backend.name,
-            "dtype": conf.model.dtype,
+            "dtype": self.dtype,
             "task": conf.task.name,
             "sampler": self.sampler,
             **param_columns(self.sampler, self.sampler_params),
@@ -126,7 +142,7 @@ class RunIdentity:
                 "temperature": conf.temperature,
                 "top_p": conf.top_p,
                 "top_k": conf.top_k,
-                "dtype": conf.model.dtype,
+                "dtype": self.dtype,
                 "verifier_revision": conf.model.verifier_revision,
                 **({"verifier_commit": commit} if commit else {}),
             },

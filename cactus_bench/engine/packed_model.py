@@ -1,0 +1,106 @@
+"""A decoder's linear layers packed for oneDNN (`cpu_kernels.PackedLinear`), fused where the
+forward allows it, and shared by every `FastRunner` of the same model.
+
+Per decoder layer: q, k and v fused into one product (and a Qwen2 model's biases with them),
+the MLP's gate and up fused into one, o and down alone: 4 kernel calls instead of 7, each one
+pass over its weights for any number of new tokens. The output head is packed when it is a
+plain `nn.Linear` (tied or not); other heads (e.g. the drafter's `SubsetLMHead`) run as modules.
+
+The packed copies cost as much memory as the weights they copy (270 MB for SmolLM2-135M in
+bf16); the HF modules keep theirs (HF's forward, embeddings, norms). Packs are cached per model
+and rebuilt when any parameter is replaced or edited in place (its data pointer or version
+changes), which `FastRunner` checks once per request. With fp32 weights the packing also times
+the MLP's gate/up products on 1..8 rows both ways (`cpu_kernels.time_rows`, ~1 s) and keeps the
+row counts the packs win (`faster_rows`); bf16 weights always take the packs.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import torch
+
+from cactus_bench.engine.cpu_kernels import (
+    PROBE_MIN_BYTES,
+    PackedLinear,
+    choose_packed_rows,
+    time_rows,
+)
+
+_PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> PackedModel
+
+
+@dataclass
+class PackedLayer:
+    qkv: PackedLinear  # [H] -> ([H_q * D], [H_kv * D], [H_kv * D])
+    o: PackedLinear  # [H_q * D] -> [H]
+    gate_up: PackedLinear  # [H] -> ([I], [I])
+    down: PackedLinear  # [I] -> [H]
+    act_fn: object  # the MLP's activation module (SiLU for Llama / Qwen)
+
+
+@dataclass
+class PackedModel:
+    layers: list[PackedLayer]
+    head: PackedLinear | None  # None: run model.lm_head as a module
+    fingerprint: tuple
+    faster_rows: frozenset[int] | None = None  # fp32: row counts 1..8 the packs won (measured)
+
+    def packed_for(self, num_new: int) -> bool:
+        """Whether "auto" runs a forward over `num_new` tokens on the packs: bf16 always; fp32
+        the measured row counts, and never a prefill (> 8 rows: BLAS's GEMM, measured faster
+        here on 600 rows)."""
+        return self.faster_rows is None or num_new in self.faster_rows
+
+
+def unpackable_reason(model: torch.nn.Module) -> str | None:
+    """None when every decoder layer has the Llama/Qwen projection modules, else why not."""
+    for layer in model.model.layers[: model.config.num_hidden_layers]:
+        attn, mlp = layer.self_attn, layer.mlp
+        modules = [getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        modules += [getattr(mlp, n, None) for n in ("gate_proj", "up_proj", "down_proj")]
+        if not all(isinstance(m, torch.nn.Linear) for m in modules) or not hasattr(mlp, "act_fn"):
+            return f"{type(layer).__name__} lacks Linear q/k/v/o and gate/up/down projections"
+    return None
+
+
+def packed_model(model: torch.nn.Module) -> PackedModel:
+    """The packs of `model`, built on first use and rebuilt if its parameters changed."""
+    fingerprint = _fingerprint(model)
+    packs = _PACKS.get(model)
+    if packs is None or packs.fingerprint != fingerprint:
+        packs = _PACKS[model] = _pack(model, fingerprint)
+    return packs
+
+
+def _fingerprint(model: torch.nn.Module) -> tuple:
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+def _pack(model: torch.nn.Module, fingerprint: tuple) -> PackedModel:
+    layers = []
+    for layer in model.model.layers[: model.config.num_hidden_layers]:
+        attn, mlp = layer.self_attn, layer.mlp
+        layers.append(
+            PackedLayer(
+                qkv=PackedLinear.of(attn.q_proj, attn.k_proj, attn.v_proj),
+                o=PackedLinear.of(attn.o_proj),
+                gate_up=PackedLinear.of(mlp.gate_proj, mlp.up_proj),
+                down=PackedLinear.of(mlp.down_proj),
+                act_fn=mlp.act_fn,
+            )
+        )
+    head = model.lm_head if isinstance(model.lm_head, torch.nn.Linear) else None
+    faster_rows = None
+    if model.model.embed_tokens.weight.dtype == torch.float32:  # measured: cpu_kernels docstring
+        mlps = [layer.mlp for layer in model.model.layers[: model.config.num_hidden_layers]]
+        pairs = zip(mlps, layers, strict=True)
+        products = [((mlp.gate_proj, mlp.up_proj), packs.gate_up) for mlp, packs in pairs]
+        size = sum(m.weight.nbytes for modules, _ in products for m in modules)
+        # Weights that fit in a cache cannot show streaming behaviour: ATen up to 8 rows.
+        faster_rows = (
+            choose_packed_rows(*time_rows(products)) if size >= PROBE_MIN_BYTES else frozenset()
+        )
+    head_pack = PackedLinear.of(head) if head is not None else None
+    return PackedModel(layers, head_pack, fingerprint, faster_rows)
