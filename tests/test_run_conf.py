@@ -213,8 +213,10 @@ def test_identity_records_the_resolved_dtype(monkeypatch):
         info = dataclasses.replace(cpu_kernels.cpu_info(), flags=frozenset(flags), onednn=True)
         monkeypatch.setattr(cpu_kernels, "cpu_info", lambda: info)
         identity = build_identity(compose_run_conf(["device=cpu", f"model.dtype={dtype}"]))[0]
-        return identity.columns("r")["dtype"], identity.config_hash, identity.baseline_key(
-            [[1, 2]], "cpu"
+        return (
+            identity.columns("r")["dtype"],
+            identity.config_hash,
+            identity.baseline_key([[1, 2]], "cpu"),
         )
 
     bf16, fp32 = measured({"avx512f", "avx512_bf16"}), measured({"avx512f"})
