@@ -89,14 +89,20 @@ def taylor_gamma(q_n: torch.Tensor, delta: float) -> torch.Tensor:
     return torch.clamp(q + torch.sqrt(2.0 * delta * q * (1.0 - q)), max=1.0)
 
 
-def exact_gamma(q_n: torch.Tensor, delta: float, divergence: str = "kl") -> torch.Tensor:
+def exact_gamma(
+    q_n: torch.Tensor, delta: float | torch.Tensor, divergence: str = "kl"
+) -> torch.Tensor:
     """Largest gamma in [q_n, 1] with d_f(gamma; q_n) <= delta (float64, same shape as q_n).
 
     gamma = 1 where the whole budget allows it (d_f(1; q_n) <= delta). Closed forms for chi2,
     hellinger and tv; kl and reverse_kl use a vectorised safeguarded Newton/bisection that
     returns the feasible end of a bracket narrower than 1e-12, so d_f(gamma) <= delta always.
+    delta may be a tensor broadcastable against q_n (a grid of budgets, e.g. [D, 1, 1] against
+    [N, V]): the result then has the broadcast shape, each element solved for its own delta.
     """
     _check_divergence(divergence)
+    if isinstance(delta, torch.Tensor):
+        return _exact_gamma_grid(q_n, delta, divergence)
     if delta < 0:
         raise ValueError(f"delta must be >= 0, got {delta}")
     q = q_n.to(torch.float64).clamp(0.0, 1.0)
@@ -115,6 +121,25 @@ def exact_gamma(q_n: torch.Tensor, delta: float, divergence: str = "kl") -> torc
         step = math.acos(max(-1.0, 1.0 - delta / 2.0))
         return torch.sin(torch.clamp(theta + step, max=math.pi / 2)) ** 2
     return _solve_boundary(q, delta, divergence)
+
+
+def _exact_gamma_grid(q_n: torch.Tensor, delta: torch.Tensor, divergence: str) -> torch.Tensor:
+    """exact_gamma for a tensor of budgets: the same formulas elementwise (torch, not math)."""
+    delta = delta.to(torch.float64)
+    if not bool((delta >= 0).all()):  # also rejects NaN
+        raise ValueError(f"delta must be >= 0, got {delta.min().item()}")
+    q, delta = torch.broadcast_tensors(q_n.to(torch.float64).clamp(0.0, 1.0), delta)
+    q, delta = q.contiguous(), delta.contiguous()
+    if divergence == "tv":
+        gamma = torch.clamp(q + delta, max=1.0)
+    elif divergence == "chi2":
+        gamma = torch.clamp(q + delta.sqrt() * q.sqrt() * (1 - q).sqrt(), max=1.0)
+    elif divergence == "hellinger":
+        step = torch.acos(torch.clamp(1.0 - delta / 2.0, min=-1.0))
+        gamma = torch.sin(torch.clamp(torch.asin(q.sqrt()) + step, max=math.pi / 2)) ** 2
+    else:
+        gamma = _solve_boundary(q, delta, divergence)
+    return torch.where(delta == 0, q, gamma)
 
 
 def _solve_boundary(q: torch.Tensor, delta: float, divergence: str) -> torch.Tensor:
