@@ -4,7 +4,7 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo
+.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo frontier
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -56,3 +56,11 @@ else
 	@echo "demo: GSM8K slice skipped: no data folder (make demo DATA_DIR=/path/like/shared/data)"
 endif
 	$(PYTHON) -m cactus_bench.report all --csv 'results/demo/*.csv' --out results/demo
+
+frontier:  ## exact acceptance / divergence of every rule on real contexts (issue 13; 1 thread)
+ifneq ($(strip $(DATA_DIR)),)
+	$(PYTHON) run.py experiment=frontier data_dir=$(abspath $(DATA_DIR))
+else
+	@echo "frontier: no data folder (make frontier DATA_DIR=/path/like/shared/data): demo prompts only"
+	$(PYTHON) run.py experiment=frontier 'frontier.prompts=[demo]'
+endif

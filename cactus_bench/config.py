@@ -22,6 +22,8 @@ from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 
+from cactus_bench.frontier.conf import FrontierConf
+
 # Names the layers below accept. Kept here (not imported) so that validating a config never
 # imports torch or lm-eval; tests/test_configs.py checks they equal the layers' own lists.
 SAMPLER_NAMES = ("sps", "cactus", "cactus_exact", "tas", "interp", "topk", "greedy")
@@ -136,6 +138,7 @@ class RunConf:
     data_dir: str | None = None  # offline data folder (default: env CACTUS_BENCH_DATA)
     results_dir: str = "results"
     threads: int | None = None  # torch CPU threads; None = torch's default (all cores)
+    frontier: FrontierConf | None = None  # set by experiment=frontier: run.py measures it instead
 
 
 def register_configs() -> None:
@@ -253,6 +256,11 @@ def validate(conf: RunConf) -> None:
         _fail(f"threads must be >= 1 or null for torch's default (got {conf.threads})")
     if not conf.results_dir:
         _fail("results_dir is empty; give a folder for the results CSV")
+    if conf.frontier is not None:
+        try:
+            conf.frontier.check()
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
 
 
 # ---- what identifies a run ----------------------------------------------------------------------

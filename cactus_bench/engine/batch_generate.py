@@ -8,19 +8,36 @@ engine's verifier-only baseline samples. A batch of rows shares one cache; a row
 end-of-sequence id (kept in its output) or after max_new_tokens; rows never interact.
 
     from cactus_bench.engine.batch_generate import sample_continuations
-    outs = sample_continuations(model, prompts, max_new_tokens=256, sampling=sp,
-                                eos_token_ids={2}, pad_token_id=0, batch_size=32, seed=1234)
+    out = sample_continuations(model, prompts, max_new_tokens=256, sampling=sp,
+                               eos_token_ids={2}, pad_token_id=0, batch_size=32, seed=1234,
+                               keep_top=20)
+    out.tokens[i]                        # the sampled ids of prompt i (EOS included)
+    out.top_ids[i], out.top_probs[i]     # [len, keep_top]: the law each token was drawn from
+
+keep_top = k > 0 keeps, per sampled token, the k largest entries of the processed law (in the
+token_map's index space when one is given): the whole law whenever top_k <= k, which spares a
+second (teacher-forced) forward of the model over the same tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
 from transformers import StaticCache
 
 from cactus_bench.engine.sampling import SamplingParams, process_logits
+
+
+@dataclass
+class Samples:
+    """Per prompt: sampled ids, and (keep_top > 0) the kept entries of each step's law."""
+
+    tokens: list[list[int]]
+    top_ids: list[torch.Tensor] = field(default_factory=list)  # [len_i, keep_top] int64
+    top_probs: list[torch.Tensor] = field(default_factory=list)  # [len_i, keep_top] float32
 
 
 def _cache_keyword(model: torch.nn.Module) -> str:
@@ -45,13 +62,14 @@ def _left_pad(prompts: list[list[int]], pad_token_id: int, device) -> tuple[torc
 
 @torch.inference_mode()
 def _sample_batch(model, prompts, max_new_tokens, sampling, eos, pad_token_id, generator,
-                  token_map, keyword, progress) -> list[list[int]]:  # fmt: skip
+                  token_map, keyword, keep_top, progress) -> Samples:  # fmt: skip
     device = next(model.parameters()).device
     ids, mask, positions = _left_pad(prompts, pad_token_id, device)
     # A static cache is written in place; a dynamic one re-concatenates every layer's keys and
     # values each step (measured ~25 % of a batch-32 SmolLM2 step at ~160 positions).
     cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + max_new_tokens)
     outputs: list[list[int]] = [[] for _ in prompts]
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # per step: [B, keep_top] x 2
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=device)
     for _ in range(max_new_tokens):
@@ -66,6 +84,9 @@ def _sample_batch(model, prompts, max_new_tokens, sampling, eos, pad_token_id, g
         if token_map is not None:
             logits = logits.index_select(-1, token_map)  # [B, K] the shared ids only
         probs = process_logits(logits, sampling)
+        if keep_top:
+            top = probs.topk(min(keep_top, probs.shape[-1]), dim=-1)
+            kept.append((top.indices.cpu(), top.values.cpu()))
         if sampling.is_greedy:
             token = probs.argmax(-1)
         else:
@@ -75,16 +96,22 @@ def _sample_batch(model, prompts, max_new_tokens, sampling, eos, pad_token_id, g
         for row, value in enumerate(token.tolist()):
             if not done[row]:
                 outputs[row].append(value)
-        done |= torch.isin(token, eos_ids)
         if progress is not None:
             progress.update(int((~done).sum()))
+        done |= torch.isin(token, eos_ids)
         if bool(done.all()):
             break
         # Finished rows keep decoding (their tokens are dropped): rows never attend to each other.
         ids = token.unsqueeze(-1)
         mask = torch.cat([mask, mask.new_ones((len(prompts), 1))], dim=-1)
         positions = positions[:, -1:] + 1
-    return outputs
+    samples = Samples(outputs)
+    if keep_top:
+        ids, values = torch.stack([k[0] for k in kept], 1), torch.stack([k[1] for k in kept], 1)
+        for row, out in enumerate(outputs):  # [B, steps, k] -> this row's own steps
+            samples.top_ids.append(ids[row, : len(out)])
+            samples.top_probs.append(values[row, : len(out)])
+    return samples
 
 
 def sample_continuations(
@@ -97,8 +124,9 @@ def sample_continuations(
     batch_size: int = 32,
     seed: int = 0,
     token_map: torch.Tensor | None = None,
+    keep_top: int = 0,
     show_progress: bool = True,
-) -> list[list[int]]:
+) -> Samples:
     """One sampled continuation per prompt (prompt order), each ending at EOS or the budget.
 
     Prompts are grouped by length (less padding) into batches of `batch_size`; batch i samples
@@ -116,7 +144,7 @@ def sample_continuations(
         token_map = token_map.to(device=device, dtype=torch.long)
     keyword = _cache_keyword(model)
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
-    results: list[list[int] | None] = [None] * len(prompts)
+    results: list[tuple | None] = [None] * len(prompts)
     bar = tqdm(total=None, desc="sampling contexts", unit="tok", disable=not show_progress)
     with bar:
         for start in range(0, len(order), batch_size):
@@ -124,10 +152,15 @@ def sample_continuations(
             generator = torch.Generator(device=device).manual_seed(
                 (int(seed) * 1_000_003 + start // batch_size) % 2**63
             )
-            outs = _sample_batch(
+            out = _sample_batch(
                 model, [prompts[i] for i in batch], max_new_tokens, sampling,
-                set(eos_token_ids), pad_token_id, generator, token_map, keyword, bar,
+                set(eos_token_ids), pad_token_id, generator, token_map, keyword, keep_top, bar,
             )  # fmt: skip
-            for index, out in zip(batch, outs, strict=True):
-                results[index] = out
-    return [out for out in results if out is not None]
+            for row, index in enumerate(batch):
+                tops = (out.top_ids[row], out.top_probs[row]) if keep_top else (None, None)
+                results[index] = (out.tokens[row], *tops)
+    samples = Samples([r[0] for r in results])
+    if keep_top:
+        samples.top_ids = [r[1] for r in results]
+        samples.top_probs = [r[2] for r in results]
+    return samples
