@@ -24,7 +24,7 @@ import torch
 
 from cactus_bench.frontier.conf import FrontierConf, FrontierConfigError
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # bump when the sampled tokens of a given key change (e.g. the generator)
 KEEP_TOP_MAX = 256  # keep q from the generation when top_k <= this (else teacher-force it)
 
 

@@ -150,16 +150,13 @@ def _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, samplin
         wilson_interval,
     )
 
-    kept = [i for i, tokens in enumerate(contexts.tokens) if tokens]
-    renumbered = type(contexts)(
-        [contexts.prompt_ids[i] for i in kept], [contexts.tokens[i] for i in kept], []
-    )
-    positions = sample_positions(renumbered, conf.engine_check, conf.seed)
+    # Global position indices count positions only, in sequence order, as measure_positions.
+    positions = sample_positions(contexts, conf.engine_check, conf.seed)
     rows = []
     for index in check_arms:
         arm = arms[index]
         outcomes = engine_first_acceptance(
-            pair, renumbered, positions, arm.sampler(), sampling, conf.engine_check_seeds,
+            pair, contexts, positions, arm.sampler(), sampling, conf.engine_check_seeds,
             conf.seed, conf.progress,
         )  # fmt: skip
         beta = measured["stats"]["beta"][index, [g for _, _, g in positions]]
