@@ -11,6 +11,8 @@ far in the current step (P[t, j] = probability that position t is reached in sta
     t < T - 1, j < m:  accept (beta_t) -> P[t+1, j+1];  reject (1 - beta_t) -> P[t+1, 0]
     t < T - 1, j = m:  bonus at t -> P[t+1, 0]       t = T - 1: the step's last token, stop.
 Expected steps = sum_t P[t, 0]; expected accepted = sum_{t < T-1} sum_{j < m} P[t, j] beta_t.
+One loop over positions, vectorised over m, arms and sequences (a few full-tensor operations a
+position).
 
 The approximation (state it with any number this produces): beta_t is measured on contexts the
 VERIFIER sampled, and draft t + 1 is taken to condition on the verifier's token t. In a real run
@@ -32,27 +34,28 @@ def expected_steps_and_accepts(
     (expected accepted drafts, expected steps), each [max_m, A, S] float64."""
     arms, seqs, width = beta.shape
     beta = beta.to(torch.float64)
-    m_values = torch.arange(1, max_m + 1, dtype=torch.float64)  # [M]
-    states = torch.arange(max_m + 1, dtype=torch.float64)  # [J] j = 0..max_m
-    drafting = (states[None, :] < m_values[:, None]).double()[:, None, None, :]  # [M, 1, 1, J]
-    at_bonus = (states[None, :] == m_values[:, None]).double()[:, None, None, :]  # j == m
-    prob = torch.zeros(max_m, arms, seqs, max_m + 1, dtype=torch.float64)  # P[t, j]
+    lengths = lengths.to(torch.long)
+    # P[m, a, s, j]; j runs to max_m + 1 so that a shift never falls off (j = m + 1 is zeroed).
+    prob = torch.zeros(max_m, arms, seqs, max_m + 2, dtype=torch.float64)
     prob[..., 0] = 1.0
+    state_m = torch.arange(1, max_m + 1).view(max_m, 1, 1, 1).expand(max_m, arms, seqs, 1)
     accepted = torch.zeros(max_m, arms, seqs, dtype=torch.float64)
     steps = torch.zeros(max_m, arms, seqs, dtype=torch.float64)
-    lengths = lengths.to(torch.long)
     for t in tqdm(range(width), desc="predicted AL", disable=not progress, leave=False):
-        inside = (t < lengths).double()[None, None, :]  # [1, 1, S]
-        steps += prob[..., 0] * inside
-        if not bool((t < lengths - 1).any()):
+        steps += prob[..., 0] * (t < lengths).to(torch.float64)
+        drafting = t < lengths - 1  # [S] a draft can happen at t (else the step's last token)
+        if not bool(drafting.any()):
             break
-        drafts = (t < lengths - 1).double()[None, None, :, None]  # a draft happens at t
-        b = beta[None, :, :, t, None]  # [1, A, S, 1]
-        reach_draft = prob * drafting * drafts  # states that draft at position t
-        accepted += (reach_draft * b).sum(-1)
-        moved = torch.zeros_like(prob)
-        moved[..., 1:] = (reach_draft * b)[..., :-1]
-        moved[..., 0] = (reach_draft * (1 - b)).sum(-1) + (prob * at_bonus * drafts).sum(-1)
+        survive = prob * beta[None, :, :, t, None]  # mass of states accepting a draft at t
+        # j = m has no draft left (its token at t is the bonus): its mass is not an acceptance.
+        accepts = survive.sum(-1) - survive.gather(-1, state_m).squeeze(-1)
+        accepted += accepts * drafting.to(torch.float64)
+        moved = torch.empty_like(prob)
+        moved[..., 1:] = survive[..., :-1]  # accepted: j -> j + 1 ...
+        moved.scatter_(-1, state_m + 1, 0.0)  # ... except from j = m (bonus)
+        moved[..., 0] = prob.sum(-1) - accepts  # rejected at t, or the bonus: a new step at t+1
+        if not bool(drafting.all()):
+            moved[:, :, ~drafting] = 0.0  # sequences that ended at t
         prob = moved
     return accepted, steps
 

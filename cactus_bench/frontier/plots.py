@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from cactus_bench.report.plots import COLORS, MARKERS
 
@@ -64,34 +65,40 @@ def _title(figure: Figure, frame: pd.DataFrame, what: str) -> None:
 
 
 def frontier_figure(frame: pd.DataFrame) -> Figure:
-    figure = Figure(figsize=(11, 4.6), layout="constrained")
+    """Acceptance against KL and TV of the emitted law; each rule's points joined in the order
+    of its parameter (delta, epsilon, k, alpha), so a curve is that rule's trade-off."""
+    figure = Figure(figsize=(12, 4.8), layout="constrained")
     axes = figure.subplots(1, 2)
-    acceptance = _stat(frame, "acceptance").set_index(["rule", "parameter"])
-    for ax, divergence, xlabel in ((axes[0], "kl", "mean KL(law ‖ q) (nats, log scale)"),
+    acceptance = _stat(frame, "acceptance")[["rule", "parameter", "value"]]
+    sps = acceptance[acceptance.rule == "sps"].value.iloc[0]
+    for ax, divergence, xlabel in ((axes[0], "kl", "mean KL(law ‖ q), nats (log scale)"),
                                    (axes[1], "tv", "mean TV(law, q)")):  # fmt: skip
-        spread = _stat(frame, divergence)
+        spread = _stat(frame, divergence).merge(
+            acceptance, on=["rule", "parameter"], suffixes=("", "_acc")
+        )
         for rule, rows in spread.groupby("rule", sort=False):
-            joined = rows.join(acceptance[["value"]], on=["rule", "parameter"], rsuffix="_acc")
-            joined = joined[joined.value.apply(math.isfinite) & (joined.value > 0)]
-            label = _label(rule)
-            if rule == "sps" or joined.empty:
-                if rule != "sps":
-                    label += " (KL = ∞: mass where q = 0)"
-                    ax.plot([], [], label=label, **_style(rule))
+            if rule == "sps":
                 continue
-            joined = joined.sort_values("value")
-            ax.plot(joined.value, joined.value_acc, label=label, markersize=3, **_style(rule))
-        sps = acceptance.loc[("sps", "")]
-        ax.axhline(sps.value, color=COLORS["sps"], linestyle="--", linewidth=1,
-                   label=f"SpS (lossless): {sps.value:.3f}")  # fmt: skip
+            rows = rows.sort_values("x")
+            shown = rows[rows.value.apply(math.isfinite) & (rows.value > 0)]
+            label = _label(rule)
+            if len(shown) < len(rows) and divergence == "kl":
+                label += f" ({len(rows) - len(shown)} of {len(rows)} at KL = ∞)"
+            ax.plot(shown.value, shown.value_acc, label=label, markersize=3, **_style(rule))
+        ax.axhline(sps, color=COLORS["sps"], linestyle="--", linewidth=1,
+                   label=f"SpS (lossless), {sps:.3f}")  # fmt: skip
         if divergence == "kl":
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(xlabel)
         ax.set_ylabel("mean acceptance β (exact)")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside right center", fontsize=7)
     _title(
-        figure, frame, "Acceptance against divergence of the emitted law (up and left is better)"
+        figure, frame, "Acceptance against the divergence of the emitted law (up-left is better)"
     )
     return figure
 
@@ -181,6 +188,7 @@ def al_figure(frame: pd.DataFrame) -> Figure:
     ax = figure.subplots()
     _headline_lines(ax, frame, "al@m=", lambda s: int(s.removeprefix("al@m=")))
     ax.set_xlabel("draft length m")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("predicted AL (accepted drafts per step)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
