@@ -9,7 +9,13 @@ import pytest
 import torch
 from test_samplers import P_SMALL, Q_SMALL, RULE_IDS, RULES
 
-from cactus_bench.samplers import DIVERGENCES, exact_gamma, make_sampler, taylor_gamma
+from cactus_bench.samplers import (
+    DIVERGENCES,
+    binary_divergence,
+    exact_gamma,
+    make_sampler,
+    taylor_gamma,
+)
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
 from cactus_bench.samplers.target_rules import TargetRule
 
@@ -176,3 +182,22 @@ def test_law_of_a_target_below_q_matches_output_distribution():
         torch.testing.assert_close(
             law[row], rule.output_distribution(p[row], q[row]), atol=1e-12, rtol=0
         )
+
+
+def test_kl_root_at_q_zero_is_zero_and_roots_stay_tight():
+    """KL(gamma; 0) is infinite for gamma > 0: the root is exactly 0 (pinned, no bisection).
+    Every root stays within 1e-12 of an independent 200-step bisection and inside the budget,
+    including roots where rounding leaves g = +1e-16 on the bracket's edge."""
+    q = torch.cat([torch.zeros(3), torch.linspace(1e-6, 1 - 1e-6, 400)]).double()
+    for divergence in ("kl", "reverse_kl"):
+        for delta in (1e-4, 0.3, 1.0, 5.0):
+            gamma = exact_gamma(q, delta, divergence)
+            if divergence == "kl":
+                assert torch.all(gamma[:3] == 0)
+            lo, hi = q.clone(), torch.ones_like(q)
+            for _ in range(200):
+                mid = (lo + hi) / 2
+                ok = binary_divergence(mid, q, divergence) <= delta
+                lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
+            assert (gamma - lo).abs().max().item() < 2e-12
+            assert torch.all(binary_divergence(gamma, q, divergence) <= delta)

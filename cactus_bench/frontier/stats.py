@@ -122,8 +122,12 @@ def _grid_statistics(p, q, arms: list[Arm]) -> dict[str, torch.Tensor]:
     if family == "cactus":
         gamma = taylor_gamma(q, grid)  # [D, C, K]
     else:
-        # gamma only matters where p > 0; q = 1 there elsewhere makes the solver skip them.
-        gamma = exact_gamma(torch.where(p > 0, q, torch.ones_like(q)), grid, divergence)
+        # gamma only matters where p > 0 (elsewhere nothing is drafted): solve just those, in
+        # one flat call for the whole grid.
+        shape = (len(arms), *q.shape)
+        solve = (p > 0).expand(shape)
+        gamma = q.expand(shape).clone()
+        gamma[solve] = exact_gamma(q.expand(shape)[solve], grid.expand(shape)[solve], divergence)
     stats = {"beta": boosted_acceptance(p, gamma)}
     stats.update(_law_statistics(boosted_law(p, q, gamma), q, divergence))
     target = binary_divergence(gamma, q, divergence)  # d_f(h_n || q) for every draft n

@@ -152,10 +152,13 @@ def _solve_boundary(q: torch.Tensor, delta: float, divergence: str) -> torch.Ten
     """
     one = torch.ones_like(q)
     whole_budget = binary_divergence(one, q, divergence) <= delta
+    # KL(gamma; 0) = inf for every gamma > 0: the root is q = 0 itself (bisection would take ~40
+    # steps to say so).
+    pinned = (q == 0) if divergence == "kl" else torch.zeros_like(whole_budget)
     lo, hi = q.clone(), one.clone()
     x = torch.clamp(taylor_gamma(q, delta), max=1.0 - 1e-12)  # warm start near the root
     x = torch.where(x > lo, x, (lo + hi) / 2)
-    active = ~whole_budget & (hi - lo > _SOLVER_TOL)
+    active = ~whole_budget & ~pinned & (hi - lo > _SOLVER_TOL)
     for _ in range(_NEWTON_MAX_ITERS):
         if not bool(active.any()):
             break
@@ -165,21 +168,25 @@ def _solve_boundary(q: torch.Tensor, delta: float, divergence: str) -> torch.Ten
         step = g / _binary_divergence_slope(x, q, divergence)
         newton = x - step
         inside = torch.isfinite(newton) & (newton > lo) & (newton < hi)
-        x = torch.where(active, torch.where(inside, newton, (lo + hi) / 2), x)
-        converged = (hi - lo <= _SOLVER_TOL) | (inside & (step.abs() <= _SOLVER_TOL))
+        # A step below the tolerance has converged even when rounding puts it on the bracket's
+        # edge (g = +1e-16 at the root makes newton == hi): bisecting on from lo would cost ~40
+        # more iterations for nothing. The check below certifies the budget either way.
+        settled = torch.isfinite(newton) & (step.abs() <= _SOLVER_TOL)
+        x = torch.where(active, torch.where(inside | settled, newton, (lo + hi) / 2), x)
+        converged = (hi - lo <= _SOLVER_TOL) | settled
         active = active & ~converged
     candidate = torch.maximum(lo, torch.where(whole_budget, lo, x - _SOLVER_TOL))
     candidate_ok = binary_divergence(candidate, q, divergence) <= delta
     lo = torch.where(candidate_ok, candidate, lo)
     hi = torch.where(candidate_ok, hi, candidate)
-    pending = ~whole_budget & ~candidate_ok
+    pending = ~whole_budget & ~pinned & ~candidate_ok
     while bool(pending.any()) and bool(((hi - lo) > _SOLVER_TOL)[pending].any()):
         mid = (lo + hi) / 2
         ok = binary_divergence(mid, q, divergence) <= delta
         lo = torch.where(pending & ok, mid, lo)
         hi = torch.where(pending & ~ok, mid, hi)
         pending = pending & (hi - lo > _SOLVER_TOL)
-    return torch.where(whole_budget, one, lo)
+    return torch.where(whole_budget, one, torch.where(pinned, q, lo))
 
 
 def _binary_divergence_slope(x: torch.Tensor, q: torch.Tensor, divergence: str) -> torch.Tensor:
