@@ -13,6 +13,7 @@ from cactus_bench.samplers import (
     DIVERGENCES,
     binary_divergence,
     exact_gamma,
+    full_divergence,
     make_sampler,
     taylor_gamma,
 )
@@ -201,3 +202,18 @@ def test_kl_root_at_q_zero_is_zero_and_roots_stay_tight():
                 lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
             assert (gamma - lo).abs().max().item() < 2e-12
             assert torch.all(binary_divergence(gamma, q, divergence) <= delta)
+
+
+@pytest.mark.parametrize("name", ["topk", "tas", "greedy"])
+def test_threshold_laws_stay_non_negative_when_every_draft_is_accepted(name):
+    """Found on SmolLM2 contexts: every draft inside q's top-k, so beta = 1 up to rounding, made
+    1 - beta = -7e-17 and a negative law entry (KL NaN). Some of these 400 rows reproduce it."""
+    gen = torch.Generator().manual_seed(0)
+    p = torch.rand(400, 4, generator=gen, dtype=torch.float64)
+    p = torch.nn.functional.pad(p / p.sum(-1, keepdim=True), (0, 2))
+    # q's top 5 include a token p never drafts: the recovery puts its weight there.
+    q = torch.nn.functional.pad(torch.full((400, 5), 0.2, dtype=torch.float64), (0, 1))
+    rule = make_sampler(name, **({"k": 5} if name == "topk" else {}))
+    law = rule.emitted_law(p, q)
+    assert torch.all(law >= 0)
+    assert torch.isfinite(full_divergence(law, q, "kl")).all()

@@ -171,4 +171,9 @@ def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int) -> dict[str, to
                 stats = _arm_statistics(p[block], q[block], members[0])
             for name, value in stats.items():
                 out[name][indices, block] = value.to("cpu", torch.float64)
+    for name in ("beta", "kl", "tv", "q_zero_mass"):  # defined for every arm: never NaN
+        bad = torch.isnan(out[name]).any(-1).nonzero().flatten().tolist()
+        if bad:
+            arm = arms[bad[0]]
+            raise RuntimeError(f"NaN in {name} of {arm.rule} {arm.parameter}: report this input")
     return out

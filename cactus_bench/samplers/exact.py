@@ -103,5 +103,6 @@ def threshold_law(
     """
     beta = (p * accept).sum(-1)
     recovery = recovery / recovery.sum(-1, keepdim=True)
-    law = p * accept + (1 - beta).unsqueeze(-1) * recovery
+    rejected = (1 - beta).clamp(min=0)  # 1 - beta rounds to -1e-17 when every draft is accepted
+    law = p * accept + rejected.unsqueeze(-1) * recovery
     return beta, law
