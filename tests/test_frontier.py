@@ -299,3 +299,25 @@ def test_kept_law_is_the_teacher_forced_law(tiny_pair):
         torch.testing.assert_close(kept, law, atol=2e-5, rtol=0)
         sampled = law.gather(-1, torch.tensor(tokens)[:, None])
         assert torch.all(sampled > 0)  # each token was drawn from its recorded law
+
+
+def test_summary_rows_split_by_prompt_source():
+    from cactus_bench.frontier.aggregate import bootstrap_weights
+    from cactus_bench.frontier.rows import summary_rows
+
+    p, q = _rows(12, 10, seed=7)
+    arms = [Arm("sps"), Arm("cactus", 1.0, "kl")]
+    stats = chunk_statistics(p, q, arms, 100_000)
+    sequence = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 3])
+    lengths = torch.tensor([3, 2, 4, 3])
+    conf = FrontierConf(al_max_m=2)
+    rows = summary_rows(conf, arms, stats, entropy(q), sequence, lengths,
+                        bootstrap_weights(4, 50, seed=0), ["demo", "gsm8k_train", "demo",
+                        "gsm8k_train"], progress=False)  # fmt: skip
+    found = {(r["rule"], r["statistic"]): r for r in rows}
+    demo = torch.tensor([0, 2])[:, None] == sequence[None]  # positions of sequences 0 and 2
+    expected = stats["beta"][1][demo.any(0)].mean().item()
+    row = found[("cactus", "acceptance@source=demo")]
+    assert row["value"] == pytest.approx(expected) and row["n_positions"] == 7
+    assert ("sps", "gain@source=demo") not in found
+    assert found[("cactus", "gain@source=gsm8k_train")]["n_positions"] == 5

@@ -74,7 +74,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     weights = bootstrap_weights(len(measured["lengths"]), conf.bootstrap, conf.seed)
     rows = summary_rows(
         conf, arms, measured["stats"], measured["entropy"], measured["sequence"],
-        measured["lengths"], weights, conf.progress,
+        measured["lengths"], weights, measured["sources"], conf.progress,
     )  # fmt: skip
     lap("aggregate")
     if conf.engine_check:
@@ -101,7 +101,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
 
 def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
     """Per-position statistics of every arm: {"stats": {name: [A, N]}, "entropy": [N],
-    "sequence": [N], "lengths": [S]} over the sequences with at least one position."""
+    "sequence": [N], "lengths": [S], "sources": [S]} over the sequences with a position."""
     import torch
 
     from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
@@ -122,7 +122,9 @@ def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
             stats[name][:, columns] = values
         entropies[columns] = entropy(chunk.q).cpu()
         sequence[columns] = torch.tensor([renumber[int(s)] for s in chunk.sequence])
-    return {"stats": stats, "entropy": entropies, "sequence": sequence, "lengths": lengths}
+    sources = [contexts.sources[i] for i in kept]
+    return {"stats": stats, "entropy": entropies, "sequence": sequence, "lengths": lengths,
+            "sources": sources}  # fmt: skip
 
 
 def _engine_check_arms(conf: FrontierConf, arms) -> list[int]:

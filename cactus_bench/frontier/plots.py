@@ -95,6 +95,17 @@ def frontier_figure(frame: pd.DataFrame) -> Figure:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("mean acceptance β (exact)")
         ax.grid(alpha=0.3)
+    # TV: zoom on the rules whose law stays inside q's support (finite KL); the rest continue
+    # along the same line beyond the frame.
+    finite = _stat(frame, "kl").query("rule != 'sps'")
+    finite = finite[finite.value.apply(math.isfinite)][["rule", "parameter"]]
+    tv = _stat(frame, "tv").merge(finite, on=["rule", "parameter"])
+    if not tv.empty and tv.value.max() < _stat(frame, "tv").value.max():
+        axes[1].set_xlim(0, 1.1 * tv.value.max())
+        axes[1].set_ylim(top=1.02 * acceptance.merge(tv[["rule", "parameter"]]).value.max())
+        note = "zoomed to the rules with finite KL;\nthe others go on up the line"
+        axes[1].text(0.98, 0.02, note, transform=axes[1].transAxes, ha="right", va="bottom",
+                     fontsize=7, color="0.35")  # fmt: skip
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside right center", fontsize=7)
     _title(
@@ -173,7 +184,9 @@ def entropy_figure(frame: pd.DataFrame) -> Figure:
     labels = list(dict.fromkeys(s.removeprefix("gain@H=") for s in frame.statistic
                                 if s.startswith("gain@H=")))  # fmt: skip
     _headline_lines(ax, frame, "gain@H=", lambda s: labels.index(s.removeprefix("gain@H=")))
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    counts = frame[frame.statistic.str.startswith("gain@H=")].groupby("statistic").n_positions
+    ticks = [f"{label}\nn={counts.first()['gain@H=' + label]:,}" for label in labels]
+    ax.set_xticks(range(len(labels)), ticks, fontsize=8)
     ax.set_xlabel("verifier entropy H(q_t) bin (nats)")
     ax.set_ylabel("mean acceptance gain over SpS")
     ax.axhline(0, color="0.5", linewidth=0.8)

@@ -14,6 +14,7 @@ value (`delta=0.5`, `eps=0.09`, `k=5`, `alpha=0.25`, empty for sps). Statistics:
                          position_share (some draft breaks it), mean_excess (nats, per draft),
                          excess_given_overshoot (mean excess over the drafts that break it)
     gain@H=[a,b)         gain over the positions whose H(q_t) lies in [a, b) (acceptance@H for sps)
+    acceptance@source=X  acceptance (and gain@source=X) over the sequences of one prompt source
     al@m=M               predicted AL for draft length M (al.py states the approximation)
     entropy, positions, sequences   (rule "verifier")
 """
@@ -52,9 +53,10 @@ def _rows(arms, statistic: str, estimate: Estimate, count, keep=None) -> list[di
     return rows
 
 
-def summary_rows(conf, arms, stats, entropy, sequence, lengths, weights, progress=True):
+def summary_rows(conf, arms, stats, entropy, sequence, lengths, weights, sources, progress=True):
     """All rows but the engine check's. stats: {name: [A, N]}; entropy, sequence: [N];
-    lengths: [S] positions per sequence; weights: [B, S] bootstrap weights."""
+    lengths: [S] positions per sequence; weights: [B, S] bootstrap weights; sources: [S] the
+    prompt source of each sequence."""
     num_seq = lengths.shape[0]
     ones = torch.ones_like(entropy, dtype=torch.float64)
     counts = per_sequence_sums(ones, sequence, num_seq)  # [S]
@@ -99,6 +101,16 @@ def summary_rows(conf, arms, stats, entropy, sequence, lengths, weights, progres
                                   bin_counts, weights)  # fmt: skip
         rows += _rows(arms[:1], f"acceptance@H={label}", estimate, in_bin)
 
+    for source in dict.fromkeys(sources):  # per prompt source, when the set mixes several
+        if len(set(sources)) < 2:
+            break
+        chosen = torch.tensor([name == source for name in sources])[sequence].double()  # [N]
+        in_source = per_sequence_sums(chosen, sequence, num_seq)
+        for statistic, values in (("acceptance", beta), ("gain", gain)):
+            estimate = ratio_estimate(per_sequence_sums(values * chosen, sequence, num_seq),
+                                      in_source, weights)  # fmt: skip
+            keep = None if statistic == "acceptance" else [a.family != "sps" for a in arms]
+            rows += _rows(arms, f"{statistic}@source={source}", estimate, int(chosen.sum()), keep)
     rows += al_rows(arms, beta, sequence, lengths, conf.al_max_m, weights, progress)
     rows += _verifier_rows(entropy, sequence, counts, weights, total, num_seq)
     return rows
