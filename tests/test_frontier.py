@@ -321,3 +321,15 @@ def test_summary_rows_split_by_prompt_source():
     assert row["value"] == pytest.approx(expected) and row["n_positions"] == 7
     assert ("sps", "gain@source=demo") not in found
     assert found[("cactus", "gain@source=gsm8k_train")]["n_positions"] == 5
+
+
+def test_predicted_al_of_a_batch_equals_each_sequence_alone():
+    gen = torch.Generator().manual_seed(8)
+    beta = torch.rand(3, 6, 30, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([30, 4, 17, 1, 30, 9])
+    accepted, steps = expected_steps_and_accepts(beta, lengths, max_m=5)
+    for s in range(6):
+        alone = expected_steps_and_accepts(beta[:, s : s + 1, : lengths[s]], lengths[s : s + 1], 5)
+        torch.testing.assert_close(accepted[:, :, s : s + 1], alone[0], atol=1e-12, rtol=0)
+        torch.testing.assert_close(steps[:, :, s : s + 1], alone[1], atol=1e-12, rtol=0)
+    assert torch.all(steps[:, :, 3] == 1) and torch.all(accepted[:, :, 3] == 0)  # one token

@@ -33,31 +33,36 @@ def expected_steps_and_accepts(
     """beta [A, S, T] (position t of sequence s, zero-padded), lengths [S] -> per m = 1..max_m:
     (expected accepted drafts, expected steps), each [max_m, A, S] float64."""
     arms, seqs, width = beta.shape
-    beta = beta.to(torch.float64)
-    lengths = lengths.to(torch.long)
+    # Longest sequences first: those still running at position t are a prefix of the batch,
+    # so each position only touches the sequences that reach it.
+    order = torch.argsort(lengths.to(torch.long), descending=True, stable=True)
+    lengths = lengths.to(torch.long)[order]
+    beta = beta.to(torch.float64)[:, order]
     # P[m, a, s, j]; j runs to max_m + 1 so that a shift never falls off (j = m + 1 is zeroed).
     prob = torch.zeros(max_m, arms, seqs, max_m + 2, dtype=torch.float64)
     prob[..., 0] = 1.0
-    state_m = torch.arange(1, max_m + 1).view(max_m, 1, 1, 1).expand(max_m, arms, seqs, 1)
+    state_m = torch.arange(1, max_m + 1).view(max_m, 1, 1, 1)
     accepted = torch.zeros(max_m, arms, seqs, dtype=torch.float64)
     steps = torch.zeros(max_m, arms, seqs, dtype=torch.float64)
     for t in tqdm(range(width), desc="predicted AL", disable=not progress, leave=False):
-        steps += prob[..., 0] * (t < lengths).to(torch.float64)
-        drafting = t < lengths - 1  # [S] a draft can happen at t (else the step's last token)
-        if not bool(drafting.any()):
+        alive = int((lengths > t).sum())  # sequences with a token at t
+        steps[:, :, :alive] += prob[:, :, :alive, 0]
+        live = int((lengths > t + 1).sum())  # ... and a draft at t (t is not their last token)
+        if live == 0:
             break
-        survive = prob * beta[None, :, :, t, None]  # mass of states accepting a draft at t
+        current = prob[:, :, :live]
+        index = state_m.expand(max_m, arms, live, 1)
+        survive = current * beta[None, :, :live, t, None]  # states accepting a draft at t
         # j = m has no draft left (its token at t is the bonus): its mass is not an acceptance.
-        accepts = survive.sum(-1) - survive.gather(-1, state_m).squeeze(-1)
-        accepted += accepts * drafting.to(torch.float64)
-        moved = torch.empty_like(prob)
+        accepts = survive.sum(-1) - survive.gather(-1, index).squeeze(-1)
+        accepted[:, :, :live] += accepts
+        moved = torch.empty_like(current)
         moved[..., 1:] = survive[..., :-1]  # accepted: j -> j + 1 ...
-        moved.scatter_(-1, state_m + 1, 0.0)  # ... except from j = m (bonus)
-        moved[..., 0] = prob.sum(-1) - accepts  # rejected at t, or the bonus: a new step at t+1
-        if not bool(drafting.all()):
-            moved[:, :, ~drafting] = 0.0  # sequences that ended at t
-        prob = moved
-    return accepted, steps
+        moved.scatter_(-1, index + 1, 0.0)  # ... except from j = m (bonus)
+        moved[..., 0] = current.sum(-1) - accepts  # rejected, or the bonus: next step at t + 1
+        prob[:, :, :live] = moved  # sequences ending at t are never read again
+    restore = torch.argsort(order)
+    return accepted[:, :, restore], steps[:, :, restore]
 
 
 def simulate_al(beta: list[float], m: int, runs: int, seed: int) -> tuple[float, float]:

@@ -38,7 +38,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
 
     from cactus_bench.engine import SamplingParams
     from cactus_bench.frontier.aggregate import bootstrap_weights
-    from cactus_bench.frontier.contexts import build_contexts
+    from cactus_bench.frontier.contexts import build_contexts, load_prompt_texts
     from cactus_bench.frontier.rows import COLUMNS, summary_rows
     from cactus_bench.frontier.stats import build_arms
     from cactus_bench.models import load_pair
@@ -62,6 +62,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
         timings[f"{name}_cpu_s"] = round(cpu_now - cpu, 2)
         clock, cpu = now, cpu_now
 
+    load_prompt_texts(conf)  # a missing data folder fails before any model loads
     device = resolve_device(conf.device)
     pair = load_pair(conf.pair, device=device, dtype=conf.dtype)
     lap("load_pair")
