@@ -18,7 +18,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from cactus_bench.report.plots import COLORS, MARKERS
+# One color and marker per rule family, the same as the task figures' (report/plots.py), kept
+# here so these figures do not depend on that module's internals.
+COLORS = {"sps": "C0", "tas": "C1", "cactus": "C3", "cactus_exact": "C4", "interp": "C2",
+          "topk": "C5", "greedy": "C6"}  # fmt: skip
+MARKERS = {"sps": "o", "tas": "s", "cactus": "^", "cactus_exact": "v", "interp": "D",
+           "topk": "P", "greedy": "X"}  # fmt: skip
 
 DIVERGENCE_STYLES = {
     "kl": "-",
