@@ -4,8 +4,8 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo rehearse \
-	slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
+.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo frontier \
+	rehearse slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -102,3 +102,11 @@ test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreeme
 bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_cpu.csv)
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \
 		--out results/bench/vllm_cpu.csv
+
+frontier:  ## exact acceptance / divergence of every rule on real contexts (issue 13; 1 thread)
+ifneq ($(strip $(DATA_DIR)),)
+	$(PYTHON) run.py experiment=frontier data_dir=$(abspath $(DATA_DIR))
+else
+	@echo "frontier: no data folder (make frontier DATA_DIR=/path/like/shared/data): demo prompts only"
+	$(PYTHON) run.py experiment=frontier 'frontier.prompts=[demo]'
+endif

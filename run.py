@@ -52,6 +52,12 @@ def to_run_conf(cfg: DictConfig) -> RunConf:
 def main(cfg: DictConfig) -> None:
     try:
         conf = to_run_conf(cfg)
+        if conf.frontier is not None:  # experiment=frontier: exact statistics, not a task run
+            from cactus_bench.frontier.__main__ import format_outcome as format_frontier
+            from cactus_bench.frontier.pipeline import run_frontier
+
+            print(format_frontier(run_frontier(conf.frontier)), flush=True)
+            return
         from cactus_bench.run import run  # after validation: a bad config never waits for torch
 
         outcome = run(conf)

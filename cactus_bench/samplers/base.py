@@ -77,6 +77,17 @@ class AcceptanceRule:
         """Used when a recovery row has no positive mass (only reachable through rounding)."""
         return q_row
 
+    def acceptance_probability(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Exact P(accept) of one draft n ~ p verified against q, sum_n p(n) a_n, per position.
+
+        p, q: [..., V] rows (normalised here, float64); returns [...] float64. Exact statistics
+        live in `exact.py`; each rule implements this and `emitted_law` in closed form."""
+        raise NotImplementedError(f"{type(self).__name__} has no exact acceptance probability")
+
+    def emitted_law(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """[..., V] float64: `output_distribution` batched over positions, in O(V log V) each."""
+        raise NotImplementedError(f"{type(self).__name__} has no exact emitted law")
+
     # ---- the chain ---------------------------------------------------------------------------
     @torch.inference_mode()
     def verify(

@@ -91,14 +91,20 @@ def taylor_gamma(q_n: torch.Tensor, delta: float) -> torch.Tensor:
     return torch.clamp(q + torch.sqrt(2.0 * delta * q * (1.0 - q)), max=1.0)
 
 
-def exact_gamma(q_n: torch.Tensor, delta: float, divergence: str = "kl") -> torch.Tensor:
+def exact_gamma(
+    q_n: torch.Tensor, delta: float | torch.Tensor, divergence: str = "kl"
+) -> torch.Tensor:
     """Largest gamma in [q_n, 1] with d_f(gamma; q_n) <= delta (float64, same shape as q_n).
 
     gamma = 1 where the whole budget allows it (d_f(1; q_n) <= delta). Closed forms for chi2,
     hellinger and tv; kl and reverse_kl use a vectorised safeguarded Newton/bisection that
     returns the feasible end of a bracket narrower than 1e-12, so d_f(gamma) <= delta always.
+    delta may be a tensor broadcastable against q_n (a grid of budgets, e.g. [D, 1, 1] against
+    [N, V]): the result then has the broadcast shape, each element solved for its own delta.
     """
     _check_divergence(divergence)
+    if isinstance(delta, torch.Tensor):
+        return _exact_gamma_grid(q_n, delta, divergence)
     if delta < 0:
         raise ValueError(f"delta must be >= 0, got {delta}")
     q = q_n.to(torch.float64).clamp(0.0, 1.0)
@@ -119,6 +125,25 @@ def exact_gamma(q_n: torch.Tensor, delta: float, divergence: str = "kl") -> torc
     return _solve_boundary(q, delta, divergence)
 
 
+def _exact_gamma_grid(q_n: torch.Tensor, delta: torch.Tensor, divergence: str) -> torch.Tensor:
+    """exact_gamma for a tensor of budgets: the same formulas elementwise (torch, not math)."""
+    delta = delta.to(torch.float64)
+    if not bool((delta >= 0).all()):  # also rejects NaN
+        raise ValueError(f"delta must be >= 0, got {delta.min().item()}")
+    q, delta = torch.broadcast_tensors(q_n.to(torch.float64).clamp(0.0, 1.0), delta)
+    q, delta = q.contiguous(), delta.contiguous()
+    if divergence == "tv":
+        gamma = torch.clamp(q + delta, max=1.0)
+    elif divergence == "chi2":
+        gamma = torch.clamp(q + delta.sqrt() * q.sqrt() * (1 - q).sqrt(), max=1.0)
+    elif divergence == "hellinger":
+        step = torch.acos(torch.clamp(1.0 - delta / 2.0, min=-1.0))
+        gamma = torch.sin(torch.clamp(torch.asin(q.sqrt()) + step, max=math.pi / 2)) ** 2
+    else:
+        gamma = _solve_boundary(q, delta, divergence)
+    return torch.where(delta == 0, q, gamma)
+
+
 def _solve_boundary(q: torch.Tensor, delta: float, divergence: str) -> torch.Tensor:
     """Largest x in [q, 1] with g(x) = d_f(x; q) - delta <= 0, for kl and reverse_kl.
 
@@ -129,10 +154,13 @@ def _solve_boundary(q: torch.Tensor, delta: float, divergence: str) -> torch.Ten
     """
     one = torch.ones_like(q)
     whole_budget = binary_divergence(one, q, divergence) <= delta
+    # KL(gamma; 0) = inf for every gamma > 0: the root is q = 0 itself (bisection would take ~40
+    # steps to say so).
+    pinned = (q == 0) if divergence == "kl" else torch.zeros_like(whole_budget)
     lo, hi = q.clone(), one.clone()
     x = torch.clamp(taylor_gamma(q, delta), max=1.0 - 1e-12)  # warm start near the root
     x = torch.where(x > lo, x, (lo + hi) / 2)
-    active = ~whole_budget & (hi - lo > _SOLVER_TOL)
+    active = ~whole_budget & ~pinned & (hi - lo > _SOLVER_TOL)
     for _ in range(_NEWTON_MAX_ITERS):
         if not bool(active.any()):
             break
@@ -142,21 +170,25 @@ def _solve_boundary(q: torch.Tensor, delta: float, divergence: str) -> torch.Ten
         step = g / _binary_divergence_slope(x, q, divergence)
         newton = x - step
         inside = torch.isfinite(newton) & (newton > lo) & (newton < hi)
-        x = torch.where(active, torch.where(inside, newton, (lo + hi) / 2), x)
-        converged = (hi - lo <= _SOLVER_TOL) | (inside & (step.abs() <= _SOLVER_TOL))
+        # A step below the tolerance has converged even when rounding puts it on the bracket's
+        # edge (g = +1e-16 at the root makes newton == hi): bisecting on from lo would cost ~40
+        # more iterations for nothing. The check below certifies the budget either way.
+        settled = torch.isfinite(newton) & (step.abs() <= _SOLVER_TOL)
+        x = torch.where(active, torch.where(inside | settled, newton, (lo + hi) / 2), x)
+        converged = (hi - lo <= _SOLVER_TOL) | settled
         active = active & ~converged
     candidate = torch.maximum(lo, torch.where(whole_budget, lo, x - _SOLVER_TOL))
     candidate_ok = binary_divergence(candidate, q, divergence) <= delta
     lo = torch.where(candidate_ok, candidate, lo)
     hi = torch.where(candidate_ok, hi, candidate)
-    pending = ~whole_budget & ~candidate_ok
+    pending = ~whole_budget & ~pinned & ~candidate_ok
     while bool(pending.any()) and bool(((hi - lo) > _SOLVER_TOL)[pending].any()):
         mid = (lo + hi) / 2
         ok = binary_divergence(mid, q, divergence) <= delta
         lo = torch.where(pending & ok, mid, lo)
         hi = torch.where(pending & ~ok, mid, hi)
         pending = pending & (hi - lo > _SOLVER_TOL)
-    return torch.where(whole_budget, one, lo)
+    return torch.where(whole_budget, one, torch.where(pinned, q, lo))
 
 
 def _binary_divergence_slope(x: torch.Tensor, q: torch.Tensor, divergence: str) -> torch.Tensor:

@@ -14,6 +14,7 @@ import math
 import torch
 
 from cactus_bench.samplers.base import AcceptanceRule, DraftStats
+from cactus_bench.samplers.exact import normalised, threshold_law
 
 _TAS_LOG_EPS = 1e-5  # the constant inside log(q + eps) in Medusa and vLLM V0
 
@@ -42,6 +43,20 @@ class TypicalAcceptance(AcceptanceRule):
             entropy[:, j] = -(q_row * torch.log(q_row + _TAS_LOG_EPS)).sum(-1)
         cutoff = torch.clamp(self.alpha * torch.exp(-entropy), max=self.threshold)
         return (stats.q_n > cutoff).to(stats.q_n.dtype)
+
+    def _accepted(self, q: torch.Tensor) -> torch.Tensor:
+        """[..., V] 0/1 float64: the tokens whose draft is accepted (q normalised)."""
+        entropy = -(q * torch.log(q + _TAS_LOG_EPS)).sum(-1, keepdim=True)
+        cutoff = torch.clamp(self.alpha * torch.exp(-entropy), max=self.threshold)
+        return (q > cutoff).to(q.dtype)
+
+    def acceptance_probability(self, p, q):
+        p, q = normalised(p, q)
+        return (p * self._accepted(q)).sum(-1)
+
+    def emitted_law(self, p, q):
+        p, q = normalised(p, q)
+        return threshold_law(p, self._accepted(q), _one_hot_argmax(q))[1]
 
 
 class TopK(AcceptanceRule):
@@ -75,6 +90,17 @@ class TopK(AcceptanceRule):
     def fallback_weights(self, q_row, n) -> torch.Tensor:
         return self._top_set(q_row)
 
+    def acceptance_probability(self, p, q):
+        p, q = normalised(p, q)
+        return (p * self._top_set(q)).sum(-1)
+
+    def emitted_law(self, p, q):
+        p, q = normalised(p, q)
+        top = self._top_set(q)
+        recovery = (top - p).clamp(min=0)
+        recovery = torch.where(recovery.sum(-1, keepdim=True) > 0, recovery, top)
+        return threshold_law(p, top, recovery)[1]
+
 
 class Greedy(AcceptanceRule):
     name = "greedy"
@@ -86,3 +112,15 @@ class Greedy(AcceptanceRule):
         m = stats.q_n.shape[1]
         argmax = stats.target_probs[:, :m].argmax(dim=-1)
         return (argmax == stats.draft_token_ids).to(stats.q_n.dtype)
+
+    def acceptance_probability(self, p, q):
+        p, q = normalised(p, q)
+        return (p * _one_hot_argmax(q)).sum(-1)
+
+    def emitted_law(self, p, q):
+        return _one_hot_argmax(normalised(p, q)[1])
+
+
+def _one_hot_argmax(q: torch.Tensor) -> torch.Tensor:
+    """[..., V] float64 indicator of argmax q (first index on ties, as torch.argmax)."""
+    return torch.zeros_like(q).scatter_(-1, q.argmax(-1, keepdim=True), 1.0)

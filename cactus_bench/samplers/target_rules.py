@@ -15,6 +15,7 @@ import torch
 
 from cactus_bench.samplers.base import AcceptanceRule, DraftStats
 from cactus_bench.samplers.divergences import DIVERGENCES, exact_gamma, taylor_gamma
+from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
 
 
 class TargetRule(AcceptanceRule):
@@ -45,6 +46,16 @@ class TargetRule(AcceptanceRule):
 
     def fallback_weights(self, q_row, n) -> torch.Tensor:
         return q_row
+
+    # Exact statistics: h_x(x) = boosted(q(x), p(x)) for every candidate x at once. A subclass
+    # whose target is not "boost n, rescale q" (it overrides target_row) overrides emitted_law.
+    def acceptance_probability(self, p, q):
+        p, q = normalised(p, q)
+        return boosted_acceptance(p, self.boosted(q, p).to(torch.float64))
+
+    def emitted_law(self, p, q):
+        p, q = normalised(p, q)
+        return boosted_law(p, q, self.boosted(q, p).to(torch.float64))
 
 
 class SpS(TargetRule):
@@ -105,6 +116,11 @@ class Interpolation(TargetRule):
 
     def target_row(self, p_row, q_row, n, q_n, p_n):
         return self.alpha * p_row + (1 - self.alpha) * q_row
+
+    def emitted_law(self, p, q):
+        # h does not depend on the draft, so the chain emits h exactly (the SpS argument).
+        p, q = normalised(p, q)
+        return self.alpha * p + (1 - self.alpha) * q
 
 
 def _check_delta(delta: float) -> float:

@@ -1,0 +1,134 @@
+"""The frontier's configuration: one dataclass, its checks, and the rule grid it spans.
+
+`FrontierConf` is both the module CLI's options (`python -m cactus_bench.frontier --help`) and
+the `frontier:` node of `python run.py experiment=frontier` (configs/experiment/frontier.yaml).
+Imports no torch: a bad value fails in milliseconds with one line naming the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+PROMPT_SOURCES = ("demo", "gsm8k_train", "gsm8k_test")
+RULE_FAMILIES = ("sps", "cactus", "cactus_exact", "tas", "topk", "interp", "greedy")
+DIVERGENCE_NAMES = ("kl", "reverse_kl", "chi2", "hellinger", "tv")  # samplers.DIVERGENCES
+# Budgets from 0.01 to 8 nats, roughly log-spaced (at most a factor 2 apart) on round values
+# that include the paper's and the demo's (0.25, 0.5, 0.75, 1, 2).
+DEFAULT_DELTAS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
+
+
+class FrontierConfigError(ValueError):
+    """A bad frontier setting; the message is one line that names the fix."""
+
+
+@dataclass
+class FrontierConf:
+    """Every setting of one frontier measurement (defaults: the embedded pair, paper sampling)."""
+
+    pair: str = "smollm2_135m"  # a registered model pair (configs/model/<name>.yaml)
+    prompts: list[str] = field(default_factory=lambda: ["demo", "gsm8k_train"])  # sources
+    num_demo: int = 20  # first prompts of the demo task (20 ship with the package)
+    num_gsm8k: int = 108  # first GSM8K questions of the split named in `prompts`
+    data_dir: str | None = None  # folder laid out like shared/data (GSM8K); env CACTUS_BENCH_DATA
+    max_new_tokens: int = 256  # tokens the verifier samples per prompt (stops at EOS)
+    batch_size: int = 64  # rows per batched generation
+    temperature: float = 0.6  # paper: T = 0.6, top-p 0.95, top-k 20
+    top_p: float = 0.95
+    top_k: int | None = 20  # None or 0: off
+    seed: int = 1234
+    device: str = "cpu"  # cpu | cuda | auto
+    dtype: str | None = None  # None: the pair's own dtype (bf16 for the paper's pairs)
+    threads: int | None = 1  # torch CPU threads (None: torch's default)
+    rules: list[str] = field(default_factory=lambda: ["sps", "cactus", "cactus_exact", "tas",
+                                                      "topk", "interp"])  # fmt: skip
+    deltas: list[float] = field(default_factory=lambda: list(DEFAULT_DELTAS))  # cactus rules
+    divergences: list[str] = field(default_factory=lambda: list(DIVERGENCE_NAMES))
+    tas_thresholds: list[float] = field(default_factory=lambda: [0.01, 0.03, 0.05, 0.09, 0.15,
+                                                                 0.3, 0.5])  # fmt: skip
+    topk_ks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 10])
+    interp_alphas: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5, 0.75, 0.9])
+    al_max_m: int = 20  # predicted AL(m) for m = 1..al_max_m
+    entropy_edges: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.25, 0.5, 1.0, 1.5,
+                                                                2.0, 3.0])  # fmt: skip
+    bootstrap: int = 1000  # resamples of the sequences for every 95 % interval
+    chunk_elements: int = 2_000_000  # positions x grid x support per exact-statistics chunk
+    engine_check: int = 0  # positions re-decoded by the engine (sps, cactus delta=1); 0 = skip
+    engine_check_seeds: int = 1  # engine decodes per checked position and rule
+    out_dir: str = "results/frontier"
+    cache_dir: str | None = None  # contexts cache; None = <out_dir>/contexts (git-ignored)
+    figures: bool = True
+    progress: bool = True
+
+    def check(self) -> None:
+        """Raise FrontierConfigError (one line) for the first bad value."""
+        _check_names("frontier.prompts", self.prompts, PROMPT_SOURCES)
+        _check_names("frontier.rules", self.rules, RULE_FAMILIES)
+        _check_names("frontier.divergences", self.divergences, DIVERGENCE_NAMES)
+        for name, lower in (
+            ("num_demo", 0), ("num_gsm8k", 0), ("max_new_tokens", 1), ("batch_size", 1),
+            ("al_max_m", 1), ("bootstrap", 10), ("chunk_elements", 1), ("engine_check", 0),
+            ("engine_check_seeds", 1), ("seed", 0),
+        ):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or int(value) != value or value < lower:
+                _fail(f"frontier.{name} must be an integer >= {lower} (got {value!r})")
+        if sum(self.source_sizes().values()) == 0:
+            _fail("frontier.prompts selects no prompt: raise num_demo / num_gsm8k or add a source")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            _fail(
+                f"frontier.temperature must be > 0 (got {self.temperature}): at temperature 0 "
+                "every rule is greedy and there is no frontier"
+            )
+        if not 0 < self.top_p <= 1:
+            _fail(f"frontier.top_p must be in (0, 1] (got {self.top_p})")
+        if self.top_k is None:
+            self.top_k = 0
+        if self.top_k < 0:
+            _fail(f"frontier.top_k must be >= 0 (got {self.top_k}); 0 disables it")
+        if self.threads is not None and self.threads < 1:
+            _fail(f"frontier.threads must be >= 1 or null (got {self.threads})")
+        grids = {
+            "cactus": ("deltas", self.deltas, lambda v: v >= 0, ">= 0 (0 is SpS)"),
+            "cactus_exact": ("deltas", self.deltas, lambda v: v >= 0, ">= 0 (0 is SpS)"),
+            "tas": ("tas_thresholds", self.tas_thresholds, lambda v: 0 < v <= 1, "in (0, 1]"),
+            "topk": ("topk_ks", self.topk_ks, lambda v: int(v) == v and v >= 1, "integers >= 1"),
+            "interp": ("interp_alphas", self.interp_alphas, lambda v: 0 <= v <= 1, "in [0, 1]"),
+        }
+        for rule in self.rules:
+            if rule not in grids:
+                continue
+            key, values, valid, rule_text = grids[rule]
+            if not values:
+                _fail(f"frontier.{key} is empty: give at least one value or drop {rule!r}")
+            bad = [v for v in values if not (isinstance(v, int | float) and valid(v))]
+            if bad:
+                _fail(f"frontier.{key} must hold values {rule_text} (got {bad[0]!r})")
+        if "cactus_exact" in self.rules and not self.divergences:
+            _fail("frontier.divergences is empty: give at least one or drop 'cactus_exact'")
+        edges = self.entropy_edges
+        if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+            _fail(f"frontier.entropy_edges must be >= 2 increasing values (got {edges})")
+        if self.dtype not in (None, "float32", "bfloat16", "float16", "auto"):
+            _fail(f"frontier.dtype must be float32, bfloat16, float16, auto or null ({self.dtype})")
+        if not self.out_dir:
+            _fail("frontier.out_dir is empty; give a folder for the CSV and figures")
+
+    def source_sizes(self) -> dict[str, int]:
+        """Prompts taken from each source, in the order of `prompts`."""
+        sizes = {"demo": self.num_demo, "gsm8k_train": self.num_gsm8k, "gsm8k_test": self.num_gsm8k}
+        return {source: sizes[source] for source in self.prompts}
+
+    def prompt_set_name(self) -> str:
+        """`demo20+gsm8k_train108`: the CSV's prompt-set column."""
+        return "+".join(f"{source}{size}" for source, size in self.source_sizes().items() if size)
+
+
+def _check_names(key: str, values, known) -> None:
+    unknown = [value for value in values if value not in known]
+    if unknown:
+        _fail(f"unknown {key} entry {unknown[0]!r}; choose from {', '.join(known)}")
+
+
+def _fail(message: str) -> None:
+    raise FrontierConfigError(message)

@@ -1,0 +1,226 @@
+"""One frontier measurement: contexts -> p_t, q_t -> exact statistics -> CSV rows and figures.
+
+    from cactus_bench.frontier import FrontierConf, run_frontier
+    outcome = run_frontier(FrontierConf(pair="smollm2_135m", data_dir="../shared/data"))
+    outcome.csv_path      # <out_dir>/<pair>.csv (long format, rows.py); <pair>.json: metadata
+
+Phases (each with a progress bar and its wall time recorded in the JSON): load the pair, sample
+or reuse the contexts (contexts.py), teacher-force and compute every arm's exact statistics chunk
+by chunk (teacher.py, stats.py), aggregate with bootstrap intervals and predicted AL (rows.py),
+optionally re-decode sampled positions with the engine (engine_check.py), draw the figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cactus_bench.frontier.conf import FrontierConf, FrontierConfigError
+
+
+@dataclass
+class FrontierOutcome:
+    csv_path: Path
+    num_positions: int
+    num_sequences: int
+    timings: dict[str, float]
+    figures: list[Path] = field(default_factory=list)
+    highlights: list[str] = field(default_factory=list)
+
+
+def run_frontier(conf: FrontierConf) -> FrontierOutcome:
+    conf.check()
+    import pandas as pd
+    import torch
+
+    from cactus_bench.engine import SamplingParams
+    from cactus_bench.frontier.aggregate import bootstrap_weights
+    from cactus_bench.frontier.contexts import build_contexts, load_prompt_texts
+    from cactus_bench.frontier.rows import COLUMNS, summary_rows
+    from cactus_bench.frontier.stats import build_arms
+    from cactus_bench.models import load_pair
+    from cactus_bench.models.loading import resolve_device
+
+    if conf.threads is not None:
+        torch.set_num_threads(conf.threads)
+    torch.manual_seed(conf.seed)
+    arms = build_arms(conf)
+    check_arms = _engine_check_arms(conf, arms)
+    # Wall time and this process's CPU time per phase: on a shared machine the CPU time is the
+    # cost of the work itself (one thread: CPU time <= wall time, equal when nothing competes).
+    timings: dict[str, float] = {}
+    clock, cpu = time.perf_counter(), time.process_time()
+    start, cpu_start = clock, cpu
+
+    def lap(name: str) -> None:
+        nonlocal clock, cpu
+        now, cpu_now = time.perf_counter(), time.process_time()
+        timings[f"{name}_s"] = round(now - clock, 2)
+        timings[f"{name}_cpu_s"] = round(cpu_now - cpu, 2)
+        clock, cpu = now, cpu_now
+
+    load_prompt_texts(conf)  # a missing data folder fails before any model loads
+    device = resolve_device(conf.device)
+    pair = load_pair(conf.pair, device=device, dtype=conf.dtype)
+    lap("load_pair")
+    out_dir = Path(conf.out_dir)
+    contexts = build_contexts(conf, pair, Path(conf.cache_dir or out_dir / "contexts"), device)
+    lap("contexts")
+    sampling = SamplingParams(conf.temperature, conf.top_p, conf.top_k)
+    measured = measure_positions(conf, pair, contexts, arms, sampling)
+    lap("statistics")
+    weights = bootstrap_weights(len(measured["lengths"]), conf.bootstrap, conf.seed)
+    rows = summary_rows(
+        conf, arms, measured["stats"], measured["entropy"], measured["sequence"],
+        measured["lengths"], weights, measured["sources"], conf.progress,
+    )  # fmt: skip
+    lap("aggregate")
+    if conf.engine_check:
+        rows += _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling)
+        lap("engine_check")
+    frame = pd.DataFrame(rows)
+    frame.insert(0, "prompt_set", conf.prompt_set_name())
+    frame.insert(0, "pair", conf.pair)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path = out_dir / f"{conf.pair}.csv"
+    frame[list(COLUMNS)].to_csv(csv_path, index=False, float_format="%.6g")
+    timings["total_s"] = round(time.perf_counter() - start, 2)
+    timings["total_cpu_s"] = round(time.process_time() - cpu_start, 2)
+    positions, sequences = int(measured["lengths"].sum()), len(measured["lengths"])
+    _write_metadata(out_dir / f"{conf.pair}.json", conf, pair, timings, positions, sequences)
+    outcome = FrontierOutcome(csv_path, positions, sequences, timings)
+    if conf.figures:
+        from cactus_bench.frontier.plots import make_figures
+
+        outcome.figures = make_figures(csv_path, out_dir / "figures")
+    outcome.highlights = highlights(frame)
+    return outcome
+
+
+def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
+    """Per-position statistics of every arm: {"stats": {name: [A, N]}, "entropy": [N],
+    "sequence": [N], "lengths": [S], "sources": [S]} over the sequences with a position."""
+    import torch
+
+    from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
+    from cactus_bench.frontier.teacher import iter_chunks
+
+    kept = [i for i, tokens in enumerate(contexts.tokens) if tokens]
+    lengths = torch.tensor([len(contexts.tokens[i]) for i in kept], dtype=torch.long)
+    renumber = {original: new for new, original in enumerate(kept)}
+    total = int(lengths.sum())
+    stats = {name: torch.empty(len(arms), total, dtype=torch.float64) for name in STATISTICS}
+    entropies = torch.empty(total, dtype=torch.float64)
+    sequence = torch.empty(total, dtype=torch.long)
+    chunks = iter_chunks(pair, contexts, sampling, conf.chunk_elements, grid_size(arms),
+                         conf.progress)  # fmt: skip
+    for chunk in chunks:
+        columns = slice(chunk.offset, chunk.offset + chunk.p.shape[0])
+        for name, values in chunk_statistics(chunk.p, chunk.q, arms, conf.chunk_elements).items():
+            stats[name][:, columns] = values
+        entropies[columns] = entropy(chunk.q).cpu()
+        sequence[columns] = torch.tensor([renumber[int(s)] for s in chunk.sequence])
+    sources = [contexts.sources[i] for i in kept]
+    return {"stats": stats, "entropy": entropies, "sequence": sequence, "lengths": lengths,
+            "sources": sources}  # fmt: skip
+
+
+def _engine_check_arms(conf: FrontierConf, arms) -> list[int]:
+    from cactus_bench.frontier.engine_check import CHECK_ARMS
+
+    if not conf.engine_check:
+        return []
+    found = []
+    for family, value in CHECK_ARMS:
+        index = next((i for i, a in enumerate(arms) if a.family == family and a.value == value),
+                     None)  # fmt: skip
+        if index is None:
+            raise FrontierConfigError(
+                f"frontier.engine_check needs the arm {family} {value or ''} in the grid: keep "
+                "'cactus' in frontier.rules and 1.0 in frontier.deltas, or set engine_check=0"
+            )
+        found.append(index)
+    return found
+
+
+def _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling) -> list[dict]:
+    from cactus_bench.frontier.engine_check import (
+        engine_first_acceptance,
+        sample_positions,
+        wilson_interval,
+    )
+
+    # Global position indices count positions only, in sequence order, as measure_positions.
+    positions = sample_positions(contexts, conf.engine_check, conf.seed)
+    rows = []
+    for index in check_arms:
+        arm = arms[index]
+        outcomes = engine_first_acceptance(
+            pair, contexts, positions, arm.sampler(), sampling, conf.engine_check_seeds,
+            conf.seed, conf.progress,
+        )  # fmt: skip
+        beta = measured["stats"]["beta"][index, [g for _, _, g in positions]]
+        predicted = float(beta.mean())
+        low, high = wilson_interval(sum(outcomes), len(outcomes))
+        base = {"rule": arm.rule, "parameter": arm.parameter, "n_positions": len(positions)}
+        rows.append(
+            {
+                **base,
+                "statistic": "engine_first_acceptance",
+                "value": sum(outcomes) / len(outcomes),
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+        rows.append({**base, "statistic": "predicted_first_acceptance", "value": predicted,
+                     "ci_low": None, "ci_high": None})  # fmt: skip
+    return rows
+
+
+def _write_metadata(path: Path, conf, pair, timings, positions, sequences) -> None:
+    import platform
+
+    import torch
+
+    from cactus_bench.results.metadata import device_name, git_state
+
+    sha, dirty = git_state()
+    meta = {
+        "conf": dataclasses.asdict(conf),
+        "drafter": pair.drafter_id,
+        "verifier": pair.verifier_id,
+        "positions": positions,
+        "sequences": sequences,
+        "timings": timings,
+        "device": device_name(str(next(pair.verifier.parameters()).device)),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "git_sha": sha,
+        "git_dirty": dirty,
+    }
+    path.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+def highlights(frame) -> list[str]:
+    """A few lines for the terminal: SpS acceptance, the best gains at delta = 1, positions."""
+    lines = []
+
+    def pick(rule, parameter, statistic):
+        hit = frame[(frame.rule == rule) & (frame.parameter == parameter)
+                    & (frame.statistic == statistic)]  # fmt: skip
+        return None if hit.empty else hit.iloc[0]
+
+    for rule, parameter in (("sps", ""), ("cactus", "delta=1"), ("cactus_exact:kl", "delta=1"),
+                            ("tas", "eps=0.09")):  # fmt: skip
+        acc, kl = pick(rule, parameter, "acceptance"), pick(rule, parameter, "kl")
+        if acc is not None:
+            lines.append(
+                f"{rule} {parameter}".strip().ljust(24)
+                + f" acceptance {acc.value:.4f} [{acc.ci_low:.4f}, {acc.ci_high:.4f}]"
+                + (f"  KL(law||q) {kl.value:.4g}" if kl is not None else "")
+            )
+    return lines

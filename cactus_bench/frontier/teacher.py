@@ -1,0 +1,130 @@
+"""p_t and q_t at every context position: teacher-forced forwards, compacted to their support.
+
+For sequence i (prompt + sampled answer of length T_i) one forward of the drafter over the whole
+sequence gives its logits at the T_i answer positions (no decode loop); they are processed with
+the engine's `process_logits` (temperature, top-k, top-p) after the token_map restriction the
+engine applies, so p_t is exactly the law the engine's drafter samples from. q_t is the law the
+verifier sampled token t from (kept by the generation), or, without it, the verifier's
+teacher-forced forward processed the same way.
+
+Every statistic of every rule is a function of the union support of p_t and q_t (a rule can only
+emit a token one of them gives mass), so rows are gathered onto that support in ascending id
+order (argmax ties break as in the full vocabulary) and zero-padded to the widest row of a
+chunk: with top_k = 20 a row has at most 40 entries instead of 49,152. Without truncation the
+support is the vocabulary and a chunk holds O(chunk x V) numbers, as the chunk size allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from cactus_bench.engine import SamplingParams, process_logits
+from cactus_bench.frontier.contexts import Contexts
+
+
+@dataclass
+class Chunk:
+    """Positions of consecutive sequences on their union support (float64, rows normalised)."""
+
+    p: torch.Tensor  # [C, K] drafter law
+    q: torch.Tensor  # [C, K] verifier law
+    sequence: torch.Tensor  # [C] int64 index of each position's sequence
+    offset: int  # index of the chunk's first position among all positions
+
+
+def compact_support(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[T, V] x 2 -> [T, K] x 2 on the union support of each row, ascending ids, zero-padded."""
+    mask = (p > 0) | (q > 0)
+    width = max(int(mask.sum(-1).max()), 1)
+    vocab = p.shape[-1]
+    values, index = mask.to(torch.float32).topk(width, dim=-1)
+    index = torch.where(values > 0, index, torch.full_like(index, vocab)).sort(-1).values
+    valid = index < vocab
+    safe = index.clamp(max=vocab - 1)
+    zero = torch.zeros((), dtype=p.dtype, device=p.device)
+    return (
+        torch.where(valid, p.gather(-1, safe), zero),
+        torch.where(valid, q.gather(-1, safe), zero),
+    )
+
+
+@torch.inference_mode()
+def answer_laws(model, prompt: list[int], answer: list[int], sampling, token_map) -> torch.Tensor:
+    """[T, V'] processed law of `model` at each answer position (teacher forcing, one forward).
+
+    V' is the token_map's size (or the vocabulary): the index space the engine's rules see."""
+    device = next(model.parameters()).device
+    sequence = torch.tensor([prompt + answer[:-1]], dtype=torch.long, device=device)
+    # The last len(answer) positions predict the answer tokens: keep only their logits.
+    logits = model(input_ids=sequence, use_cache=False, logits_to_keep=len(answer)).logits[0]
+    if token_map is not None:
+        logits = logits.index_select(-1, token_map.to(device))
+    return process_logits(logits, sampling)
+
+
+def _kept_law(contexts: Contexts, index: int, vocab: int, device) -> torch.Tensor:
+    """[T, V'] the generation's kept q (its top_k entries are the whole law)."""
+    ids = contexts.q_ids[index].to(device=device, dtype=torch.long)
+    probs = contexts.q_probs[index].to(device=device, dtype=torch.float32)
+    return torch.zeros((ids.shape[0], vocab), device=device).scatter_(-1, ids, probs)
+
+
+def iter_chunks(
+    pair, contexts: Contexts, sampling: SamplingParams, chunk_elements: int, grid_size: int,
+    progress: bool = True,
+) -> Iterator[Chunk]:  # fmt: skip
+    """Teacher-forces the sequences in order and yields chunks of about chunk_elements numbers
+    (positions x support width x grid_size, the largest parameter grid evaluated at once)."""
+    pending_p: list[torch.Tensor] = []
+    pending_q: list[torch.Tensor] = []
+    pending_seq: list[int] = []
+    offset = 0
+
+    def flush() -> Chunk:
+        width = max(t.shape[-1] for t in pending_p)
+        p = torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[-1])) for t in pending_p])
+        q = torch.cat([torch.nn.functional.pad(t, (0, width - t.shape[-1])) for t in pending_q])
+        sequence = torch.cat(
+            [
+                torch.full((t.shape[0],), s, dtype=torch.long)
+                for t, s in zip(pending_p, pending_seq, strict=True)
+            ]  # fmt: skip
+        )
+        p64, q64 = p.double(), q.double()
+        chunk = Chunk(p64 / p64.sum(-1, keepdim=True), q64 / q64.sum(-1, keepdim=True),
+                      sequence, offset)  # fmt: skip
+        pending_p.clear(), pending_q.clear(), pending_seq.clear()
+        return chunk
+
+    bar = tqdm(range(len(contexts.tokens)), desc="teacher forcing", disable=not progress)
+    for index in bar:
+        answer = contexts.tokens[index]
+        if not answer:
+            continue
+        prompt = contexts.prompt_ids[index]
+        p = answer_laws(pair.drafter, prompt, answer, sampling, pair.token_map)
+        if contexts.q_ids is not None:
+            q = _kept_law(contexts, index, p.shape[-1], p.device)
+        else:
+            q = answer_laws(pair.verifier, prompt, answer, sampling, pair.token_map)
+        if p.shape != q.shape:
+            raise ValueError(
+                f"drafter gives {p.shape[-1]} probabilities and verifier {q.shape[-1]}: the pair "
+                "needs a token_map of the ids both models share"
+            )
+        p_compact, q_compact = compact_support(p, q)
+        pending_p.append(p_compact)
+        pending_q.append(q_compact)
+        pending_seq.append(index)
+        rows = sum(t.shape[0] for t in pending_p)
+        width = max(t.shape[-1] for t in pending_p)
+        if rows * width * grid_size >= chunk_elements:
+            chunk = flush()
+            offset += chunk.p.shape[0]
+            yield chunk
+    if pending_p:
+        yield flush()
