@@ -28,7 +28,7 @@ import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from cactus_bench.models.drafter import SMOLLM2_DRAFTER_CONFIG, SMOLLM2_DRAFTER_WEIGHTS
-from cactus_bench.models.drafter_data import check_no_overlap, drafter_prompts
+from cactus_bench.models.drafter_data import check_no_overlap, drafter_prompts, gsm8k_train
 from cactus_bench.models.drafter_teacher import TeacherSettings, generate_shards
 from cactus_bench.models.smollm2 import cache_root, prepare_smollm2
 
@@ -64,7 +64,9 @@ def parse_args() -> argparse.Namespace:
     # phase 2: distillation
     add("--train-minutes", type=float, default=80.0)
     add("--init-layers", type=int, nargs="+", default=[0, 1, 29])
-    add("--subset-size", type=int, default=4096)
+    add("--subset-size", type=int, default=8192)
+    add("--prior-share", type=float, default=0.25,
+        help="weight of the training texts' token counts when choosing the head's ids")  # fmt: skip
     add("--loss", choices=["kl", "tv", "kl+tv"], default="kl+tv")
     add("--target", choices=["processed", "raw"], default="processed",
         help="teacher distribution: processed (T, top-k, top-p) or raw at T")  # fmt: skip
@@ -87,8 +89,8 @@ def main() -> None:
     verifier = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     verifier.requires_grad_(False)
     log(f"args {json.dumps({k: str(v) for k, v in vars(args).items()})}")
+    prompts = drafter_prompts(args.data_dir, args.num_instruction, args.seed, args.math_share)
     if args.gen_tokens > 0 and args.gen_minutes > 0:
-        prompts = drafter_prompts(args.data_dir, args.num_instruction, args.seed, args.math_share)
         check_no_overlap([text for _, text in prompts], args.data_dir)
         settings = TeacherSettings(max_new_tokens=args.max_new_tokens,
                                    batch_size=args.gen_batch, seed=args.seed)  # fmt: skip
@@ -100,7 +102,9 @@ def main() -> None:
 
         fields = {f.name for f in dataclasses.fields(DistillSettings)}
         settings = DistillSettings(**{k: v for k, v in vars(args).items() if k in fields})
-        distill(verifier, tokenizer, run_dir, settings, log)
+        prior_texts = [text for _, text in prompts]
+        prior_texts += [row["answer"] for row in gsm8k_train(args.data_dir)]
+        distill(verifier, tokenizer, run_dir, settings, log, prior_texts)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from cactus_bench.models.drafter_data import (
 from cactus_bench.models.drafter_distill import (
     DistillSettings,
     acceptance_terms,
+    choose_subset,
     distill_loss,
     processed_student,
 )
@@ -57,7 +58,7 @@ def test_prompt_mix_is_deterministic_and_uses_training_data_only(tmp_path):
     assert len(set(instruction_prompts(200, seed=0))) == 200
     assert not any("{" in text for text in instruction_prompts(500, seed=0))  # slots filled
     check_no_overlap([text for _, text in mix], data)
-    leaked = [f"Question: What is 6 times 7 in the test split, exactly?\nAnswer:"]
+    leaked = ["Question: What is 6 times 7 in the test split, exactly?\nAnswer:"]
     with pytest.raises(ValueError, match="contains an evaluation prompt"):
         check_no_overlap(leaked, data)
 
@@ -68,6 +69,19 @@ def test_warp_keeps_top_k_and_the_top_p_nucleus():
     assert probs[0, 3:].eq(0).all() and probs.sum().item() == pytest.approx(1.0)
     nucleus = warp(logits, temperature=1.0, top_k=5, top_p=0.5)
     assert torch.equal(nucleus, torch.tensor([[1.0, 0.0, 0.0, 0.0, 0.0]]))
+
+
+def test_subset_ranks_teacher_mass_and_blends_in_the_training_texts_prior():
+    vals = torch.tensor([[5.0, 4.0, 0.0]]).repeat(10, 1)  # [G, k] raw logits, ids 1, 2, 3
+    records = [{"top_vals": vals, "top_idx": torch.tensor([[1, 2, 3]]).repeat(10, 1)}]
+    prior = torch.zeros(8, dtype=torch.float64)
+    prior[6] = 100.0  # a word the training texts use often, absent from the teacher's answers
+    plain = DistillSettings(None, None, subset_size=3, prior_share=0.0, top_k=3)
+    ids, share = choose_subset(records, prior, plain, always=[7])
+    assert ids.tolist() == [1, 2, 7] and share == pytest.approx(1.0)
+    blended = DistillSettings(None, None, subset_size=3, prior_share=0.5, top_k=3)
+    ids, share = choose_subset(records, prior, blended, always=[7])
+    assert ids.tolist() == [1, 6, 7] and share < 1.0
 
 
 def test_batched_generation_with_finished_rows_leaving_matches_a_full_forward(

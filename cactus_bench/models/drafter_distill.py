@@ -29,7 +29,8 @@ class DistillSettings:
     config: Path
     train_minutes: float = 80.0  # CPU minutes of this phase (process time, not wall time)
     init_layers: tuple[int, ...] = (0, 1, 29)
-    subset_size: int = 4096
+    subset_size: int = 8192
+    prior_share: float = 0.25  # weight of the training texts' token counts in choosing the subset
     loss: str = "kl+tv"
     target: str = "processed"
     lr: float = 7e-4
@@ -49,17 +50,24 @@ def split_records(records: list[dict], val_every: int) -> tuple[list[dict], list
     return [r for r in records if r["index"] % val_every != 0], held_out
 
 
-def choose_subset(records: list[dict], vocab: int, size: int, s: DistillSettings,
+def choose_subset(records: list[dict], prior: torch.Tensor, s: DistillSettings,
                   always: list[int]) -> tuple[torch.Tensor, float]:  # fmt: skip
-    """The ``size`` ids with the most processed teacher mass (plus ``always``), and its share."""
-    mass = torch.zeros(vocab, dtype=torch.float64)
+    """The ``subset_size`` head ids (plus ``always``) and the share of teacher mass they hold.
+
+    Ids are ranked by a blend: (1 - prior_share) x their share of the processed teacher mass
+    + prior_share x their share of ``prior`` [V] (token counts of the training texts, which
+    name things the teacher's answers will repeat but a few hundred thousand teacher tokens
+    may not contain yet)."""
+    mass = torch.zeros(prior.shape[0], dtype=torch.float64)
     for r in records:
         probs = warp(r["top_vals"].float(), s.temperature, s.top_k, s.top_p)
         mass.index_add_(0, r["top_idx"].long().flatten(), probs.flatten().double())
     total = float(mass.sum())
-    ranked = mass.clone()
+    ranked = mass / total
+    if s.prior_share > 0 and prior.sum() > 0:
+        ranked = (1 - s.prior_share) * ranked + s.prior_share * prior / prior.sum()
     ranked[always] = float("inf")
-    ids = ranked.topk(size).indices.sort().values
+    ids = ranked.topk(s.subset_size).indices.sort().values
     return ids, float(mass[ids].sum()) / total
 
 

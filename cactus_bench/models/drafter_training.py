@@ -6,6 +6,8 @@ under a warmup + cosine schedule over the CPU-time budget. Every ``ckpt_minutes`
 held-out acceptance (appended to ``<run_dir>/curve.csv``), saves a checkpoint (the position
 inside the epoch included, so a resumed run sees the batches an uninterrupted one would) and
 exports the drafter to the asset paths whenever the held-out acceptance is the best so far.
+When a teacher phase runs beside it into the same shard folder, each epoch starts by loading the
+shards written meanwhile (the subset of head ids stays the one chosen at the start).
 """
 
 from __future__ import annotations
@@ -49,8 +51,20 @@ def learning_rate(s: DistillSettings, step: int, frac: float) -> float:
     return s.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
-def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log) -> None:
-    """Train (or resume) the drafter on the cached shards; the best held-out weights are saved."""
+def token_counts(tokenizer, texts: list[str], vocab: int) -> torch.Tensor:
+    """[V] float64: how often each id occurs in ``texts`` (the subset's prior)."""
+    counts = torch.zeros(vocab, dtype=torch.float64)
+    for text in texts:
+        ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+        counts.index_add_(0, ids, torch.ones(len(ids), dtype=torch.float64))
+    return counts
+
+
+def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log,
+            prior_texts: list[str] = ()) -> None:  # fmt: skip
+    """Train (or resume) the drafter on the cached shards; the best held-out weights are saved.
+
+    ``prior_texts`` (training prompts, GSM8K train answers) only help choose the head's ids."""
     records, teacher = load_shards(run_dir)
     if not records:
         raise RuntimeError(f"no teacher shards under {run_dir}; run with --gen-tokens > 0 first")
@@ -61,8 +75,9 @@ def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log) -> None
     if ckpt is None:
         known = tokenizer.get_vocab()  # the chat markers must stay proposable
         always = [known[t] for t in ("<|im_end|>", "<|im_start|>") if t in known]
-        subset, share = choose_subset(train, vocab, s.subset_size, s, always)
-        log(f"subset of {s.subset_size} ids holds {share:.4f} of the processed teacher mass")
+        prior = token_counts(tokenizer, list(prior_texts), vocab)
+        subset, share = choose_subset(train, prior, s, always)
+        log(f"subset of {s.subset_size} ids holds {share:.4f} of the train teacher mass")
     else:
         subset = ckpt["subset"]
     lookup = torch.full((vocab,), -1, dtype=torch.long)
@@ -85,6 +100,12 @@ def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log) -> None
     last_val = state["cpu_s"]
     progress = tqdm(total=int(budget), initial=int(min(state["cpu_s"], budget)), desc="cpu s")
     while state["cpu_s"] < budget:
+        if state["offset"] == 0 and shard_count(run_dir) != teacher["shards"]:
+            # A teacher phase running beside this one wrote more shards: use them from now on.
+            records, teacher = load_shards(run_dir)
+            train, held_out = split_records(records, s.val_every)
+            n_tok = sum(len(r["top_idx"]) for r in train)
+            log(f"epoch {state['epoch']}: {len(train)} seqs / {n_tok} target tokens now")
         batches = make_batches(train, s.batch_tokens, s.seed + state["epoch"])
         state["epoch_batches"] = len(batches)
         for indices in batches[state["offset"] :]:
@@ -123,6 +144,10 @@ def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log) -> None
             state["offset"] = 0
     progress.close()
     log(f"done: best held-out acceptance {state['best']:.4f}; weights in {s.weights}")
+
+
+def shard_count(run_dir: Path) -> int:
+    return len(list((run_dir / "shards").glob("shard_*.pt")))
 
 
 def record_point(drafter, held_out, lookup, s, state, loss, curve_path: Path, log) -> float:
