@@ -98,27 +98,34 @@ def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> l
     return per_token
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
 @torch.no_grad()
-def step_time(model, prompt: list[int], new_tokens: int) -> float:
-    """Seconds of one cached forward over ``new_tokens`` tokens after ``prompt``."""
+def step_time(model, prompt: list[int], new_tokens: int, clock: str = "wall") -> float:
+    """Seconds of one cached forward over ``new_tokens`` tokens after ``prompt``: wall time, or
+    this thread's CPU time ("cpu": on a shared machine, time slices lost to other processes
+    do not count; 1 thread only)."""
     cache = DynamicCache()
     model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True, logits_to_keep=1)
     feed = torch.tensor([prompt[-new_tokens:]])
-    start = time.perf_counter()
+    start = CLOCKS[clock]()
     model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=new_tokens)
-    return time.perf_counter() - start
+    return CLOCKS[clock]() - start
 
 
-def measure_costs(pair, prompt: list[int], max_m: int, repeats: int) -> dict[str, float]:
+def measure_costs(
+    pair, prompt: list[int], max_m: int, repeats: int, clock: str = "wall"
+) -> dict[str, float]:
     """Median step times, measured interleaved so that load from other processes on a shared
     machine hits drafter and verifier alike: keys draft_1 and verify_n for n = 1..max_m + 1,
     and the spread of the paired per-repeat ratio draft_1 / verify_1 (quartiles, 10%-90%)."""
     samples: dict[str, list[float]] = {"draft_1": []}
     samples.update({f"verify_{n}": [] for n in range(1, max_m + 2)})
     for _ in tqdm(range(repeats), desc="step costs", leave=False):
-        samples["draft_1"].append(step_time(pair.drafter, prompt, 1))
+        samples["draft_1"].append(step_time(pair.drafter, prompt, 1, clock))
         for n in range(1, max_m + 2):
-            samples[f"verify_{n}"].append(step_time(pair.verifier, prompt, n))
+            samples[f"verify_{n}"].append(step_time(pair.verifier, prompt, n, clock))
     times = {key: statistics.median(values) for key, values in samples.items()}
     ratios = [d / v for d, v in zip(samples["draft_1"], samples["verify_1"], strict=True)]
     deciles = statistics.quantiles(ratios, n=10)
@@ -195,6 +202,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                         help="both models in this dtype")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="step costs: wall time, or this thread's CPU time")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
@@ -203,7 +212,7 @@ def main() -> None:
     sampling = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
     pair = load_smollm2_pair(args.weights, args.config, args.dtype)
     report: dict = {"drafter": json.loads(args.config.read_text()), "threads": args.threads,
-                    "dtype": args.dtype, "cpu": device_name("cpu"),
+                    "dtype": args.dtype, "cpu": device_name("cpu"), "clock": args.clock,
                     "sampling": sampling.to_dict()}  # fmt: skip
 
     prompts = held_out_prompts(args.data_dir, args.per_source)
@@ -218,7 +227,7 @@ def main() -> None:
     report["acceptance"]["all"] = {"mean": alpha, "tokens": all_tokens}
 
     probe = chat_ids(pair.tokenizer, prompts["gsm8k_test"][0])
-    times = measure_costs(pair, probe, args.max_m, args.cost_repeats)
+    times = measure_costs(pair, probe, args.max_m, args.cost_repeats, args.clock)
     verify_1, draft_1 = times["verify_1"], times["draft_1"]
     c_draft = draft_1 / verify_1
     spread = times["ratio_spread"]
