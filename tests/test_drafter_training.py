@@ -25,6 +25,7 @@ from cactus_bench.models.drafter_teacher import (
     generate_batch,
     generate_shards,
     load_shards,
+    plan_batches,
     warp,
 )
 from cactus_bench.models.drafter_training import distill
@@ -127,6 +128,14 @@ def test_processed_student_and_acceptance_equal_one_for_the_teacher_itself():
         value = distill_loss(student, batch, DistillSettings(None, None, loss=loss, top_k=3))
         value.backward()
         assert value.item() > 0 and student.grad.abs().sum() > 0
+
+
+def test_batches_sort_prompts_by_length_within_windows_and_skip_long_ones(verifier_and_tokenizer):
+    _, tokenizer = verifier_and_tokenizer
+    prompts = [("math", "x" * (40 - i)) for i in range(8)] + [("math", "long " * 200)]
+    settings = TeacherSettings(batch_size=2, sort_window=2, max_prompt_tokens=120)
+    batches = plan_batches(tokenizer, prompts, settings)
+    assert batches == [[3, 2], [1, 0], [7, 6], [5, 4]]  # the 1000-character prompt is skipped
 
 
 def test_teacher_shards_resume_and_distillation_improves_held_out_acceptance(

@@ -29,6 +29,9 @@ class TeacherSettings:
     top_p: float = 0.95
     batch_size: int = 64
     sort_window: int = 8  # batches whose prompts are sorted by length together (less padding)
+    # Longer prompts (GSM8K with 2-3 solved examples) are skipped: a batch of them costs ~7x a
+    # usual one (64 prefills of up to 1000 tokens, then attention over them at every step).
+    max_prompt_tokens: int = 320
     seed: int = 0
 
 
@@ -111,12 +114,14 @@ def generate_batch(
 def plan_batches(
     tokenizer, prompts: list[tuple[str, str]], settings: TeacherSettings
 ) -> list[list[int]]:
-    """Prompt indices per shard: windows of ``sort_window`` batches, sorted by prompt length."""
+    """Prompt indices per shard: windows of ``sort_window`` batches, sorted by prompt length;
+    prompts over ``max_prompt_tokens`` tokens are left out."""
     size, window = settings.batch_size, settings.batch_size * settings.sort_window
     lengths = [len(chat_ids(tokenizer, text)) for _, text in prompts]
     batches = []
     for start in range(0, len(prompts), window):
         order = sorted(range(start, min(start + window, len(prompts))), key=lengths.__getitem__)
+        order = [i for i in order if lengths[i] <= settings.max_prompt_tokens]
         batches.extend(order[i : i + size] for i in range(0, len(order), size))
     return batches
 
