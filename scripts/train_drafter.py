@@ -13,7 +13,7 @@ Two phases, both resumable (rerun the same command after a stop):
 Everything lives under the run directory (default <cache>/drafter_v2, cache = $CACTUS_BENCH_CACHE
 or ~/.cache/cactus_bench): shards/, checkpoint.pt, train.log. One torch thread by default.
 
-Usage: python scripts/train_drafter.py [--gen-tokens 480000] [--train-minutes 80]
+Usage: python scripts/train_drafter.py [--gen-tokens 600000] [--train-minutes 80]
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ def parse_args() -> argparse.Namespace:
     add("--threads", type=int, default=1)
     add("--seed", type=int, default=0)
     # phase 1: teacher data
-    add("--gen-tokens", type=int, default=480_000, help="stop generating at this many tokens")
+    add("--gen-tokens", type=int, default=600_000, help="stop generating at this many tokens")
     add("--gen-minutes", type=float, default=600.0, help="... or after this many minutes")
     add("--num-instruction", type=int, default=12_000, help="instruction prompts in the mix")
     add("--math-share", type=float, default=0.5, help="share of GSM8K-train prompts in the mix")
     add("--gen-batch", type=int, default=64)
     add("--max-new-tokens", type=int, default=256)
     # phase 2: distillation
-    add("--train-minutes", type=float, default=80.0)
+    add("--train-minutes", type=float, default=80.0, help="CPU minutes")
     add("--init-layers", type=int, nargs="+", default=[0, 1, 29])
     add("--subset-size", type=int, default=8192)
     add("--prior-share", type=float, default=0.25,
@@ -73,7 +73,7 @@ def parse_args() -> argparse.Namespace:
     add("--lr", type=float, default=7e-4)
     add("--batch-tokens", type=int, default=2048)
     add("--val-every", type=int, default=50, help="every n-th prompt is held out")
-    add("--ckpt-minutes", type=float, default=8.0)
+    add("--ckpt-minutes", type=float, default=6.0)
     return parser.parse_args()
 
 

@@ -37,7 +37,7 @@ class DistillSettings:
     warmup_steps: int = 20
     batch_tokens: int = 2048
     val_every: int = 50
-    ckpt_minutes: float = 8.0
+    ckpt_minutes: float = 6.0
     temperature: float = 0.6
     top_k: int = 20
     top_p: float = 0.95
