@@ -37,11 +37,12 @@ tables:  ## Table 1 layout and speedup table from results/*.csv (Markdown + LaTe
 plots:  ## figures from results/*.csv (PNG + PDF under results/figures/)
 	$(PYTHON) -m cactus_bench.report plots --csv 'results/*.csv' --out results
 
-drafter:  ## distil the embedded pair's drafter (CPU, ~2 h, resumable; weights land in the package)
+drafter:  ## distil the embedded pair's drafter (CPU, <= 3 h of one thread, resumable; weights land in the package)
 	$(PYTHON) scripts/train_drafter.py
 
-eval-drafter:  ## drafter acceptance, step costs and the speedup cost model (~5 min)
+eval-drafter:  ## drafter acceptance, step costs and the speedup cost model, fp32 and bf16 (~10 min)
 	$(PYTHON) scripts/eval_drafter.py --out results/bench/drafter_smollm2.json
+	$(PYTHON) scripts/eval_drafter.py --dtype bfloat16 --out results/bench/drafter_smollm2_bf16.json
 
 run:  ## the embedded default: SmolLM2-135M pair, demo task, cactus (a few minutes on a CPU)
 	$(PYTHON) run.py

@@ -39,6 +39,7 @@ from cactus_bench.models.drafter import (
     load_drafter,
 )
 from cactus_bench.models.smollm2 import prepare_smollm2
+from cactus_bench.results.metadata import device_name
 from cactus_bench.samplers import make_sampler
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -97,27 +98,42 @@ def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> l
     return per_token
 
 
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
 @torch.no_grad()
-def step_time(model, prompt: list[int], new_tokens: int) -> float:
-    """Seconds of one cached forward over ``new_tokens`` tokens after ``prompt``."""
+def step_time(model, prompt: list[int], new_tokens: int, clock: str = "wall") -> float:
+    """Seconds of one cached forward over ``new_tokens`` tokens after ``prompt``: wall time, or
+    this thread's CPU time ("cpu": on a shared machine, time slices lost to other processes
+    do not count; 1 thread only)."""
     cache = DynamicCache()
     model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True, logits_to_keep=1)
     feed = torch.tensor([prompt[-new_tokens:]])
-    start = time.perf_counter()
+    start = CLOCKS[clock]()
     model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=new_tokens)
-    return time.perf_counter() - start
+    return CLOCKS[clock]() - start
 
 
-def measure_costs(pair, prompt: list[int], max_m: int, repeats: int) -> dict[str, float]:
+def measure_costs(
+    pair, prompt: list[int], max_m: int, repeats: int, clock: str = "wall"
+) -> dict[str, float]:
     """Median step times, measured interleaved so that load from other processes on a shared
-    machine hits drafter and verifier alike: keys draft_1 and verify_n for n = 1..max_m + 1."""
+    machine hits drafter and verifier alike: keys draft_1 and verify_n for n = 1..max_m + 1,
+    and the spread of the paired per-repeat ratio draft_1 / verify_1 (quartiles, 10%-90%)."""
     samples: dict[str, list[float]] = {"draft_1": []}
     samples.update({f"verify_{n}": [] for n in range(1, max_m + 2)})
     for _ in tqdm(range(repeats), desc="step costs", leave=False):
-        samples["draft_1"].append(step_time(pair.drafter, prompt, 1))
+        samples["draft_1"].append(step_time(pair.drafter, prompt, 1, clock))
         for n in range(1, max_m + 2):
-            samples[f"verify_{n}"].append(step_time(pair.verifier, prompt, n))
-    return {key: statistics.median(values) for key, values in samples.items()}
+            samples[f"verify_{n}"].append(step_time(pair.verifier, prompt, n, clock))
+    times = {key: statistics.median(values) for key, values in samples.items()}
+    ratios = [d / v for d, v in zip(samples["draft_1"], samples["verify_1"], strict=True)]
+    deciles = statistics.quantiles(ratios, n=10)
+    quartiles = statistics.quantiles(ratios, n=4)
+    times["ratio_spread"] = {"median": statistics.median(ratios), "q25": quartiles[0],
+                             "q75": quartiles[2], "p10": deciles[0],
+                             "p90": deciles[-1]}  # fmt: skip
+    return times
 
 
 def cost_model_speedup(a: float, m: int, c_draft: float, c_verify: float) -> float:
@@ -158,12 +174,14 @@ def end_to_end(pair, prompts: list[str], sampling: SamplingParams, args) -> dict
     }
 
 
-def load_smollm2_pair(weights: Path, config: Path) -> LoadedPair:
-    """The smollm2_135m pair with the drafter weights at ``weights`` (default: committed)."""
+def load_smollm2_pair(weights: Path, config: Path, dtype: str = "float32") -> LoadedPair:
+    """The smollm2_135m pair with the drafter weights at ``weights`` (default: committed), both
+    models in ``dtype``."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     model_dir = prepare_smollm2()
-    verifier = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    torch_dtype = getattr(torch, dtype)
+    verifier = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype).eval()
     drafter = load_drafter(verifier, weights, config)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     return LoadedPair(drafter, verifier, tokenizer, str(weights), str(model_dir))
@@ -181,15 +199,20 @@ def main() -> None:
     parser.add_argument("--e2e-prompts", type=int, default=3)
     parser.add_argument("--e2e-tokens", type=int, default=96)
     parser.add_argument("--cost-repeats", type=int, default=21)
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="both models in this dtype")  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="step costs: wall time, or this thread's CPU time")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     sampling = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
-    pair = load_smollm2_pair(args.weights, args.config)
+    pair = load_smollm2_pair(args.weights, args.config, args.dtype)
     report: dict = {"drafter": json.loads(args.config.read_text()), "threads": args.threads,
+                    "dtype": args.dtype, "cpu": device_name("cpu"), "clock": args.clock,
                     "sampling": sampling.to_dict()}  # fmt: skip
 
     prompts = held_out_prompts(args.data_dir, args.per_source)
@@ -204,22 +227,25 @@ def main() -> None:
     report["acceptance"]["all"] = {"mean": alpha, "tokens": all_tokens}
 
     probe = chat_ids(pair.tokenizer, prompts["gsm8k_test"][0])
-    times = measure_costs(pair, probe, args.max_m, args.cost_repeats)
+    times = measure_costs(pair, probe, args.max_m, args.cost_repeats, args.clock)
     verify_1, draft_1 = times["verify_1"], times["draft_1"]
     c_draft = draft_1 / verify_1
+    spread = times["ratio_spread"]
     # Verifying m drafts is one cached forward over m + 1 tokens; its cost relative to one token.
     c_verify = {m: times[f"verify_{m + 1}"] / verify_1 for m in range(1, args.max_m + 1)}
     report["cost"] = {
         "verifier_step_s": verify_1,
         "drafter_step_s": draft_1,
         "drafter_over_verifier": c_draft,
+        "drafter_over_verifier_per_repeat": spread,
         "verify_m_plus_1_over_1": c_verify,
         "cost_model_speedup": {
             m: cost_model_speedup(alpha, m, c_draft, c) for m, c in c_verify.items()
         },
     }
     print(f"cost: drafter step {draft_1 * 1e3:.1f} ms = {c_draft:.3f} of verifier "
-          f"{verify_1 * 1e3:.1f} ms; verify m + 1 tokens over one: {c_verify}")  # fmt: skip
+          f"{verify_1 * 1e3:.1f} ms (per-repeat ratio quartiles {spread['q25']:.3f}-"
+          f"{spread['q75']:.3f}); verify m + 1 tokens over one: {c_verify}")  # fmt: skip
 
     if args.e2e_prompts > 0:
         texts = (prompts["gsm8k_test"] + prompts["ifeval"])[:: max(1, args.per_source // 2)]

@@ -135,7 +135,7 @@ def test_committed_smollm2_drafter_gives_full_vocab_logits_with_the_mask():
     config = json.loads(SMOLLM2_DRAFTER_CONFIG.read_text())
     assert pair.token_map is None
     assert pair.drafter.model.embed_tokens is pair.verifier.model.embed_tokens
-    assert SMOLLM2_DRAFTER_WEIGHTS.stat().st_size < 24e6
+    assert SMOLLM2_DRAFTER_WEIGHTS.stat().st_size <= 25e6  # the committed weights' budget
     text = pair.tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 12 times 7?"}], add_generation_prompt=True,
         tokenize=False)  # fmt: skip

@@ -1,7 +1,10 @@
 """Training prompts for the SmolLM2 drafter: GSM8K *train* questions and instruction prompts.
 
-The instruction prompts are written here from templates in the style of IFEval (a task, a topic
-and a verifiable constraint); none is an IFEval evaluation prompt, and GSM8K test is never read.
+The instruction prompts are written from the word lists in drafter_templates.py (a task, its
+subject and zero to two verifiable constraints in the style of IFEval); GSM8K prompts come in
+several styles, a share of them with one to three solved *train* examples before the question
+(lm-eval's few-shot layout: "Question: ...\\nAnswer: ..." in one user turn). GSM8K test, IFEval
+and the demo task are never used; `check_no_overlap` refuses a mix that contains any of them.
 The verifier answers every prompt itself (on-policy), which is what maximises acceptance.
 """
 
@@ -11,178 +14,118 @@ import json
 import random
 from pathlib import Path
 
-TOPICS = [
-    "the water cycle",
-    "renewable energy",
-    "a trip to the mountains",
-    "learning a new language",
-    "the history of the bicycle",
-    "healthy breakfast ideas",
-    "remote work",
-    "the moon landing",
-    "coffee",
-    "a small bakery",
-    "climate change",
-    "the importance of sleep",
-    "video games",
-    "a rainy day in the city",
-    "friendship",
-    "the ocean",
-    "artificial intelligence",
-    "saving money",
-    "a job interview",
-    "gardening",
-    "the Roman Empire",
-    "electric cars",
-    "a birthday party",
-    "volcanoes",
-    "public libraries",
-    "recycling",
-    "the solar system",
-    "a new smartphone",
-    "running a marathon",
-    "cats",
-    "dogs",
-    "chess",
-    "the internet",
-    "a haunted house",
-    "time management",
-    "photosynthesis",
-    "jazz music",
-    "a science fair",
-    "the first day of school",
-    "bees",
-    "a lost wallet",
-    "city parks",
-    "online shopping",
-    "a family dinner",
-    "the stock market",
-    "winter holidays",
-    "the human heart",
-    "robots",
-    "a camping trip",
-    "pizza",
-    "the printing press",
-    "social media",
-    "a football match",
-]
+from cactus_bench.models import drafter_templates as words
 
-TASKS = [
-    "Write a short poem about {topic}.",
-    "Write a blog post about {topic}.",
-    "Write a short story about {topic}.",
-    "Write an essay about {topic}.",
-    "Explain {topic} to a ten-year-old.",
-    "Write a product description related to {topic}.",
-    "Write a letter to a friend about {topic}.",
-    "Give me {n} tips about {topic}.",
-    "What are the pros and cons of {topic}?",
-    "Write a limerick about {topic}.",
-    "Summarize what you know about {topic}.",
-    "Write a speech about {topic} for a school assembly.",
-    "Write a riddle about {topic} and give its answer.",
-    "Write an advertisement about {topic}.",
-    "Write a dialogue between two people discussing {topic}.",
-    "Write a list of questions someone might ask about {topic}.",
-    "Describe {topic} in detail.",
-    "Write a haiku about {topic}.",
-    "Write a tweet about {topic}.",
-    "Write a short review of a book about {topic}.",
-]
 
-CONSTRAINTS = [
-    "",
-    "Your entire response should be in English, and in all lowercase letters.",
-    "Your entire response should be in English, and in all capital letters.",
-    "Do not use any commas in your response.",
-    "Your response should contain at least {n} sentences.",
-    "Answer with less than {m} words.",
-    "Answer with at least {m} words.",
-    "Include the keywords '{kw1}' and '{kw2}' in the response.",
-    "Do not include the word '{kw1}' in your response.",
-    "Wrap your entire response with double quotation marks.",
-    "Finish your response with this exact phrase: Is there anything else I can help with?",
-    "Your response must have {n} sections. Mark the beginning of each section with SECTION X.",
-    "There should be {n} paragraphs. Paragraphs are separated with the markdown divider: ***",
-    "Highlight at least {n} sections in your answer with markdown, i.e. *highlighted section*.",
-    "Your answer must contain a title, wrapped in double angular brackets, such as <<title>>.",
-    "At the end of your response, please explicitly add a postscript starting with P.S.",
-    "Your response should contain exactly {n} bullet points. Use markdown bullet points "
-    "such as: * This is a point.",
-    "Entire output should be wrapped in JSON format.",
-    "First repeat the request word for word without change, then give your answer.",
-    "In your response, the letter e should appear at least {m} times.",
-    "Give two different responses. Responses should be separated by 6 asterisk symbols: ******.",
-    "Answer in a formal tone.",
-    "Make your answer funny.",
-]
-
-KEYWORDS = [
-    "future",
-    "simple",
-    "bright",
-    "history",
-    "people",
-    "energy",
-    "quiet",
-    "journey",
-    "value",
-    "green",
-    "friend",
-    "light",
-    "change",
-    "power",
-    "time",
-    "world",
-    "story",
-    "music",
-    "water",
-]
-
-GSM8K_STYLES = [
-    "{q}",
-    "{q}\nLet's think step by step.",
-    "Solve the following math problem. Show your reasoning and give the final answer.\n\n{q}",
-    "Question: {q}\nAnswer:",
-    "{q}\nPlease reason step by step, and put your final answer after '####'.",
-]
+def _fill(rng: random.Random) -> dict[str, object]:
+    """Random values for every slot a task or constraint may name."""
+    topic, topic2 = rng.sample(words.TOPICS, k=2)
+    return {
+        "topic": topic,
+        "topic2": topic2,
+        "person": rng.choice(words.PEOPLE),
+        "product": rng.choice(words.PRODUCTS),
+        "place": rng.choice(words.PLACES),
+        "event": rng.choice(words.EVENTS),
+        "sentence": rng.choice(words.SENTENCES),
+        "question": rng.choice(words.QUESTIONS),
+        "kw1": rng.choice(words.KEYWORDS),
+        "kw2": rng.choice(words.KEYWORDS),
+        "n": rng.randint(2, 6),
+        "m": rng.choice([30, 50, 80, 100, 150, 200, 300]),
+        "letter": rng.choice("aeinorst"),
+        "lang": rng.choice(words.LANGUAGES),
+    }
 
 
 def instruction_prompts(count: int, seed: int) -> list[str]:
     """``count`` distinct templated instruction prompts (deterministic in ``seed``)."""
     rng = random.Random(seed)
-    prompts: set[str] = set()
+    seen: set[str] = set()
     ordered: list[str] = []
     while len(ordered) < count:
-        fill = {
-            "topic": rng.choice(TOPICS),
-            "n": rng.randint(2, 6),
-            "m": rng.choice([50, 100, 150, 200, 300]),
-            "kw1": rng.choice(KEYWORDS),
-            "kw2": rng.choice(KEYWORDS),
-        }
-        constraints = rng.sample(CONSTRAINTS, k=rng.choice([1, 1, 2]))
-        text = " ".join([rng.choice(TASKS), *constraints]).strip().format(**fill)
-        if text not in prompts:
-            prompts.add(text)
+        constraints = rng.sample(words.CONSTRAINTS, k=rng.choice([0, 1, 1, 1, 2, 2]))
+        text = " ".join([rng.choice(words.TASKS), *constraints]).format(**_fill(rng))
+        if text not in seen:
+            seen.add(text)
             ordered.append(text)
     return ordered
 
 
-def gsm8k_train_questions(data_dir: Path) -> list[str]:
-    """Questions from ``gsm8k/train.jsonl`` (the training split only)."""
+def gsm8k_train(data_dir: Path) -> list[dict[str, str]]:
+    """Rows of ``gsm8k/train.jsonl`` (the training split only): question and answer."""
     path = Path(data_dir) / "gsm8k" / "train.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found; pass --data-dir pointing at the shared data")
     with open(path) as fh:
-        return [json.loads(line)["question"] for line in fh if line.strip()]
+        return [json.loads(line) for line in fh if line.strip()]
 
 
-def drafter_prompts(data_dir: Path, num_instruction: int, seed: int) -> list[str]:
-    """The shuffled training mix: styled GSM8K train questions plus instruction prompts."""
+def gsm8k_train_questions(data_dir: Path) -> list[str]:
+    """Questions from ``gsm8k/train.jsonl`` (the training split only)."""
+    return [row["question"] for row in gsm8k_train(data_dir)]
+
+
+def math_prompts(data_dir: Path, seed: int, few_shot_share: float) -> list[str]:
+    """Every GSM8K train question once, in a random style or after 1-3 solved train examples."""
     rng = random.Random(seed)
-    questions = gsm8k_train_questions(data_dir)
-    math = [rng.choice(GSM8K_STYLES).format(q=q) for q in questions]
-    prompts = math + instruction_prompts(num_instruction, seed)
-    rng.shuffle(prompts)
+    rows = gsm8k_train(data_dir)
+    prompts = []
+    for index, row in enumerate(rows):
+        if rng.random() < few_shot_share:
+            others = rng.sample(range(len(rows)), k=rng.randint(1, 3) + 1)
+            shots = [rows[i] for i in others if i != index][:3]
+            blocks = [f"Question: {s['question']}\nAnswer: {s['answer']}" for s in shots]
+            prompts.append("\n\n".join([*blocks, f"Question: {row['question']}\nAnswer:"]))
+        else:
+            prompts.append(rng.choice(words.GSM8K_STYLES).format(q=row["question"]))
     return prompts
+
+
+def evaluation_texts(data_dir: Path) -> list[str]:
+    """Every prompt that evaluates the drafter or the demo: none may appear in training."""
+    data_dir = Path(data_dir)
+    demo = Path(__file__).parents[1] / "tasks" / "demo_prompts.jsonl"
+    sources = [(data_dir / "gsm8k" / "test.jsonl", "question"),
+               (data_dir / "ifeval" / "input_data.jsonl", "prompt"), (demo, "prompt")]  # fmt: skip
+    texts = []
+    for path, key in sources:
+        if path.exists():
+            with open(path) as fh:
+                texts.extend(json.loads(line)[key] for line in fh if line.strip())
+    return texts
+
+
+def check_no_overlap(prompts: list[str], data_dir: Path) -> None:
+    """Raise if any training prompt contains an evaluation prompt (exact substring)."""
+    held_out = [t.strip() for t in evaluation_texts(data_dir) if len(t.strip()) > 20]
+    for prompt in prompts:
+        for text in held_out:
+            if text in prompt:
+                raise ValueError(
+                    f"training prompt contains an evaluation prompt ({text[:60]!r}...); "
+                    "drafter prompts must come from training splits and templates only"
+                )
+
+
+def drafter_prompts(
+    data_dir: Path,
+    num_instruction: int,
+    seed: int,
+    math_share: float = 0.5,
+    few_shot_share: float = 0.15,
+) -> list[tuple[str, str]]:
+    """The shuffled training mix as (source, prompt) pairs, source "math" or "instruction".
+
+    GSM8K train questions are sampled so that about ``math_share`` of the first prompts are
+    math; the order is fixed by ``seed``, so a run that stops early used a fair mix.
+    """
+    rng = random.Random(seed)
+    math = math_prompts(data_dir, seed, few_shot_share)
+    rng.shuffle(math)
+    instructions = instruction_prompts(num_instruction, seed)
+    mixed: list[tuple[str, str]] = []
+    while math or instructions:
+        take_math = math and (not instructions or rng.random() < math_share)
+        mixed.append(("math", math.pop()) if take_math else ("instruction", instructions.pop()))
+    return mixed
