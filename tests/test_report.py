@@ -315,3 +315,26 @@ def test_score_vs_al_flat_scores_and_crowded_labels_stay_readable(agg):
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
             assert Bbox.intersection(a, b) is None or Bbox.intersection(a, b).width < 1, (a, b)
+
+
+def test_speedup_vs_m_draws_each_method_across_m(tmp_path, agg):
+    """A pair swept over m gets one speedup-vs-m figure per task (one line per method, bars from
+    the intervals); a method run at a single m draws no line; an unswept pair gets none."""
+    from cactus_bench.report.draft_length import m_sweeps, versus_m
+
+    assert not list(m_sweeps(agg))  # the fixture has one m per pair
+    pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
+    cactus = rows[(rows["sampler"] == "cactus") & (rows["task"] == "gsm8k")].head(1)
+    wider = cactus.assign(m=m + 4, speedup=cactus["speedup"] * 1.2)
+    swept = pd.concat([agg, wider], ignore_index=True)
+    [(found_pair, task, found)] = list(m_sweeps(swept))
+    assert (found_pair, task, sorted(found["m"].unique())) == ("qwen3_14b", "gsm8k", [m, m + 4])
+    figure = versus_m(found, found_pair, task)
+    speedup_ax = figure.axes[0]
+    labelled = [t for t in speedup_ax.get_legend().get_texts() if "Cactus" in t.get_text()]
+    assert len(labelled) == 1  # only the method with two values of m
+    assert speedup_ax.get_xlabel().startswith("m ")
+    written = make_figures(swept, tmp_path, formats=("png",))
+    assert [p.name for p in written if p.name.startswith("speedup_vs_m")] == [
+        "speedup_vs_m__qwen3-14b__gsm8k.png"
+    ]

@@ -2,8 +2,9 @@
 
 Kinds: AL vs δ, score vs δ, speedup vs δ (SpS / TAS / Verifier as horizontal references),
 score vs AL (one marker per sampler: the quality-speed trade-off) and acceptance rate by draft
-position. Error bars (and shaded bands around the reference lines) are the rows' 95% bootstrap
-intervals where the CSV has them; a sweep from an older CSV without them keeps the binomial
+position; per pair and task swept over m, speedup and tokens per step vs m (draft_length.py).
+Error bars (and shaded bands around the reference lines) are the rows' 95% bootstrap intervals
+where the CSV has them; a sweep from an older CSV without them keeps the binomial
 standard error for the score and no bars otherwise, and says which in the axis label. A panel
 or figure whose data is missing says so in the plot instead of staying blank.
 Figures are built with matplotlib's object API (no pyplot state), so any backend works.
@@ -23,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from tqdm import tqdm
 
+from cactus_bench.report.draft_length import write_m_figures
 from cactus_bench.report.figure_parts import (
     DELTA_LABEL,
     MARKERS,
@@ -288,4 +290,4 @@ def make_figures(agg: pd.DataFrame, out_dir: str | Path, formats=("png", "pdf"))
             metadata = {"CreationDate": None} if fmt == "pdf" else None
             figure.savefig(path, dpi=150, metadata=metadata)
             written.append(path)
-    return written
+    return written + write_m_figures(agg, out_dir, formats, _slug)
