@@ -52,6 +52,7 @@ DATA_DIR ?= $(or $(CACTUS_BENCH_DATA),$(wildcard ../shared/data))
 
 demo:  ## CPU demo sweep on the embedded pair (+ a GSM8K slice given DATA_DIR), tables and figures
 	$(PYTHON) run.py experiment=demo
+	$(PYTHON) run.py experiment=demo_m
 ifneq ($(strip $(DATA_DIR)),)
 	$(PYTHON) run.py experiment=demo_gsm8k data_dir=$(abspath $(DATA_DIR))
 else

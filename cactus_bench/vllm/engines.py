@@ -109,7 +109,15 @@ def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwarg
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind(options.cpu_threads))
     kwargs["options"] = options
     register()  # this process too (VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model here)
-    return LLM(**llm_kwargs(verifier_id, **kwargs))
+    arguments = llm_kwargs(verifier_id, **kwargs)
+    if current_platform.is_cpu():
+        # A prompt prefilled in chunks has its sampled token discarded, and vLLM (0.32) then
+        # rewinds that request's seeded generator with get_offset/set_offset, which only CUDA
+        # generators have: "CPU Generator does not use offset" kills the engine. Whole-prompt
+        # prefills never discard (vLLM does the same on CPU for MLA models); vLLM then raises
+        # the token budget to max_model_len.
+        arguments["enable_chunked_prefill"] = False
+    return LLM(**arguments)
 
 
 def cpu_bind(threads: int, allowed: Iterable[int] | None = None) -> str:
