@@ -99,7 +99,7 @@ endif
 	$(VLLM_PYTHON) scripts/vllm_env.py check
 
 test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~20 min)
-	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rs tests/test_vllm_*.py
+	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py
 
 bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_cpu.csv)
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \

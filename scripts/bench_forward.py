@@ -188,6 +188,8 @@ def main() -> None:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and out.read_text().partition("\n")[0] != ",".join(COLUMNS):
+        raise SystemExit(f"{out} has other columns (an older benchmark); move it or pass --out")
 
     def emit(section, path, dtype, kernel, n, metric, value) -> None:  # one CSV row, appended now
         row = dict(timestamp=stamp, model=name, cpu=info.model, isa=info.isa,
