@@ -227,3 +227,27 @@ def test_a_torn_header_alone_is_rewritten(tmp_path):
     with pytest.warns(UserWarning, match="torn"):
         store.append(make_row(0))
     assert list(store.read()["run_id"]) == ["run-0"]
+
+
+def test_git_dirty_means_code_not_the_committed_results(tmp_path, monkeypatch):
+    """A sweep appending to its tracked results CSV leaves the checkout clean; a code edit not."""
+    import subprocess
+
+    from cactus_bench.results import metadata
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "demo.csv").write_text("a\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init")
+    monkeypatch.setattr(metadata, "_REPO_ROOT", tmp_path)
+    monkeypatch.delenv(metadata.GIT_SHA_ENV, raising=False)
+    assert metadata.git_state()[1] is False
+    (tmp_path / "results" / "demo.csv").write_text("a\nb\n")
+    assert metadata.git_state()[1] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert metadata.git_state()[1] is True

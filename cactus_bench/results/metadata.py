@@ -72,14 +72,18 @@ def _git(*args: str) -> str | None:
 
 
 def git_state() -> tuple[str | None, bool | None]:
-    """(sha, dirty) of the harness checkout; the env pins win; (None, None) outside git."""
+    """(sha, dirty) of the harness checkout; the env pins win; (None, None) outside git.
+
+    Dirty means the code or configs differ from the commit. The committed outputs under
+    results/ do not count: a sweep appends to its tracked CSV, and its second row would
+    otherwise call the checkout dirty."""
     if os.environ.get(GIT_SHA_ENV):
         dirty = os.environ.get(GIT_DIRTY_ENV, "").strip().lower()
         return os.environ[GIT_SHA_ENV], {"true": True, "false": False}.get(dirty)
     sha = _git("rev-parse", "HEAD")
     if sha is None:
         return None, None
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
     return sha, (None if status is None else bool(status))
 
 
