@@ -7,7 +7,7 @@ Batch 1, the demo prompts (chat template), T 0.6 / top-p 0.95 / top-k 20, m = 2,
 and ONE thread for both backends, pinned to the same core (taskset for the process; vLLM's
 OpenMP threads through VLLM_CPU_OMP_THREADS_BIND, the HF engine through torch.set_num_threads).
 Each repetition runs three processes one after another (interleaved, never side by side):
-  hf           verifier only, then sps and cactus (delta 1) with the HF engine's drafter (4096-id
+  hf           verifier only, then sps and cactus (delta 1) with the HF engine's drafter (8192-id
                head) and with the full-vocabulary export vLLM loads; arms alternate prompt by
                prompt; the HF engine's default forward path (engine.fast / compile = auto)
   vllm-sps     a verifier-only engine, then a speculative engine with sps; alternating per prompt
@@ -91,7 +91,7 @@ def hf_worker(args) -> dict:
     exported = load_pair(PairSpec("export", export, str(prepare_smollm2())), "cpu", args.dtype)
     tokenizer = embedded.tokenizer
     decoders = {"verifier": AutoregressiveDecoder(embedded.verifier, tokenizer, sampling)}
-    for drafter, pair in (("4096-id head", embedded), ("full-vocab export", exported)):
+    for drafter, pair in (("8192-id head", embedded), ("full-vocab export", exported)):
         for rule, params in (("sps", {}), ("cactus", {"delta": 1.0})):
             rule_obj = make_sampler(rule, **params)
             decoders[f"{rule}|{drafter}"] = SpeculativeDecoder(

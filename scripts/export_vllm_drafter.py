@@ -4,7 +4,7 @@
     python scripts/export_vllm_drafter.py --force  # re-export even when the weights are unchanged
 
 Re-exports whatever drafter is committed in cactus_bench/models/assets/ (cactus_bench.vllm.export
-says how its law differs from the HF engine's 4096-id head). Output goes to the cache, never
+says how its law differs from the HF engine's 8192-id head). Output goes to the cache, never
 into the repository.
 """
 

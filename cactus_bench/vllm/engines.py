@@ -133,7 +133,7 @@ def vllm_model_path(model_id: str) -> str:
 
     embedded:smollm2-135m-instruct -> the folder `make setup` writes; embedded:smollm2-135m-drafter
     -> the full-vocabulary export (cactus_bench.vllm.export: a different law from the HF
-    engine's 4096-id head). Other embedded ids cannot run on vLLM (ValueError, one line).
+    engine's 8192-id head). Other embedded ids cannot run on vLLM (ValueError, one line).
     """
     from cactus_bench.models.registry import (
         EMBEDDED_PREFIX,
