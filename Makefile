@@ -41,8 +41,8 @@ drafter:  ## distil the embedded pair's drafter (CPU, <= 3 h of one thread, resu
 	$(PYTHON) scripts/train_drafter.py
 
 eval-drafter:  ## drafter acceptance, step costs and the speedup cost model, fp32 and bf16 (~10 min)
-	$(PYTHON) scripts/eval_drafter.py --out results/bench/drafter_smollm2.json
-	$(PYTHON) scripts/eval_drafter.py --dtype bfloat16 --out results/bench/drafter_smollm2_bf16.json
+	$(PYTHON) scripts/eval_drafter.py --clock cpu --out results/bench/drafter_smollm2.json
+	$(PYTHON) scripts/eval_drafter.py --clock cpu --dtype bfloat16 --out results/bench/drafter_smollm2_bf16.json
 
 run:  ## the embedded default: SmolLM2-135M pair, demo task, cactus (a few minutes on a CPU)
 	$(PYTHON) run.py
