@@ -18,6 +18,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from cactus_bench.report.figure_parts import save_figure
+
 # One color and marker per rule family, the same as the task figures' (report/plots.py), kept
 # here so these figures do not depend on that module's internals.
 COLORS = {"sps": "C0", "tas": "C1", "cactus": "C3", "cactus_exact": "C4", "interp": "C2",
@@ -226,10 +228,5 @@ def make_figures(csv_path: str | Path, out_dir: str | Path, formats=("png", "pdf
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for kind, draw in FIGURES.items():
-        figure = draw(frame)
-        for fmt in formats:
-            path = out_dir / f"{kind}_{frame.pair.iloc[0]}.{fmt}"
-            metadata = {"CreationDate": None} if fmt == "pdf" else None
-            figure.savefig(path, dpi=150, metadata=metadata)
-            paths.append(path)
+        paths += save_figure(draw(frame), out_dir / f"{kind}_{frame.pair.iloc[0]}", formats)
     return paths

@@ -14,7 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from cactus_bench.report.figure_parts import MARKERS, bars, sampler_color
+from cactus_bench.report.figure_parts import MARKERS, bars, sampler_color, save_figure
 from cactus_bench.report.tables import method_label, pair_title, task_title
 
 PANELS = (
@@ -71,10 +71,6 @@ def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
 def write_m_figures(agg: pd.DataFrame, out_dir: Path, formats, slug) -> list[Path]:
     written = []
     for pair, task, rows in m_sweeps(agg):
-        figure = versus_m(rows, pair, task)
-        for fmt in formats:
-            path = out_dir / f"speedup_vs_m__{slug(pair)}__{slug(task)}.{fmt}"
-            metadata = {"CreationDate": None} if fmt == "pdf" else None  # byte-stable PDFs
-            figure.savefig(path, dpi=150, metadata=metadata)
-            written.append(path)
+        stem = out_dir / f"speedup_vs_m__{slug(pair)}__{slug(task)}"
+        written += save_figure(versus_m(rows, pair, task), stem, formats)
     return written

@@ -4,6 +4,7 @@ with their interval bands, and error bars from the rows' 95% intervals (see plot
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -139,3 +140,14 @@ def bars(sweep: pd.DataFrame, column: str, scale: float) -> tuple[object, str]:
     if column == "score":
         return score_stderr(sweep, scale), "bars: ±1 binomial s.e."
     return None, ""
+
+
+def save_figure(figure: Figure, stem: Path, formats) -> list[Path]:
+    """Write `figure` as <stem>.<fmt> for each format; returns the paths. PDFs carry no creation
+    date, so redrawing the same CSV gives the same bytes (no git churn)."""
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(f"{stem.name}.{fmt}")
+        figure.savefig(path, dpi=150, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        paths.append(path)
+    return paths

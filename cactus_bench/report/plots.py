@@ -35,6 +35,7 @@ from cactus_bench.report.figure_parts import (
     new_figure,
     readable_score_axis,
     sampler_color,
+    save_figure,
     say_missing,
 )
 from cactus_bench.report.tables import (
@@ -284,10 +285,6 @@ def make_figures(agg: pd.DataFrame, out_dir: str | Path, formats=("png", "pdf"))
     written = []
     for kind, pair, m, rows in tqdm(jobs, desc="figures", unit="fig", disable=None):
         figure = FIGURES[kind](rows, pair, m)
-        for fmt in formats:
-            path = out_dir / f"{kind}__{_slug(pair)}__m{m if m else 'none'}.{fmt}"
-            # no creation date in PDFs: redrawing the same CSV gives the same bytes (no git churn)
-            metadata = {"CreationDate": None} if fmt == "pdf" else None
-            figure.savefig(path, dpi=150, metadata=metadata)
-            written.append(path)
+        stem = out_dir / f"{kind}__{_slug(pair)}__m{m if m else 'none'}"
+        written += save_figure(figure, stem, formats)
     return written + write_m_figures(agg, out_dir, formats, _slug)
