@@ -9,7 +9,10 @@ Two phases, both resumable (rerun the same command after a stop):
    verifier layers, the verifier's frozen embeddings, a head restricted to the ids with most
    teacher mass, trained for --train-minutes against the teacher's processed distribution; the
    held-out curve (per-token acceptance 1 - TV) goes to train.log, the best held-out weights to
-   cactus_bench/models/assets/.
+   cactus_bench/models/assets/;
+3. calibration (drafter_training.calibrate, ~1 CPU minute): the committed drafter's logit scale
+   (a temperature for its head) is fitted on the same held-out training-split prompts and
+   written to its JSON config. Rerunning after the budget is spent only redoes this phase.
 Everything lives under the run directory (default <cache>/drafter_v2, cache = $CACTUS_BENCH_CACHE
 or ~/.cache/cactus_bench): shards/, checkpoint.pt, train.log. One torch thread by default.
 
@@ -74,6 +77,8 @@ def parse_args() -> argparse.Namespace:
     add("--batch-tokens", type=int, default=2048)
     add("--val-every", type=int, default=50, help="every n-th prompt is held out")
     add("--ckpt-minutes", type=float, default=6.0)
+    # phase 3: calibration
+    add("--no-calibrate", action="store_true", help="keep the drafter's logit scale as it is")
     return parser.parse_args()
 
 
@@ -96,15 +101,17 @@ def main() -> None:
                                    batch_size=args.gen_batch, seed=args.seed)  # fmt: skip
         generate_shards(verifier, tokenizer, prompts, run_dir, settings,
                         args.gen_tokens, args.gen_minutes, log)  # fmt: skip
-    if args.train_minutes > 0:
-        from cactus_bench.models.drafter_distill import DistillSettings
-        from cactus_bench.models.drafter_training import distill
+    from cactus_bench.models.drafter_distill import DistillSettings
+    from cactus_bench.models.drafter_training import calibrate, distill
 
-        fields = {f.name for f in dataclasses.fields(DistillSettings)}
-        settings = DistillSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    fields = {f.name for f in dataclasses.fields(DistillSettings)}
+    settings = DistillSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    if args.train_minutes > 0:
         prior_texts = [text for _, text in prompts]
         prior_texts += [row["answer"] for row in gsm8k_train(args.data_dir)]
         distill(verifier, tokenizer, run_dir, settings, log, prior_texts)
+    if not args.no_calibrate:
+        calibrate(verifier, run_dir, settings, log)
 
 
 if __name__ == "__main__":

@@ -8,14 +8,17 @@ import pytest
 import torch
 
 from cactus_bench.models import make_tiny_pair
+from cactus_bench.models.drafter import load_drafter
 from cactus_bench.models.drafter_data import (
     check_no_overlap,
     drafter_prompts,
     instruction_prompts,
 )
 from cactus_bench.models.drafter_distill import (
+    CALIBRATION_SCALES,
     DistillSettings,
     acceptance_terms,
+    calibrate_logit_scale,
     choose_subset,
     distill_loss,
     processed_student,
@@ -28,7 +31,7 @@ from cactus_bench.models.drafter_teacher import (
     plan_batches,
     warp,
 )
-from cactus_bench.models.drafter_training import distill
+from cactus_bench.models.drafter_training import calibrate, distill
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -167,3 +170,40 @@ def test_teacher_shards_resume_and_distillation_improves_held_out_acceptance(
     distill(verifier, tokenizer, tmp_path, longer, lambda m: None)  # resumes from the checkpoint
     resumed = (tmp_path / "curve.csv").read_text().splitlines()
     assert resumed[: len(curve)] == curve and int(resumed[-1].split(",")[0]) > steps
+
+    # Phase 3: the scale is fitted on the same held-out records and read back at load.
+    before = json.loads(distil.config.read_text())
+    scale = calibrate(verifier, tmp_path, longer, lambda m: None)
+    meta = json.loads(distil.config.read_text())
+    assert meta["logit_scale"] == scale and str(scale) in meta["logit_scale_grid"]
+    assert meta["held_out_acceptance"] == max(meta["logit_scale_grid"].values())
+    assert meta["held_out_acceptance_unscaled"] == pytest.approx(
+        before["held_out_acceptance"], abs=1e-3)  # fmt: skip
+    assert load_drafter(verifier, distil.weights, distil.config).lm_head.logit_scale == scale
+
+
+def test_calibration_finds_the_scale_that_undoes_a_flattened_student():
+    """A student equal to the teacher's logits divided by 2 is best rescaled by 2."""
+    torch.manual_seed(0)
+    teacher = 3 * torch.randn(40, 12)  # [N, V] raw teacher logits; the subset is the vocabulary
+    vals, ids = teacher.topk(12, dim=-1)
+    settings = DistillSettings(None, None, top_k=5, top_p=0.95)
+    batch = {"teacher_vals": vals, "teacher_sub_idx": ids}
+    exact = acceptance_terms(teacher, batch, settings).mean()
+    flat = acceptance_terms(teacher / 2, batch, settings).mean()
+    assert exact == pytest.approx(1.0) and flat < 0.97
+
+    class Flattened:  # stands in for the drafter: student_logits reads .model and .lm_head
+        def model(self, input_ids, attention_mask):
+            return type("Out", (), {"last_hidden_state": hidden})()
+
+    hidden = (teacher / 2)[None]  # [1, N, V]: "hidden states" that the head maps to logits
+    drafter = Flattened()
+    drafter.lm_head = type("Head", (), {"subset_logits": staticmethod(lambda h: h)})()
+    records = [{"ids": torch.arange(41), "prompt_len": 1, "top_idx": ids, "top_vals": vals,
+                "source": "math", "index": 0}]  # fmt: skip
+    lookup = torch.arange(12)
+    scale, means = calibrate_logit_scale(drafter, records, lookup, settings)
+    assert scale == 2.0 and means[2.0] == pytest.approx(1.0, abs=1e-6)
+    assert means[1.0] == pytest.approx(float(flat), abs=1e-6)
+    assert set(means) == set(CALIBRATION_SCALES)

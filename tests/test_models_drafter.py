@@ -56,6 +56,20 @@ def test_subset_head_returns_full_vocab_logits_and_zero_probability_outside():
         SubsetLMHead(weight, ids[:3], vocab_size=12)
 
 
+def test_logit_scale_sharpens_the_subset_logits_only():
+    torch.manual_seed(0)
+    weight, ids = torch.randn(4, 8), torch.tensor([1, 5, 6, 9])
+    head = SubsetLMHead(weight, ids, vocab_size=12, logit_scale=1.5)
+    hidden = torch.randn(2, 3, 8)
+    full = head(hidden)
+    assert torch.allclose(full[..., ids], 1.5 * (hidden @ weight.T))
+    assert torch.isneginf(full).sum() == 2 * 3 * (12 - 4)
+    assert torch.allclose(head.subset_logits(hidden), hidden @ weight.T)  # training: unscaled
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="logit_scale must be a positive number"):
+            SubsetLMHead(weight, ids, vocab_size=12, logit_scale=bad)
+
+
 def test_build_shares_embeddings_and_copies_the_chosen_layers(llama_pair, subset):
     _, verifier, _ = llama_pair
     drafter = build_drafter(verifier, [0, 2], subset)
@@ -103,6 +117,18 @@ def test_save_and_load_round_trip_only_the_new_parameters(tmp_path, llama_pair, 
     finite = torch.isfinite(expected)
     assert torch.equal(finite, torch.isfinite(got))
     assert torch.allclose(got[finite], expected[finite], atol=2e-2, rtol=1e-2)  # stored fp16
+    assert loaded.lm_head.logit_scale == 1.0
+    meta = json.loads(config.read_text())
+    config.write_text(json.dumps({**meta, "logit_scale": 2.0}))
+    with torch.no_grad():
+        sharpened = load_drafter(verifier, weights, config)(input_ids=ids).logits
+    assert torch.allclose(sharpened[finite], 2 * got[finite], rtol=1e-5, atol=1e-5)
+    config.write_text(json.dumps({k: v for k, v in meta.items() if k != "logit_scale"}))
+    assert load_drafter(verifier, weights, config).lm_head.logit_scale == 1.0  # older configs
+    config.write_text(json.dumps({**meta, "logit_scale": -1}))
+    with pytest.raises(ValueError, match="logit_scale must be a positive number"):
+        load_drafter(verifier, weights, config)
+    config.write_text(json.dumps(meta))
     other_vocab = make_tiny_pair(seed=3, arch="llama", vocab_size=verifier.config.vocab_size + 5)
     with pytest.raises(ValueError, match="was trained for vocab"):
         load_drafter(other_vocab[1], weights, config)

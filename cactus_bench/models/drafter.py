@@ -9,12 +9,17 @@ head still returns full-vocabulary logits (``-inf`` outside the subset), so the 
 probabilities are exactly 0 there and the engine drives it like any causal LM (KV cache, crop).
 
 Only the new parameters are committed (``assets/*.safetensors``, fp16): decoder layers, final
-norm, head bias and the subset's token ids. Everything else is taken from the verifier at load.
+norm, head bias and the subset's token ids; the JSON config holds the head's ``logit_scale``
+(a temperature calibration fitted after training, drafter_training.calibrate). Everything else
+is taken from the verifier at load.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -36,10 +41,24 @@ class SubsetLMHead(nn.Module):
     drafter's distribution is exactly zero there. There is deliberately no ``weight`` attribute:
     code that reads ``get_output_embeddings().weight.shape[0]`` as the vocabulary size then
     falls back to ``config.vocab_size`` (the full vocabulary, which is what ``forward`` returns).
+
+    ``logit_scale`` multiplies the logits that ``forward`` returns (not ``subset_logits``, which
+    training uses): a distilled drafter comes out flatter than the teacher's processed law it is
+    matched to (the forward-KL term spreads mass), and sharpening it raises the acceptance
+    sum_x min(p, q). Any drafter law keeps speculative sampling exact; the scale is fitted on
+    held-out training-split data (drafter_training.calibrate) and stored in the JSON config.
     """
 
-    def __init__(self, weight: torch.Tensor, token_ids: torch.Tensor, vocab_size: int):
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        token_ids: torch.Tensor,
+        vocab_size: int,
+        logit_scale: float = 1.0,
+    ):
         super().__init__()
+        if not (math.isfinite(logit_scale) and logit_scale > 0):
+            raise ValueError(f"SubsetLMHead logit_scale must be a positive number: {logit_scale}")
         if token_ids.ndim != 1 or weight.shape[0] != token_ids.shape[0]:
             raise ValueError(
                 f"SubsetLMHead needs weight [K, H] and token_ids [K]; got {tuple(weight.shape)} "
@@ -48,6 +67,7 @@ class SubsetLMHead(nn.Module):
         if int(token_ids.max()) >= vocab_size or int(token_ids.min()) < 0:
             raise ValueError(f"SubsetLMHead token ids must lie in [0, {vocab_size})")
         self.vocab_size = vocab_size
+        self.logit_scale = float(logit_scale)
         self.register_buffer("subset_weight", weight.detach().clone(), persistent=False)
         self.register_buffer("token_ids", token_ids.to(torch.long), persistent=False)
         self.bias = nn.Parameter(torch.zeros(token_ids.shape[0], dtype=weight.dtype))
@@ -57,8 +77,10 @@ class SubsetLMHead(nn.Module):
         return torch.nn.functional.linear(hidden, self.subset_weight, self.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[B, T, H] -> [B, T, V] logits, ``-inf`` outside the subset."""
-        small = self.subset_logits(hidden)
+        """[B, T, H] -> [B, T, V] logits (times ``logit_scale``), ``-inf`` outside the subset."""
+        small = self.subset_logits(hidden)  # [B, T, K]
+        if self.logit_scale != 1.0:
+            small = small * self.logit_scale
         full = small.new_full((*small.shape[:-1], self.vocab_size), float("-inf"))
         full[..., self.token_ids] = small
         return full
@@ -134,9 +156,26 @@ def save_drafter(
         "vocab_size": drafter.config.vocab_size,
         "hidden_size": drafter.config.hidden_size,
         "subset_size": int(drafter.lm_head.token_ids.shape[0]),
+        "logit_scale": drafter.lm_head.logit_scale,
         **meta,
     }
     config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+@functools.cache
+def drafter_fingerprint(
+    weights_path: Path = SMOLLM2_DRAFTER_WEIGHTS, config_path: Path = SMOLLM2_DRAFTER_CONFIG
+) -> str:
+    """12 hex digits of SHA-256 over the drafter's weights and the config fields that change its
+    law (layers, subset, logit scale): a run's identity, so that results of an older drafter are
+    never resumed as results of this one. "absent" when the files are missing."""
+    if not weights_path.exists() or not config_path.exists():
+        return "absent"
+    config = json.loads(config_path.read_text())
+    law = {key: config.get(key) for key in ("num_layers", "subset_size", "logit_scale")}
+    digest = hashlib.sha256(weights_path.read_bytes())
+    digest.update(json.dumps(law, sort_keys=True).encode())
+    return digest.hexdigest()[:12]
 
 
 def load_drafter(
@@ -164,6 +203,10 @@ def load_drafter(
     num_layers = config["num_layers"]
     # Initialise from the verifier's first layers (any will do: every weight is overwritten).
     drafter = build_drafter(verifier, list(range(num_layers)), token_ids)
+    scale = config.get("logit_scale", 1.0)  # absent in configs written before the calibration
+    if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{config_path.name}: logit_scale must be a positive number: {scale!r}")
+    drafter.lm_head.logit_scale = float(scale)
     dtype = verifier.model.embed_tokens.weight.dtype
     device = verifier.model.embed_tokens.weight.device
     with torch.no_grad():

@@ -8,10 +8,13 @@ inside the epoch included, so a resumed run sees the batches an uninterrupted on
 exports the drafter to the asset paths whenever the held-out acceptance is the best so far.
 When a teacher phase runs beside it into the same shard folder, each epoch starts by loading the
 shards written meanwhile (the subset of head ids stays the one chosen at the start).
+``calibrate`` then fits the exported drafter's logit scale on the same held-out prompts
+(`drafter.SubsetLMHead`: the distilled law comes out flatter than the teacher's).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -19,10 +22,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from cactus_bench.models.drafter import build_drafter, save_drafter
+from cactus_bench.models.drafter import build_drafter, load_drafter, save_drafter
 from cactus_bench.models.drafter_distill import (
     DistillSettings,
     batch_tensors,
+    calibrate_logit_scale,
     choose_subset,
     distill_loss,
     held_out_acceptance,
@@ -188,3 +192,26 @@ def export(drafter, s: DistillSettings, acc: float, held_out: int, n_tok: int, t
         "acceptance_settings": {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k},
     }
     save_drafter(drafter, s.weights, s.config, meta)
+
+
+def calibrate(verifier, run_dir: Path, s: DistillSettings, log) -> float:
+    """Phase 3: fit the committed drafter's `logit_scale` on the held-out training-split prompts
+    (the same ones as the curve; never evaluation prompts) and record it in its JSON config.
+    Returns the chosen scale. Cheap (one drafter pass over the held-out tokens)."""
+    records, _ = load_shards(run_dir)
+    _, held_out = split_records(records, s.val_every)
+    if not held_out:
+        raise RuntimeError(f"no held-out teacher records under {run_dir}; cannot calibrate")
+    drafter = load_drafter(verifier, s.weights, s.config)
+    lookup = torch.full((verifier.config.vocab_size,), -1, dtype=torch.long)
+    lookup[drafter.lm_head.token_ids] = torch.arange(len(drafter.lm_head.token_ids))
+    scale, means = calibrate_logit_scale(drafter, held_out, lookup, s)
+    config = json.loads(s.config.read_text())
+    config["logit_scale"] = scale
+    config["held_out_acceptance_unscaled"] = round(means[1.0], 4)
+    config["held_out_acceptance"] = round(means[scale], 4)
+    config["logit_scale_grid"] = {str(k): round(v, 4) for k, v in means.items()}
+    s.config.write_text(json.dumps(config, indent=2) + "\n")
+    log(f"logit scale {scale}: held-out acceptance {means[scale]:.4f} "
+        f"(unscaled {means[1.0]:.4f}); written to {s.config}")  # fmt: skip
+    return scale

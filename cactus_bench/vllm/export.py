@@ -1,20 +1,20 @@
 """The embedded drafter in a layout vLLM loads: a plain Llama folder with a full-vocabulary head.
 
 The HF engine's drafter (cactus_bench.models.drafter) shares the verifier's embeddings and ends
-in `SubsetLMHead`: the verifier's tied head restricted to K = 4096 token ids plus a learned
-per-token bias, -inf elsewhere. vLLM's draft-model speculation loads only architectures it
-knows (`LlamaForCausalLM` here) from a folder, and its Llama head has no bias and no id subset.
-So the export keeps every committed weight (decoder layers, final norm) and replaces the head
-by the verifier's full tied head:
+in `SubsetLMHead`: the verifier's tied head restricted to K token ids (8,192 in the committed
+drafter) plus a learned per-token bias, times a fitted logit scale s, -inf elsewhere. vLLM's
+draft-model speculation loads only architectures it knows (`LlamaForCausalLM` here) from a
+folder, and its Llama head has no bias and no id subset. So the export keeps every committed
+weight (decoder layers, final norm) and replaces the head by the verifier's full tied head:
 
-    HF engine   q(x) = softmax(W[S] h + b)[x] for x in S (|S| = 4096), 0 outside S
+    HF engine   q(x) = softmax(s (W[S] h + b))[x] for x in S (|S| = K), 0 outside S
     export      q(x) = softmax(W h)[x]          for every x in the 49,152-id vocabulary
 
 (h: the drafter's last hidden state after its final norm; W: the verifier's embedding matrix;
-the sampling temperature and top-k / top-p apply to both laws afterwards.) The bias and the
-subset are dropped: the exported drafter is a different, untrained-head law, and its acceptance
-differs (measured in the README). Both backends load the exported folder for the cross-backend
-test, so they compare the same law.
+the sampling temperature and top-k / top-p apply to both laws afterwards.) The bias, the
+scale and the subset are dropped: the exported drafter is a different, untrained-head law, and
+its acceptance differs (measured in the README). Both backends load the exported folder for the
+cross-backend test, so they compare the same law.
 
 Written to `<cache>/smollm2-135m-drafter-vllm/` (CACTUS_BENCH_CACHE or ~/.cache/cactus_bench),
 never into the repository; a marker holds the SHA-256 of the committed drafter weights, so a new
