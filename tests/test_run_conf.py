@@ -226,6 +226,38 @@ def test_identity_records_the_resolved_dtype(monkeypatch):
     assert measured({"avx512f", "avx512_bf16"}, "float32")[0] == "float32"
 
 
+def test_a_changed_embedded_drafter_is_a_new_run(tmp_path, monkeypatch):
+    """The committed drafter's weights and logit scale are part of a speculative run's hash
+    (a recalibrated drafter must not resume an older one's rows); verifier-only runs and the
+    baseline key do not depend on them."""
+    import json
+
+    from cactus_bench.models import drafter as drafter_module
+
+    weights, config = tmp_path / "d.safetensors", tmp_path / "d.json"
+    weights.write_bytes(b"weights")
+    config.write_text(json.dumps({"num_layers": 3, "subset_size": 8, "logit_scale": 1.0}))
+
+    uncached = drafter_module.drafter_fingerprint.__wrapped__
+    monkeypatch.setattr(drafter_module, "drafter_fingerprint", lambda: uncached(weights, config))
+
+    def identities():  # (cactus δ=1 run, verifier-only run) of the embedded pair
+        base = ["device=cpu", "model.dtype=float32"]
+        spec = build_identity(compose_run_conf([*base, "sampler=cactus", "delta=1.0"]))[0]
+        return spec, build_identity(compose_run_conf([*base, "sampler=verifier"]))[0]
+
+    spec, alone = identities()
+    assert "drafter_fingerprint" in spec.hash_fields
+    assert "drafter_fingerprint" not in alone.hash_fields
+    before = (spec.config_hash, alone.config_hash, spec.baseline_key([[1]], "cpu"))
+    config.write_text(json.dumps({"num_layers": 3, "subset_size": 8, "logit_scale": 1.6}))
+    spec, alone = identities()
+    assert spec.config_hash != before[0]
+    assert (alone.config_hash, spec.baseline_key([[1]], "cpu")) == before[1:]
+    config.write_text(json.dumps({"num_layers": 3, "subset_size": 8, "logit_scale": 1.6, "x": 1}))
+    assert identities()[0].config_hash == spec.config_hash  # bookkeeping fields do not count
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

@@ -15,6 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from cactus_bench.models.registry import SMOLLM2_DRAFTER_ID
 from cactus_bench.results.baseline_cache import baseline_key
 from cactus_bench.results.metadata import config_hash
 from cactus_bench.run.conf import RunConf
@@ -65,7 +66,19 @@ class RunIdentity:
             **({"repeats": conf.repeats} if conf.repeats != 1 else {}),
             # dtype=auto is bf16 on one CPU and fp32 on another: two different measurements
             **({"resolved_dtype": self.dtype} if conf.model.dtype == "auto" else {}),
+            **self._drafter_version,
         }
+
+    @property
+    def _drafter_version(self) -> dict[str, str]:
+        """The committed drafter's fingerprint when a speculative run uses it: its weights and
+        logit scale live in the package, so a retrained or recalibrated drafter is a new run
+        (hub drafters are pinned by their id and revision instead)."""
+        if not (self.speculative and self.conf.model.drafter == SMOLLM2_DRAFTER_ID):
+            return {}
+        from cactus_bench.models.drafter import drafter_fingerprint
+
+        return {"drafter_fingerprint": drafter_fingerprint()}
 
     @cached_property
     def dtype(self) -> str:
