@@ -176,6 +176,21 @@ def test_missing_column_and_empty_csv_give_clear_errors(tmp_path):
         load_results([str(tmp_path / "nothing" / "*.csv")])
 
 
+def test_rows_of_another_drafter_or_dtype_are_not_averaged_as_seeds(tmp_path):
+    """Same settings and seed but another config hash (e.g. a recalibrated drafter appended to
+    an old CSV) is refused; the same hash twice (a forced rerun) is a repeat."""
+    frame = pd.read_csv(FIXTURE, dtype=str)
+    sps = frame[frame["sampler"] == "sps"]
+    rerun = tmp_path / "rerun.csv"
+    pd.concat([frame, sps]).to_csv(rerun, index=False)
+    again = aggregate(load_results([rerun]))
+    assert (again.loc[again["sampler"] == "sps", "n_runs"] == 2).all()
+    other = tmp_path / "other.csv"
+    pd.concat([frame, sps.assign(config_hash="h99")]).to_csv(other, index=False)
+    with pytest.raises(ValueError, match=r"share sampler, settings and seed but not their config"):
+        aggregate(load_results([other]))
+
+
 def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
     (tmp_path / "empty.csv").write_text("")
     assert main(["tables", "--csv", str(tmp_path / "empty.csv"), "--out", str(tmp_path)]) == 2

@@ -159,6 +159,7 @@ def _mean_list(cells: pd.Series) -> str | None:
 def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per configuration: means over seeds (rejections and tokens summed), n_runs."""
     keys = [k for k in CONFIG_KEYS if k in frame.columns]
+    _check_seeds_are_repeats(frame, keys)
     groups = frame.groupby(keys, dropna=False, sort=False)
     out = groups[list(_MEAN_COLUMNS)].mean()
     for name in _SUM_COLUMNS:
@@ -184,6 +185,23 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         low, high = _score_interval(out.at[index, "score_by_prompt"])
         out.at[index, "score_ci_low"], out.at[index, "score_ci_high"] = low, high
     return out
+
+
+def _check_seeds_are_repeats(frame: pd.DataFrame, keys: list[str]) -> None:
+    """Rows that share the table's settings are averaged as repeats over seeds; two rows with the
+    same settings and seed but different config hashes were measured under something the tables
+    do not show (another dtype, backend, engine option or drafter version) and must not be."""
+    if not {"seed", "config_hash"} <= set(frame.columns):
+        return
+    hashes = frame.groupby([*keys, "seed"], dropna=False)["config_hash"].nunique()
+    if (hashes > 1).any():
+        clash = frame.set_index([*keys, "seed"]).loc[hashes[hashes > 1].index[0]]
+        files = sorted(set(clash["source_file"])) if "source_file" in clash else []
+        raise ValueError(
+            f"rows {sorted(set(clash['config_hash']))} ({', '.join(files)}) share sampler, "
+            "settings and seed but not their config hash (another dtype, backend, engine or "
+            "drafter): report them from separate CSVs, or move the outdated rows aside"
+        )
 
 
 def _mean_scores(cells: pd.Series) -> str | None:
