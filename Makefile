@@ -105,10 +105,12 @@ bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/ben
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \
 		--out results/bench/vllm_cpu.csv
 
+# fp32 laws: the committed results/frontier/ are a fact about the models, not about this CPU's
+# bf16 (model.dtype=auto would be bf16 on some CPUs and fp32 on others).
 frontier:  ## exact acceptance / divergence of every rule on real contexts (issue 13; 1 thread)
 ifneq ($(strip $(DATA_DIR)),)
-	$(PYTHON) run.py experiment=frontier data_dir=$(abspath $(DATA_DIR))
+	$(PYTHON) run.py experiment=frontier model.dtype=float32 data_dir=$(abspath $(DATA_DIR))
 else
 	@echo "frontier: no data folder (make frontier DATA_DIR=/path/like/shared/data): demo prompts only"
-	$(PYTHON) run.py experiment=frontier 'frontier.prompts=[demo]'
+	$(PYTHON) run.py experiment=frontier model.dtype=float32 'frontier.prompts=[demo]'
 endif
