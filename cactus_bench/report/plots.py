@@ -277,11 +277,27 @@ def _slug(text) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", str(text)).strip("-") or "none"
 
 
+DELTA_FIGURES = ("al_vs_delta", "score_vs_delta", "speedup_vs_delta")
+
+
+def has_delta_sweep(rows: pd.DataFrame) -> bool:
+    """Whether any δ-swept rule has at least two δ values in `rows` (else a δ axis shows one
+    point per rule: e.g. the m blocks of an m sweep that runs Cactus at one δ)."""
+    swept = rows[rows["sampler"].isin(SWEEP_SAMPLERS) & rows["delta"].notna()]
+    return bool(len(swept)) and int(swept.groupby("sampler")["delta"].nunique().max()) >= 2
+
+
 def make_figures(agg: pd.DataFrame, out_dir: str | Path, formats=("png", "pdf")) -> list[Path]:
-    """Write every figure kind for every (pair, m) block; returns the paths written."""
+    """Write every figure kind for every (pair, m) block (the δ figures only for blocks with a
+    δ sweep); returns the paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(kind, pair, m, rows) for pair, m, rows in blocks(agg) for kind in FIGURES]
+    jobs = [
+        (kind, pair, m, rows)
+        for pair, m, rows in blocks(agg)
+        for kind in FIGURES
+        if kind not in DELTA_FIGURES or has_delta_sweep(rows)
+    ]
     written = []
     for kind, pair, m, rows in tqdm(jobs, desc="figures", unit="fig", disable=None):
         figure = FIGURES[kind](rows, pair, m)
