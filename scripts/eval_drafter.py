@@ -3,7 +3,8 @@
 1. Acceptance. The verifier answers held-out prompts (GSM8K *test* questions and IFEval prompts,
    never used in training) at the demo settings; on those answers both models are run teacher-
    forced and the per-token sps acceptance sum_x min(p, q) = 1 - TV(p, q) of the processed
-   (temperature, top-k, top-p) distributions is averaged (Leviathan et al.'s alpha per token).
+   (temperature, top-k, top-p) distributions is averaged (Leviathan et al.'s alpha per token),
+   with a 95% interval from a bootstrap over answers.
 2. Cost. Median wall time of one cached decode step (batch 1) of the drafter and the verifier,
    and of a verifier forward over m + 1 tokens, on this machine, with --threads threads.
 3. End to end. SpeculativeDecoder(sps, m) against AutoregressiveDecoder on a few prompts:
@@ -22,6 +23,7 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from tqdm import tqdm
 from transformers import DynamicCache
@@ -39,6 +41,12 @@ from cactus_bench.models.drafter import (
     load_drafter,
 )
 from cactus_bench.models.smollm2 import prepare_smollm2
+from cactus_bench.results.intervals import (
+    bootstrap_rng,
+    percentile_interval,
+    ratio_of_sums,
+    resample_counts,
+)
 from cactus_bench.results.metadata import device_name
 from cactus_bench.samplers import make_sampler
 
@@ -69,8 +77,9 @@ def chat_ids(tokenizer, prompt: str) -> list[int]:
 
 
 @torch.no_grad()
-def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> list[float]:
-    """Per-token 1 - TV(p, q) along verifier-sampled answers to ``prompts``."""
+def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> list[list[float]]:
+    """Per-token 1 - TV(p, q) along verifier-sampled answers to ``prompts``: one list per answer
+    (tokens of one answer are correlated, so the interval resamples answers)."""
     tok = pair.tokenizer
     encoded = [chat_ids(tok, p) for p in prompts]
     width = max(len(e) for e in encoded)
@@ -84,7 +93,7 @@ def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> l
         top_p=sampling.top_p, top_k=sampling.top_k, max_new_tokens=args.max_new_tokens,
         pad_token_id=tok.pad_token_id,
     )  # fmt: skip
-    per_token: list[float] = []
+    per_answer: list[list[float]] = []
     for row, e in enumerate(tqdm(encoded, desc="teacher-forced p, q", leave=False)):
         answer = out[row, width:].tolist()
         if tok.eos_token_id in answer:
@@ -94,8 +103,19 @@ def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> l
         sl = slice(len(e) - 1, len(e) - 1 + len(answer))
         p = process_logits(pair.verifier(input_ids=seq).logits[0, sl], sampling)  # [G, V]
         q = process_logits(pair.drafter(input_ids=seq).logits[0, sl], sampling)
-        per_token.extend(torch.minimum(p, q).sum(-1).tolist())
-    return per_token
+        per_answer.append(torch.minimum(p, q).sum(-1).tolist())
+    return per_answer
+
+
+def acceptance_summary(per_answer: list[list[float]], seed: int, resamples: int = 2000) -> dict:
+    """Mean per-token acceptance and its 95% interval, a bootstrap over answers (each resample
+    draws answers with replacement and pools their tokens)."""
+    sums = np.array([sum(values) for values in per_answer])
+    tokens = np.array([len(values) for values in per_answer], dtype=float)
+    counts = resample_counts(len(per_answer), resamples, bootstrap_rng(seed))
+    low, high = percentile_interval(ratio_of_sums(counts, sums, tokens))
+    return {"mean": float(sums.sum() / tokens.sum()), "ci95": [low, high],
+            "tokens": int(tokens.sum()), "answers": len(per_answer)}  # fmt: skip
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -216,15 +236,15 @@ def main() -> None:
                     "sampling": sampling.to_dict()}  # fmt: skip
 
     prompts = held_out_prompts(args.data_dir, args.per_source)
-    report["acceptance"] = {}
+    report["acceptance"], answers = {}, []
     for source, texts in prompts.items():
-        values = acceptance_on(pair, texts, sampling, args)
-        report["acceptance"][source] = {"mean": statistics.fmean(values), "tokens": len(values)}
-        print(f"acceptance {source}: {statistics.fmean(values):.3f} over {len(values)} tokens")
-    all_means = [v["mean"] * v["tokens"] for v in report["acceptance"].values()]
-    all_tokens = sum(v["tokens"] for v in report["acceptance"].values())
-    alpha = sum(all_means) / all_tokens
-    report["acceptance"]["all"] = {"mean": alpha, "tokens": all_tokens}
+        per_answer = acceptance_on(pair, texts, sampling, args)
+        answers += per_answer
+        report["acceptance"][source] = summary = acceptance_summary(per_answer, args.seed)
+        print(f"acceptance {source}: {summary['mean']:.3f} {summary['ci95']} over "
+              f"{summary['tokens']} tokens")  # fmt: skip
+    report["acceptance"]["all"] = acceptance_summary(answers, args.seed)
+    alpha = report["acceptance"]["all"]["mean"]
 
     probe = chat_ids(pair.tokenizer, prompts["gsm8k_test"][0])
     times = measure_costs(pair, probe, args.max_m, args.cost_repeats, args.clock)

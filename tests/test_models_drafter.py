@@ -170,6 +170,27 @@ def test_committed_smollm2_drafter_gives_full_vocab_logits_with_the_mask():
         logits = pair.drafter(input_ids=ids).logits  # [1, T, 49152]
     assert logits.shape == (1, ids.shape[1], 49152)
     assert (torch.isfinite(logits).sum(-1) == config["subset_size"]).all()
+    assert pair.drafter.lm_head.logit_scale == config["logit_scale"] > 1  # the calibrated head
     probs = process_logits(logits[0, -1], SAMPLING)
     assert probs.sum().item() == pytest.approx(1.0, abs=1e-5)
     assert (probs[~torch.isfinite(logits[0, -1])] == 0).all()
+
+
+def test_eval_drafter_interval_resamples_answers_not_tokens():
+    """eval_drafter's acceptance interval: a bootstrap over answers (tokens of one answer are
+    correlated), pooled as sum / tokens; equal answers give a zero-width interval."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from eval_drafter import acceptance_summary
+
+    same = acceptance_summary([[0.5, 0.5], [0.5, 0.5, 0.5]], seed=0)
+    assert same["mean"] == 0.5 and same["ci95"] == [0.5, 0.5]
+    assert (same["tokens"], same["answers"]) == (5, 2)
+    mixed = acceptance_summary([[0.2] * 50, [0.9] * 10, [0.6] * 40], seed=0)
+    assert mixed["mean"] == pytest.approx((10 + 9 + 24) / 100)
+    low, high = mixed["ci95"]
+    assert 0.19 < low < mixed["mean"] < high < 0.91  # wide: three answers, not 100 tokens
+    assert high - low > 0.2
+    assert acceptance_summary([[0.2] * 50, [0.9] * 10, [0.6] * 40], seed=0) == mixed  # seeded
