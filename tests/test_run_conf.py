@@ -121,7 +121,7 @@ def test_task_defaults_yield_to_presets_and_command_line():
     demo = compose_run_conf(["experiment=demo"])
     assert (demo.experiment_name, demo.baseline, demo.results_dir) == (
         "demo",
-        "cached",
+        "interleave",
         "results/demo",
     )
 

@@ -151,3 +151,10 @@ def save_figure(figure: Figure, stem: Path, formats) -> list[Path]:
         figure.savefig(path, dpi=150, metadata={"CreationDate": None} if fmt == "pdf" else None)
         paths.append(path)
     return paths
+
+
+def has_delta_sweep(rows: pd.DataFrame) -> bool:
+    """Whether any δ-swept rule has at least two δ values in `rows` (else a δ axis shows one
+    point per rule: e.g. the m blocks of an m sweep that runs Cactus at one δ)."""
+    swept = rows[rows["sampler"].isin(SWEEP_SAMPLERS) & rows["delta"].notna()]
+    return bool(len(swept)) and int(swept.groupby("sampler")["delta"].nunique().max()) >= 2

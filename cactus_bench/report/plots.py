@@ -31,6 +31,7 @@ from cactus_bench.report.figure_parts import (
     SWEEP_SAMPLERS,
     bars,
     draw_references,
+    has_delta_sweep,
     interval_errors,
     new_figure,
     readable_score_axis,
@@ -278,13 +279,6 @@ def _slug(text) -> str:
 
 
 DELTA_FIGURES = ("al_vs_delta", "score_vs_delta", "speedup_vs_delta")
-
-
-def has_delta_sweep(rows: pd.DataFrame) -> bool:
-    """Whether any δ-swept rule has at least two δ values in `rows` (else a δ axis shows one
-    point per rule: e.g. the m blocks of an m sweep that runs Cactus at one δ)."""
-    swept = rows[rows["sampler"].isin(SWEEP_SAMPLERS) & rows["delta"].notna()]
-    return bool(len(swept)) and int(swept.groupby("sampler")["delta"].nunique().max()) >= 2
 
 
 def make_figures(agg: pd.DataFrame, out_dir: str | Path, formats=("png", "pdf")) -> list[Path]:
