@@ -159,13 +159,19 @@ def distill_loss(student: torch.Tensor, batch: dict, s: DistillSettings) -> torc
     return loss
 
 
+def _held_out_batches(drafter, records: list[dict], lookup):
+    """(student logits [N, K], batch) over ``records`` in fixed evaluation batches."""
+    for indices in make_batches(records, 4096, 0):
+        batch = batch_tensors(records, indices, lookup)
+        yield student_logits(drafter, batch), batch
+
+
 @torch.no_grad()
 def held_out_acceptance(drafter, records: list[dict], lookup, s: DistillSettings) -> dict:
     """Mean per-token acceptance on ``records``: overall and per source (math, instruction)."""
     sums: dict[str, list[float]] = {}
-    for indices in make_batches(records, 4096, 0):
-        batch = batch_tensors(records, indices, lookup)
-        terms = acceptance_terms(student_logits(drafter, batch), batch, s)  # [N]
+    for student, batch in _held_out_batches(drafter, records, lookup):
+        terms = acceptance_terms(student, batch, s)  # [N]
         for source in set(batch["source"]):
             picked = torch.tensor([x == source for x in batch["source"]])
             entry = sums.setdefault(source, [0.0, 0])
@@ -190,9 +196,7 @@ def calibrate_logit_scale(
     scales costs one drafter pass over ``records``. Ties go to the smaller scale."""
     totals = dict.fromkeys(scales, 0.0)
     count = 0
-    for indices in make_batches(records, 4096, 0):
-        batch = batch_tensors(records, indices, lookup)
-        student = student_logits(drafter, batch)  # [N, K], unscaled
+    for student, batch in _held_out_batches(drafter, records, lookup):  # student unscaled
         for scale in scales:
             totals[scale] += float(acceptance_terms(student * scale, batch, s).sum())
         count += student.shape[0]
