@@ -33,6 +33,13 @@ SMOLLM2_DRAFTER_WEIGHTS = ASSET_DIR / "smollm2_135m_drafter.safetensors"
 SMOLLM2_DRAFTER_CONFIG = ASSET_DIR / "smollm2_135m_drafter.json"
 
 
+def check_logit_scale(scale, where: str) -> None:
+    """A logit scale must be a finite positive number (a JSON config may hold anything)."""
+    number = isinstance(scale, int | float) and not isinstance(scale, bool)
+    if not (number and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{where}: logit_scale must be a positive number, not {scale!r}")
+
+
 class SubsetLMHead(nn.Module):
     """Output head over a subset of the vocabulary, returning full-vocabulary logits.
 
@@ -57,8 +64,7 @@ class SubsetLMHead(nn.Module):
         logit_scale: float = 1.0,
     ):
         super().__init__()
-        if not (math.isfinite(logit_scale) and logit_scale > 0):
-            raise ValueError(f"SubsetLMHead logit_scale must be a positive number: {logit_scale}")
+        check_logit_scale(logit_scale, "SubsetLMHead")
         if token_ids.ndim != 1 or weight.shape[0] != token_ids.shape[0]:
             raise ValueError(
                 f"SubsetLMHead needs weight [K, H] and token_ids [K]; got {tuple(weight.shape)} "
@@ -204,8 +210,7 @@ def load_drafter(
     # Initialise from the verifier's first layers (any will do: every weight is overwritten).
     drafter = build_drafter(verifier, list(range(num_layers)), token_ids)
     scale = config.get("logit_scale", 1.0)  # absent in configs written before the calibration
-    if not (isinstance(scale, int | float) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"{config_path.name}: logit_scale must be a positive number: {scale!r}")
+    check_logit_scale(scale, config_path.name)
     drafter.lm_head.logit_scale = float(scale)
     dtype = verifier.model.embed_tokens.weight.dtype
     device = verifier.model.embed_tokens.weight.device
