@@ -12,7 +12,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from cactus_bench.engine import SamplingParams, process_logits
+from cactus_bench.engine import SamplingParams, process_logits, sample_token
 from cactus_bench.engine.stopping import cut_at_stop
 from cactus_bench.models.tiny import make_tiny_pair, make_tiny_tokenizer
 
@@ -116,3 +116,28 @@ def test_tiny_tokenizer_round_trips_and_has_a_chat_template():
     assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tok.eos_token == "<|im_end|>" and tok.pad_token_id is not None
     assert tok.decode([tok.eos_token_id, 72], skip_special_tokens=True) == "H"
+
+
+def test_sample_token_draws_the_law_and_never_a_zero_mass_id():
+    # A processed law: mass on a few ids of a large vocabulary, as top-k leaves it.
+    vocab, support = 5000, torch.tensor([3, 17, 4000, 4999])
+    law = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    probs = torch.zeros(1, vocab).index_copy_(1, support, law[None])
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.cat([sample_token(probs, generator, greedy=False) for _ in range(4000)])
+    assert draws.shape == (4000, 1) and draws.dtype == torch.long
+    counts = torch.bincount(draws[:, 0], minlength=vocab)
+    assert counts.sum() == counts[support].sum()  # nothing outside the support
+    # Binomial s.d. of each frequency is <= 0.008 at n = 4000: 0.03 is > 3.5 s.d.
+    assert torch.allclose(counts[support] / 4000.0, law, atol=0.03)
+    assert sample_token(probs, None, greedy=True).tolist() == [[4999]]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.5, 0.0])
+def test_sample_token_refuses_a_law_it_cannot_sample(bad):
+    probs = torch.tensor([[0.5, 0.5, 0.0]])
+    probs[0, 2] = bad
+    if bad == 0.0:
+        probs = torch.zeros(1, 3)
+    with pytest.raises(ValueError, match="cannot sample a token"):
+        sample_token(probs, torch.Generator().manual_seed(0), greedy=False)

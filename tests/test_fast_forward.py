@@ -141,13 +141,19 @@ def test_qwen2_biases_and_sliding_windows(tiny_pair):
     compare_along_schedule(sliding, FastRunner(sliding, CPU), prompt_len=20)
 
 
-def test_restricted_head_drafter_keeps_minus_infinity():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_restricted_head_drafter_keeps_minus_infinity(kernel):
     from cactus_bench.models.drafter import build_drafter
 
     _, verifier, _ = make_tiny_pair(seed=0, arch="llama")
     drafter = build_drafter(verifier, [0, 2], torch.arange(0, verifier.config.vocab_size, 3))
-    runner = FastRunner(drafter, CPU)  # the SubsetLMHead module runs as is, after the layers
-    compare_along_schedule(drafter, runner)
+    with torch.no_grad():  # a scaled head with a bias: both must reach the packed product
+        drafter.lm_head.bias.normal_(0, 0.5)
+    drafter.lm_head.logit_scale = 1.6
+    runner = FastRunner(drafter, CPU, linear_kernel=kernel)
+    # oneDNN: the SubsetLMHead's product runs on a pack (then its scatter); ATen: the module.
+    assert (runner._packs is not None and runner._packs.head is not None) == (kernel == "onednn")
+    assert compare_along_schedule(drafter, runner) < TOLERANCE
     with torch.inference_mode():
         logits = runner.forward(torch.tensor([[5]]), runner.prefilled_cache([1, 2]), False)
     assert torch.isinf(logits[0, 0, 1::3]).all() and torch.isfinite(logits[0, 0, ::3]).all()

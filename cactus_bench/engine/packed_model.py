@@ -4,7 +4,8 @@ forward allows it, and shared by every `FastRunner` of the same model.
 Per decoder layer: q, k and v fused into one product (and a Qwen2 model's biases with them),
 the MLP's gate and up fused into one, o and down alone: 4 kernel calls instead of 7, each one
 pass over its weights for any number of new tokens. The output head is packed when it is a
-plain `nn.Linear` (tied or not); other heads (e.g. the drafter's `SubsetLMHead`) run as modules.
+plain `nn.Linear` (tied or not) or offers `packable_linear()` (the drafter's `SubsetLMHead`);
+other heads run as modules.
 
 The packed copies cost as much memory as the weights they copy (270 MB for SmolLM2-135M in
 bf16); the HF modules keep theirs (HF's forward, embeddings, norms). Packs are cached per model
@@ -17,6 +18,7 @@ row counts the packs win (`faster_rows`); bf16 weights always take the packs.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -43,7 +45,7 @@ class PackedLayer:
 @dataclass
 class PackedModel:
     layers: list[PackedLayer]
-    head: PackedLinear | None  # None: run model.lm_head as a module
+    head: Callable | None  # [1, n, H] -> [1, n, V]; None: run model.lm_head as a module
     fingerprint: tuple
     faster_rows: frozenset[int] | None = None  # fp32: row counts 1..8 the packs won (measured)
 
@@ -75,7 +77,9 @@ def packed_model(model: torch.nn.Module) -> PackedModel:
 
 
 def _fingerprint(model: torch.nn.Module) -> tuple:
-    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+    # Buffers too: a head may keep frozen weights as buffers (SubsetLMHead.subset_weight).
+    tensors = [*model.parameters(), *model.buffers()]
+    return tuple((t.data_ptr(), t._version) for t in tensors)
 
 
 def _pack(model: torch.nn.Module, fingerprint: tuple) -> PackedModel:
@@ -91,7 +95,6 @@ def _pack(model: torch.nn.Module, fingerprint: tuple) -> PackedModel:
                 act_fn=mlp.act_fn,
             )
         )
-    head = model.lm_head if isinstance(model.lm_head, torch.nn.Linear) else None
     faster_rows = None
     if model.model.embed_tokens.weight.dtype == torch.float32:  # measured: cpu_kernels docstring
         mlps = [layer.mlp for layer in model.model.layers[: model.config.num_hidden_layers]]
@@ -102,5 +105,18 @@ def _pack(model: torch.nn.Module, fingerprint: tuple) -> PackedModel:
         faster_rows = (
             choose_packed_rows(*time_rows(products)) if size >= PROBE_MIN_BYTES else frozenset()
         )
-    head_pack = PackedLinear.of(head) if head is not None else None
-    return PackedModel(layers, head_pack, fingerprint, faster_rows)
+    return PackedModel(layers, _pack_head(model.lm_head), fingerprint, faster_rows)
+
+
+def _pack_head(head: torch.nn.Module):
+    """A plain `nn.Linear` head (tied or not) as a `PackedLinear`; a head that offers
+    `packable_linear() -> (weight, bias, finish)` (the drafter's `SubsetLMHead`: 8,192 of
+    49,152 rows, then a scatter) as finish(packed product); any other head: None (module)."""
+    if isinstance(head, torch.nn.Linear):
+        return PackedLinear.of(head)
+    parts = getattr(head, "packable_linear", None)
+    if parts is None:
+        return None
+    weight, bias, finish = parts()
+    product = PackedLinear([weight], [bias])
+    return lambda hidden: finish(product(hidden))

@@ -84,12 +84,21 @@ class SubsetLMHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[B, T, H] -> [B, T, V] logits (times ``logit_scale``), ``-inf`` outside the subset."""
-        small = self.subset_logits(hidden)  # [B, T, K]
+        return self.expand(self.subset_logits(hidden))
+
+    def expand(self, small: torch.Tensor) -> torch.Tensor:
+        """[B, T, K] subset logits -> [B, T, V] forward logits (scaled, ``-inf`` elsewhere)."""
         if self.logit_scale != 1.0:
             small = small * self.logit_scale
         full = small.new_full((*small.shape[:-1], self.vocab_size), float("-inf"))
         full[..., self.token_ids] = small
         return full
+
+    def packable_linear(self):
+        """(weight [K, H], bias [K], finish) with ``forward(h) == finish(h @ weight.T + bias)``:
+        what the engine's fast forward needs to run the product on oneDNN-packed weights
+        (engine/packed_model.py), as it does for a plain ``nn.Linear`` head."""
+        return self.subset_weight, self.bias, self.expand
 
 
 def drafter_config(verifier_config: LlamaConfig, num_layers: int) -> LlamaConfig:
