@@ -22,8 +22,8 @@ layer streams its weights once per forward whatever the number of new tokens.
   run them (`F.linear`). `linear_kernel` and `uses_packs(n)` say which.
 
 Supported: Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm) causal LMs, any head module (the
-drafter's `SubsetLMHead` runs its product on the packs too; others run as modules). Other architectures
-(Gemma 2: scaled embeddings, soft-capping, extra norms) use the eager HF path;
+drafter's `SubsetLMHead` runs its product on the packs too; others run as modules). Other
+architectures (Gemma 2: scaled embeddings, soft-capping, extra norms) use the eager HF path;
 `unsupported_reason(model)` says why.
 """
 
