@@ -6,7 +6,9 @@
 Every row names the CPU, its instruction set, the dtype and the kernel path taken (oneDNN's
 verbose log, `cpu_kernels.kernel_label`); rows go to results/bench/forward.csv. Sections:
 1. linear: F.linear on SmolLM2's matrices over 1..8 rows, fp32 and bf16, ATen vs packed oneDNN
-   (scripts/bench_linear.py), CPU ms.
+   (scripts/bench_linear.py), CPU ms. Then draw: the drafter's token draw (torch.multinomial vs
+   the engine's sample_token) and subset head (module vs packed) alone (scripts/bench_draw.py),
+   CPU ms (median and quartiles of 20 x --repeats calls).
 2. forward: one cached forward over n = 1..8 new tokens at a --context-token cache, per dtype
    and path (hf_eager, fast_aten, fast = the default: oneDNN packs), interleaved per repeat;
    wall and CPU time (this thread's, less disturbed by other jobs); decode tok/s = 1 / wall
@@ -37,6 +39,7 @@ from pathlib import Path
 
 import torch
 from bench_decoders import PATHS, bench_decode, decoder_for
+from bench_draw import bench_draw
 from bench_linear import SHAPES, bench_linear, print_table
 from bench_vllm_decode import vllm_rate
 from tqdm import tqdm
@@ -211,6 +214,11 @@ def main() -> None:
         shapes = {shape: f"{shape} {out}x{inp}" for shape, out, inp in SHAPES}
         for (shape, dtype, kernel, n), ms in results.items():
             emit("linear", shapes[shape], dtype, labels[dtype, kernel, n], n, "cpu_ms", ms)
+    drafters = {d: value[1] for d, value in loaded.items()}
+    if "draw" not in skip and None not in drafters.values():
+        for (part, dtype, way), spread in bench_draw(drafters, 20 * args.repeats).items():
+            for metric, value in zip(("cpu_ms", "cpu_ms_q25", "cpu_ms_q75"), spread, strict=True):
+                emit("draw", part, dtype, way, 1, metric, value)
     if "forward" not in skip:
         seconds, cpu_seconds, labels = bench_forward(verifiers, tokenizer, args, paths)
         for (dtype, path, n), value in seconds.items():

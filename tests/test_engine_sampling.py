@@ -141,3 +141,10 @@ def test_sample_token_refuses_a_law_it_cannot_sample(bad):
         probs = torch.zeros(1, 3)
     with pytest.raises(ValueError, match="cannot sample a token"):
         sample_token(probs, torch.Generator().manual_seed(0), greedy=False)
+
+
+def test_sample_token_refuses_a_batch_with_one_empty_row():
+    probs = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])  # row 2 has no mass
+    with pytest.raises(ValueError, match="sum to 0"):
+        sample_token(probs, torch.Generator().manual_seed(0), greedy=False)
+    assert sample_token(probs[:1], None, greedy=False).tolist() == [[1]]

@@ -109,8 +109,11 @@ def sample_token(probs: torch.Tensor, generator: torch.Generator | None, greedy:
         return probs.argmax(dim=-1, keepdim=True)
     if probs.device.type != "cpu":
         return torch.multinomial(probs, 1, generator=generator)
-    total = probs.sum(dim=-1, dtype=torch.float64)  # [B]
-    if not bool(torch.isfinite(total).all()) or bool((total <= 0).any() | (probs < 0).any()):
+    # NaN makes both extremes NaN (every comparison fails); inf fails isfinite. (A global
+    # aminmax is ~7x faster on CPU than one along dim=-1.)
+    lowest, highest = torch.aminmax(probs)
+    valid = (lowest >= 0) & torch.isfinite(highest) & (probs.sum(dim=-1) > 0).all()
+    if not bool(valid):
         raise ValueError(
             "cannot sample a token: the probabilities contain NaN/inf, negatives or sum to 0 "
             "(the model produced NaN logits; try model.dtype=float32)"
