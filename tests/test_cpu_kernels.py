@@ -148,3 +148,29 @@ def test_packs_are_shared_per_model_and_rebuilt_after_edits(tiny_pair, monkeypat
     torch.testing.assert_close(after, expected, atol=1e-4, rtol=0)
     monkeypatch.setattr(runtime, "DEFAULT_LINEAR_KERNEL", "aten")
     assert runtime.make_runner(verifier, CPU).linear_kernel == "aten"
+
+
+@needs_onednn
+def test_bench_draw_times_the_draw_and_both_heads_per_dtype():
+    """scripts/bench_draw.py on tiny drafters with a SubsetLMHead (one verifier per dtype: the
+    drafter shares its embedding)."""
+    import sys
+    from pathlib import Path
+
+    from cactus_bench.models.drafter import build_drafter
+    from cactus_bench.models.tiny import make_tiny_pair
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from bench_draw import bench_draw
+
+    drafters = {}
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        verifier = make_tiny_pair(seed=0, arch="llama")[1].to(dtype)
+        subset = torch.arange(0, verifier.config.vocab_size, 3)
+        drafters[name] = build_drafter(verifier, [0], subset)
+    results = bench_draw(drafters, repeats=8)
+    expected = {("draw", "float32", "torch.multinomial"), ("draw", "float32", "sample_token")}
+    expected |= {("head", d, way) for d in drafters for way in ("module", "packed")}
+    assert set(results) == expected
+    for median, q25, q75 in results.values():
+        assert 0 <= q25 <= median <= q75
