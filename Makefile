@@ -98,7 +98,7 @@ endif
 	$(VLLM_PYTHON) scripts/export_vllm_drafter.py
 	$(VLLM_PYTHON) scripts/vllm_env.py check
 
-test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~20 min)
+test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~15 min)
 	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py
 
 bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_cpu.csv)
