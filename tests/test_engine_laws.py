@@ -166,3 +166,48 @@ def test_chi_square_helpers_reject_and_accept():
     shifted = Counter({(0,): 800, (1,): 800, (2,): 400})
     assert two_sample_p_value(counts, counts) > 0.99
     assert two_sample_p_value(counts, shifted) < P_VALUE_FLOOR
+
+
+def test_draft_draws_and_sps_acceptance_match_their_step_by_step_expectations(tiny_pair):
+    """At every step, given the context: the drafted token n ~ p, so E[p(n)] = sum p^2; SpS
+    accepts it with probability sum_x min(p, q). Summed over steps, realised minus expected is a
+    martingale, so (realised - expected) / sqrt(sum of variances) is ~N(0, 1) whatever path the
+    decoding took. This checks the engine's token draw (inverse CDF on a CPU) and the rule on
+    real contexts over the full vocabulary, not only on one enumerable prompt."""
+    drafter, verifier, tok = tiny_pair
+    rule = make_sampler("sps")
+    sums = Counter()
+
+    class Recording:  # the rule, recording position 1 of every step
+        name = "sps"
+
+        def verify(self, draft_ids, draft_probs, target_probs, generator=None):
+            p, q = (probs[0, 0].double() for probs in (draft_probs, target_probs))
+            p, q = p / p.sum(), q / q.sum()
+            p_n = float(p[draft_ids[0, 0]])
+            accept = float(torch.minimum(p, q).sum())
+            out = rule.verify(draft_ids, draft_probs, target_probs, generator=generator)
+            accepted = int((out.token_ids[0] >= 0).sum()) - 1 >= 1
+            squares, cubes, cross = float((p * p).sum()), float((p**3).sum()), float((p * q).sum())
+            sums.update(steps=1, p_n=p_n, p_n_expected=squares, p_n_variance=cubes - squares**2)
+            sums.update(p_n_if_argmax=float(p.max()), accepted=accepted, accept_expected=accept)
+            sums.update(accept_variance=accept * (1 - accept), accept_if_q_n=cross)
+            return out
+
+    sampling = SamplingParams(temperature=1.0)  # the whole vocabulary can be drawn
+    dec = SpeculativeDecoder(
+        drafter, verifier, tok, Recording(), num_draft_tokens=2, sampling=sampling,
+        eos_token_ids=[],
+    )  # fmt: skip
+    for seed in range(60):
+        dec.generate(PROMPT, max_new_tokens=24, seed=seed)
+    assert sums["steps"] >= 500
+
+    def z(observed: str, expected: str, variance: str) -> float:
+        return (sums[observed] - sums[expected]) / sums[variance] ** 0.5
+
+    assert abs(z("p_n", "p_n_expected", "p_n_variance")) < 4
+    assert abs(z("accepted", "accept_expected", "accept_variance")) < 4
+    # Power: drawing the argmax of p, or accepting with probability q(n), is rejected.
+    assert abs(z("p_n", "p_n_if_argmax", "p_n_variance")) > 4
+    assert abs(z("accepted", "accept_if_q_n", "accept_variance")) > 4
