@@ -25,8 +25,9 @@ import torch
 
 from cactus_bench.engine.packed_model import packed_model
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
+from cactus_bench.paper import PAPER
 
-PAPER = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
+PAPER_SAMPLING = SamplingParams(PAPER.temperature, top_p=PAPER.top_p, top_k=PAPER.top_k)
 
 
 def spread_ms(call, repeats: int) -> tuple[float, float, float]:
@@ -54,7 +55,7 @@ def bench_draw(drafters: dict[str, torch.nn.Module], repeats: int) -> dict[tuple
             hidden = hidden.to(drafter.model.embed_tokens.weight.dtype)  # [1, 1, H]
             if name == "float32":  # the law is drawn in float32 whatever the models' dtype
                 logits = drafter.lm_head(hidden)[:, -1]  # [1, V]: -inf off the subset
-                probs = process_logits(logits, PAPER)  # [1, V], <= 20 ids with mass
+                probs = process_logits(logits, PAPER_SAMPLING)  # [1, V], <= 20 ids with mass
                 results["draw", name, "torch.multinomial"] = spread_ms(
                     partial(torch.multinomial, probs, 1, generator=generator), repeats
                 )

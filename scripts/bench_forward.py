@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 from bench_decoders import PATHS, bench_decode, decoder_for
-from bench_draw import bench_draw
+from bench_draw import PAPER_SAMPLING, bench_draw
 from bench_linear import SHAPES, bench_linear, print_table
 from bench_vllm_decode import vllm_rate
 from tqdm import tqdm
@@ -50,7 +50,6 @@ from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.runtime import ModelRunner, crop_cache
 
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
-PAPER = SamplingParams(temperature=0.6, top_p=0.95, top_k=20)
 GREEDY = SamplingParams(temperature=0.0)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 COLUMNS = ("timestamp", "model", "cpu", "isa", "threads", "load_1m", "section", "path", "dtype",
@@ -261,7 +260,7 @@ def main() -> None:
             arms[dtype, 0] = decoder_for("fast", verifier, tokenizer)
             for m in draft_counts:
                 arms[dtype, m] = decoder_for("fast", verifier, tokenizer, drafter, m)
-        rates, cpu_rates = bench_decode(arms, prompt, args, PAPER, range(args.e2e_repeats))
+        rates, cpu_rates = bench_decode(arms, prompt, args, PAPER_SAMPLING, range(args.e2e_repeats))
         for (dtype, m), rate in rates.items():
             kernel = path_kernel("fast", arms[dtype, m].verifier, DTYPES[dtype], m + 1)
             cpu_rate, arm = cpu_rates[dtype, m], "fast/sps" if m else "fast/ar"

@@ -88,6 +88,14 @@ def make_batches(records: list[dict], max_tokens: int, seed: int) -> list[list[i
     return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
 
 
+def subset_lookup(subset: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[V] position of each vocabulary id in the head's ``subset`` [K], -1 outside it (what
+    ``batch_tensors`` maps the teacher's top-k ids through)."""
+    lookup = torch.full((vocab_size,), -1, dtype=torch.long)
+    lookup[subset] = torch.arange(len(subset))
+    return lookup
+
+
 def batch_tensors(records: list[dict], indices: list[int], lookup: torch.Tensor) -> dict:
     """Right-padded ids/mask [B, L], and the N target positions with their teacher top-k."""
     seqs = [records[i] for i in indices]

@@ -33,6 +33,7 @@ from cactus_bench.models.drafter_distill import (
     make_batches,
     split_records,
     student_logits,
+    subset_lookup,
 )
 from cactus_bench.models.drafter_teacher import load_shards
 
@@ -84,8 +85,7 @@ def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log,
         log(f"subset of {s.subset_size} ids holds {share:.4f} of the train teacher mass")
     else:
         subset = ckpt["subset"]
-    lookup = torch.full((vocab,), -1, dtype=torch.long)
-    lookup[subset] = torch.arange(len(subset))
+    lookup = subset_lookup(subset, vocab)
     drafter = build_drafter(verifier, list(s.init_layers), subset)
     params = trainable_parameters(drafter)
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -203,8 +203,7 @@ def calibrate(verifier, run_dir: Path, s: DistillSettings, log) -> float:
     if not held_out:
         raise RuntimeError(f"no held-out teacher records under {run_dir}; cannot calibrate")
     drafter = load_drafter(verifier, s.weights, s.config)
-    lookup = torch.full((verifier.config.vocab_size,), -1, dtype=torch.long)
-    lookup[drafter.lm_head.token_ids] = torch.arange(len(drafter.lm_head.token_ids))
+    lookup = subset_lookup(drafter.lm_head.token_ids, verifier.config.vocab_size)
     scale, means = calibrate_logit_scale(drafter, held_out, lookup, s)
     config = json.loads(s.config.read_text())
     config["logit_scale"] = scale
