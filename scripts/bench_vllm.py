@@ -14,7 +14,10 @@ Each repetition runs three processes one after another (interleaved, never side 
   vllm-cactus  the same with cactus (delta 1)
 One CSV row per (repetition, backend, arm): tokens/s = generated tokens / summed request wall
 time; speedup = this arm's tokens/s over the same process's verifier-only tokens/s. Timings are
-of `generate` only: engine start-up and warm-up are not timed.
+of `generate` only: engine start-up and warm-up are not timed. --dtype auto (the default) is
+what the HF engine's `model.dtype=auto` picks on this CPU (bfloat16 with hardware bf16, else
+float32), so the side by side is of the path users run. Rows of earlier runs with the same
+columns are kept; every row names its run's start time, commit and CPU.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
 M = 2
 FIELDS = [
-    "rep", "backend", "arm", "drafter", "dtype", "threads", "forward_path", "prompts",
+    "timestamp", "git_sha", "git_dirty", "rep", "backend", "arm", "drafter", "dtype", "threads",
+    "forward_path", "prompts",
     "max_new_tokens", "tokens", "time_s", "tokens_per_s", "median_request_tokens_per_s",
     "speedup", "al", "accept_rate", "cpu", "load_avg_1min", "versions",
 ]  # fmt: skip
@@ -170,7 +174,7 @@ def rows_of(rep: int, backend: str, stats: dict, versions: str, args) -> list[di
         if backend == "vllm":
             path = "vLLM eager" if args.vllm_eager else "vLLM compiled"
         rows.append({
-            "rep": rep, "backend": backend, "arm": rule, "drafter": drafter or None,
+            **args.stamp, "rep": rep, "backend": backend, "arm": rule, "drafter": drafter or None,
             "dtype": args.dtype, "threads": 1, "prompts": args.prompts, "forward_path": path,
             "max_new_tokens": args.max_new_tokens, "tokens": s["tokens"],
             "time_s": round(s["time"], 3), "tokens_per_s": round(rate, 3),
@@ -183,6 +187,16 @@ def rows_of(rep: int, backend: str, stats: dict, versions: str, args) -> list[di
     return rows
 
 
+def earlier_rows(path: Path) -> list[dict]:
+    """The rows already in `path` when they have this script's columns (else none: a file of an
+    older layout is replaced, its rows stay in git history)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader) if reader.fieldnames == FIELDS else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", choices=["hf", "vllm-sps", "vllm-cactus"])
@@ -192,7 +206,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM without torch.compile")
     args = parser.parse_args()
@@ -204,7 +218,16 @@ def main() -> None:
         versions = " ".join(f"{n} {version(n)}" for n in names)
         print("RESULT " + json.dumps({"stats": stats, "versions": versions}), flush=True)
         return
-    rows = []
+    if args.dtype == "auto":
+        from cactus_bench.engine.cpu_kernels import auto_cpu_dtype
+
+        args.dtype = str(auto_cpu_dtype()).removeprefix("torch.")
+    from cactus_bench.results.metadata import git_state
+
+    sha, dirty = git_state()
+    args.stamp = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": sha,
+                  "git_dirty": dirty}  # fmt: skip
+    earlier, rows = earlier_rows(args.out), []
     for rep in range(1, args.reps + 1):  # interleaved: hf, vllm, vllm, hf, vllm, vllm, ...
         for kind, python in (("hf", args.hf_python), ("vllm-sps", args.vllm_python),
                              ("vllm-cactus", args.vllm_python)):  # fmt: skip
@@ -214,7 +237,7 @@ def main() -> None:
             with open(args.out, "w", newline="") as handle:  # rewritten after every process
                 writer = csv.DictWriter(handle, fieldnames=FIELDS)
                 writer.writeheader()
-                writer.writerows(rows)
+                writer.writerows(earlier + rows)
     for row in rows:
         label = f"{row['rep']} {row['backend']:5} {row['arm']:8} {row['drafter'] or '':18}"
         print(f"{label} {row['tokens_per_s']:7.2f} tok/s  speedup {row['speedup']}  AL {row['al']}")
