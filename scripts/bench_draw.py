@@ -27,7 +27,7 @@ from cactus_bench.engine.packed_model import packed_model
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 from cactus_bench.paper import PAPER
 
-PAPER_SAMPLING = SamplingParams(PAPER.temperature, top_p=PAPER.top_p, top_k=PAPER.top_k)
+PAPER_SAMPLING = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
 
 
 def spread_ms(call, repeats: int) -> tuple[float, float, float]:

@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
 M = 2
 FIELDS = [
     "timestamp", "git_sha", "git_dirty", "rep", "backend", "arm", "drafter", "dtype", "threads",
@@ -83,13 +82,14 @@ def hf_worker(args) -> dict:
     from cactus_bench.models import load_pair
     from cactus_bench.models.registry import PairSpec, get_pair_spec
     from cactus_bench.models.smollm2 import prepare_smollm2
+    from cactus_bench.paper import PAPER
     from cactus_bench.run.measure import warm_up
     from cactus_bench.samplers import make_sampler
     from cactus_bench.vllm.export import export_full_vocab_drafter
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    sampling = SamplingParams(**SAMPLING)
+    sampling = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
     embedded = load_pair(get_pair_spec("smollm2_135m"), device="cpu", dtype=args.dtype)
     export = str(export_full_vocab_drafter())
     exported = load_pair(PairSpec("export", export, str(prepare_smollm2())), "cpu", args.dtype)
@@ -114,6 +114,7 @@ def hf_worker(args) -> dict:
 def vllm_worker(args, rule: str) -> dict:
     from cactus_bench.engine import SamplingParams
     from cactus_bench.models.loading import load_tokenizer
+    from cactus_bench.paper import PAPER
     from cactus_bench.run.measure import warm_up
     from cactus_bench.vllm.decoder import VllmDecoder
     from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
@@ -123,7 +124,7 @@ def vllm_worker(args, rule: str) -> dict:
     params = {"delta": 1.0} if rule == "cactus" else {}
     options = VllmOptions(enforce_eager=args.vllm_eager, cpu_threads=args.threads)
     tokenizer = load_tokenizer("embedded:smollm2-135m-instruct")
-    sampling = SamplingParams(**SAMPLING)
+    sampling = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
     common = {"m": M, "dtype": args.dtype, "seed": 0, "options": options}
     # verifier-only first: the engine built last keeps vLLM's spec-decode counters
     base = build_llm(verifier, rule=None, drafter_id=None, **common)
