@@ -1,0 +1,45 @@
+"""scripts/bench_vllm_linear.py against the real vLLM CPU build (runs in `make test-vllm`)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm, then make test-vllm")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_vllm_linear.py"
+
+
+def test_bench_vllm_linear_times_both_kernels_and_appends(tmp_path):
+    out = tmp_path / "linear.csv"
+    for _ in range(2):  # the second run appends under the same header
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "--repeats", "3", "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    rows = list(csv.DictReader(out.open()))
+    kernels = {"torch packed (HF engine)", "vllm onednn_mm"}
+    # per run: 2 kernels x (sweeps at 1, 3, 8 rows + one tiny call) x (median, q25, q75)
+    assert len(rows) == 2 * 2 * 4 * 3
+    assert {row["kernel"] for row in rows} == kernels
+    assert {(row["case"], row["rows"]) for row in rows} == {
+        ("sweep_ms", "1"),
+        ("sweep_ms", "3"),
+        ("sweep_ms", "8"),
+        ("call_us", "1"),
+    }
+    for row in rows:
+        assert float(row["value"]) > 0 and row["cpu"] and row["dtype"] == "bfloat16"
+    medians = [r for r in rows if r["stat"] == "median"]
+    for median in medians:  # each median lies within its quartiles
+        q = {r["stat"]: float(r["value"]) for r in rows if r["timestamp"] == median["timestamp"]
+             and r["case"] == median["case"] and r["rows"] == median["rows"]
+             and r["kernel"] == median["kernel"]}  # fmt: skip
+        assert q["q25"] <= q["median"] <= q["q75"]
