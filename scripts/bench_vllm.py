@@ -7,11 +7,15 @@ Batch 1, the demo prompts (chat template), T 0.6 / top-p 0.95 / top-k 20, m = 2,
 and ONE thread for both backends, pinned to the same core (taskset for the process; vLLM's
 OpenMP threads through VLLM_CPU_OMP_THREADS_BIND, the HF engine through torch.set_num_threads).
 Each repetition runs three processes one after another (interleaved, never side by side):
-  hf           verifier only, then sps and cactus (delta 1) with the HF engine's drafter (8192-id
-               head) and with the full-vocabulary export vLLM loads; arms alternate prompt by
-               prompt; the HF engine's default forward path (engine.fast / compile = auto)
-  vllm-sps     a verifier-only engine, then a speculative engine with sps; alternating per prompt
+  hf           verifier only (the paper's sampling, and greedy), then sps and cactus (delta 1)
+               with the HF engine's drafter (8192-id head) and with the full-vocabulary export
+               vLLM loads; arms alternate prompt by prompt; the HF engine's default forward path
+               (engine.fast / compile = auto)
+  vllm-sps     a verifier-only engine (sampled, and greedy), then a speculative engine with sps;
+               alternating per prompt
   vllm-cactus  the same with cactus (delta 1)
+The greedy verifier arm ("verifier_greedy") separates a backend's forward from its sampling step:
+the gap between a backend's two verifier arms is what drawing at T / top-p / top-k costs it.
 One CSV row per (repetition, backend, arm): tokens/s = generated tokens / summed request wall
 time; speedup = this arm's tokens/s over the same process's verifier-only tokens/s. Timings are
 of `generate` only: engine start-up and warm-up are not timed. --dtype auto (the default) is
@@ -90,11 +94,15 @@ def hf_worker(args) -> dict:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     sampling = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
+    greedy = SamplingParams(temperature=0.0)
     embedded = load_pair(get_pair_spec("smollm2_135m"), device="cpu", dtype=args.dtype)
     export = str(export_full_vocab_drafter())
     exported = load_pair(PairSpec("export", export, str(prepare_smollm2())), "cpu", args.dtype)
     tokenizer = embedded.tokenizer
-    decoders = {"verifier": AutoregressiveDecoder(embedded.verifier, tokenizer, sampling)}
+    decoders = {
+        "verifier": AutoregressiveDecoder(embedded.verifier, tokenizer, sampling),
+        "verifier_greedy": AutoregressiveDecoder(embedded.verifier, tokenizer, greedy),
+    }
     for drafter, pair in (("8192-id head", embedded), ("full-vocab export", exported)):
         for rule, params in (("sps", {}), ("cactus", {"delta": 1.0})):
             rule_obj = make_sampler(rule, **params)
@@ -125,6 +133,7 @@ def vllm_worker(args, rule: str) -> dict:
     options = VllmOptions(enforce_eager=args.vllm_eager, cpu_threads=args.threads)
     tokenizer = load_tokenizer("embedded:smollm2-135m-instruct")
     sampling = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
+    greedy = SamplingParams(temperature=0.0)
     common = {"m": M, "dtype": args.dtype, "seed": 0, "options": options}
     # verifier-only first: the engine built last keeps vLLM's spec-decode counters
     base = build_llm(verifier, rule=None, drafter_id=None, **common)
@@ -132,6 +141,9 @@ def vllm_worker(args, rule: str) -> dict:
     decoders = {
         "verifier": VllmDecoder(
             base, tokenizer, num_draft_tokens=0, sampler_name=None, sampling=sampling
+        ),
+        "verifier_greedy": VllmDecoder(
+            base, tokenizer, num_draft_tokens=0, sampler_name=None, sampling=greedy
         ),
         f"{rule}|full-vocab export": VllmDecoder(
             spec, tokenizer, num_draft_tokens=M, sampler_name=rule, sampling=sampling
@@ -180,7 +192,7 @@ def rows_of(rep: int, backend: str, stats: dict, versions: str, args) -> list[di
             "max_new_tokens": args.max_new_tokens, "tokens": s["tokens"],
             "time_s": round(s["time"], 3), "tokens_per_s": round(rate, 3),
             "median_request_tokens_per_s": round(statistics.median(s["rates"]), 3),
-            "speedup": None if rule == "verifier" else round(rate / base, 4),
+            "speedup": None if rule.startswith("verifier") else round(rate / base, 4),
             "al": round(s["accepted"] / s["steps"], 4) if s["steps"] else None,
             "accept_rate": round(s["accepted"] / s["drafted"], 4) if s["drafted"] else None,
             "cpu": cpu_model(), "load_avg_1min": round(os.getloadavg()[0], 2), "versions": versions,
