@@ -18,10 +18,13 @@ The greedy verifier arm ("verifier_greedy") separates a backend's forward from i
 the gap between a backend's two verifier arms is what drawing at T / top-p / top-k costs it.
 One CSV row per (repetition, backend, arm): tokens/s = generated tokens / summed request wall
 time; speedup = this arm's tokens/s over the same process's verifier-only tokens/s. Timings are
-of `generate` only: engine start-up and warm-up are not timed. --dtype auto (the default) is
-what the HF engine's `model.dtype=auto` picks on this CPU (bfloat16 with hardware bf16, else
-float32), so the side by side is of the path users run. Rows of earlier runs with the same
-columns are kept; every row names its run's start time, commit and CPU.
+of `generate` only: engine start-up and warm-up are not timed. vLLM's engine core runs inside
+the worker process (VLLM_ENABLE_V1_MULTIPROCESSING=0); rows whose forward_path lacks "in-process
+engine core" ran it as vLLM's default second process, sharing the one pinned core with the
+frontend. --dtype auto (the default) is what the HF engine's `model.dtype=auto` picks on this
+CPU (bfloat16 with hardware bf16, else float32), so the side by side is of the path users run.
+Rows of earlier runs with the same columns are kept; every row names its run's start time,
+commit and CPU.
 """
 
 from __future__ import annotations
@@ -167,6 +170,9 @@ def run_worker(python: str, kind: str, args) -> tuple[dict, str]:
     command += ["--threads", "1", "--dtype", args.dtype, "--prompts", str(args.prompts)]
     command += ["--max-new-tokens", str(args.max_new_tokens)] + (["--vllm-eager"] * args.vllm_eager)
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": core, "PYTHONPATH": str(ROOT)}
+    # vLLM's engine core in the worker's own process (as bench_vllm_decode.py runs it): by default
+    # it is a second process, which here would share the one pinned core with the frontend.
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     start = time.time()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -186,6 +192,7 @@ def rows_of(rep: int, backend: str, stats: dict, versions: str, args) -> list[di
         path = "HF engine fast/compile=auto"
         if backend == "vllm":
             path = "vLLM eager" if args.vllm_eager else "vLLM compiled"
+            path += ", in-process engine core"
         rows.append({
             **args.stamp, "rep": rep, "backend": backend, "arm": rule, "drafter": drafter or None,
             "dtype": args.dtype, "threads": 1, "prompts": args.prompts, "forward_path": path,
