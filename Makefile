@@ -101,7 +101,7 @@ endif
 test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~15 min)
 	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py
 
-bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_{cpu,linear}.csv; ~20 min)
+bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_{cpu,linear}.csv; ~25 min)
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \
 		--out results/bench/vllm_cpu.csv
 	$(VLLM_PYTHON) scripts/bench_vllm_linear.py --out results/bench/vllm_linear.csv
