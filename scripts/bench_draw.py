@@ -39,6 +39,11 @@ def spread_ms(call, repeats: int) -> tuple[float, float, float]:
         start = time.thread_time()
         call()
         samples.append(1e3 * (time.thread_time() - start))
+    return spread(samples)
+
+
+def spread(samples: list[float]) -> tuple[float, float, float]:
+    """(median, 25th, 75th percentile) of `samples` (at least two)."""
     quartiles = statistics.quantiles(samples, n=4)
     return statistics.median(samples), quartiles[0], quartiles[2]
 

@@ -23,15 +23,17 @@ import time
 from pathlib import Path
 
 import torch
+from bench_draw import spread
+from bench_linear import SHAPES as MATRICES
 
 ROOT = Path(__file__).resolve().parents[1]
-HIDDEN, INTERMEDIATE, LAYERS, KV_WIDTH = 576, 1536, 30, 192  # SmolLM2-135M
-SHAPES = [  # (out, in) of each product in a layer
-    (HIDDEN + 2 * KV_WIDTH, HIDDEN),  # q, k, v fused
-    (HIDDEN, HIDDEN),  # o
-    (2 * INTERMEDIATE, HIDDEN),  # gate, up fused
-    (HIDDEN, INTERMEDIATE),  # down
+LAYERS = 30  # SmolLM2-135M's decoder layers
+# (out, in) of each product in one layer, in the order the fast forward runs them (packed)
+SHAPES = [
+    next((out, inp) for name, out, inp in MATRICES if name == product)
+    for product in ("qkv fused", "q|o", "gate_up fused", "down")
 ]
+HIDDEN = SHAPES[1][1]
 FIELDS = ["timestamp", "git_sha", "cpu", "isa", "dtype", "case", "rows", "kernel", "stat", "value"]
 
 
@@ -90,8 +92,7 @@ def main() -> None:
     rows_out = []
 
     def add(case, rows, kernel, times):
-        q25, _, q75 = statistics.quantiles(times, n=4)
-        for stat, value in (("median", statistics.median(times)), ("q25", q25), ("q75", q75)):
+        for stat, value in zip(("median", "q25", "q75"), spread(times), strict=True):
             rows_out.append({**stamp, "case": case, "rows": rows, "kernel": kernel,
                              "stat": stat, "value": round(value, 4)})  # fmt: skip
 

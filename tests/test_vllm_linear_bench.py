@@ -37,9 +37,9 @@ def test_bench_vllm_linear_times_both_kernels_and_appends(tmp_path):
     }
     for row in rows:
         assert float(row["value"]) > 0 and row["cpu"] and row["dtype"] == "bfloat16"
-    medians = [r for r in rows if r["stat"] == "median"]
-    for median in medians:  # each median lies within its quartiles
-        q = {r["stat"]: float(r["value"]) for r in rows if r["timestamp"] == median["timestamp"]
-             and r["case"] == median["case"] and r["rows"] == median["rows"]
-             and r["kernel"] == median["kernel"]}  # fmt: skip
+    stats = {}  # (run, case, rows, kernel) -> {stat: value}
+    for row in rows:
+        key = (row["timestamp"], row["case"], row["rows"], row["kernel"])
+        stats.setdefault(key, {})[row["stat"]] = float(row["value"])
+    for q in stats.values():  # each median lies within its quartiles
         assert q["q25"] <= q["median"] <= q["q75"]
