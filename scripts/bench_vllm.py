@@ -33,7 +33,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -157,13 +156,6 @@ def vllm_worker(args, rule: str) -> dict:
 
 
 # ---- the orchestrator ----------------------------------------------------------------------------
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def run_worker(python: str, kind: str, args) -> tuple[dict, str]:
     core = str(sorted(os.sched_getaffinity(0))[-1])
     command = ["taskset", "-c", core, python, __file__, "--worker", kind]
@@ -202,7 +194,7 @@ def rows_of(rep: int, backend: str, stats: dict, versions: str, args) -> list[di
             "speedup": None if rule.startswith("verifier") else round(rate / base, 4),
             "al": round(s["accepted"] / s["steps"], 4) if s["steps"] else None,
             "accept_rate": round(s["accepted"] / s["drafted"], 4) if s["drafted"] else None,
-            "cpu": cpu_model(), "load_avg_1min": round(os.getloadavg()[0], 2), "versions": versions,
+            "cpu": args.cpu, "load_avg_1min": round(os.getloadavg()[0], 2), "versions": versions,
         })  # fmt: skip
     return rows
 
@@ -242,7 +234,10 @@ def main() -> None:
         from cactus_bench.engine.cpu_kernels import auto_cpu_dtype
 
         args.dtype = str(auto_cpu_dtype()).removeprefix("torch.")
+    from cactus_bench.engine.cpu_kernels import cpu_info
     from cactus_bench.results.metadata import git_state
+
+    args.cpu = cpu_info().model  # with family and model: a generic "model name" hides which CPU
 
     sha, dirty = git_state()
     args.stamp = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": sha,

@@ -11,7 +11,8 @@ forward does), for 1, 3 and 8 rows; the two kernels alternate, one thread, CPU t
 quartiles of --repeats sweeps. Then the cost of one call on a tiny product (64 x 576), where the
 kernel's work is negligible and what is left is the call's own overhead. The outputs of the two
 kernels are compared first, so a timing is never of a wrong product.
-Appends to results/bench/vllm_linear.csv (timestamp, commit, CPU, ISA flags).
+Appends to results/bench/vllm_linear.csv (timestamp, commit and whether the checkout was dirty,
+CPU, ISA flags); earlier rows are kept.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ SHAPES = [
     for product in ("qkv fused", "q|o", "gate_up fused", "down")
 ]
 HIDDEN = SHAPES[1][1]
-FIELDS = ["timestamp", "git_sha", "cpu", "isa", "dtype", "case", "rows", "kernel", "stat", "value"]
+FIELDS = ["timestamp", "git_sha", "git_dirty", "cpu", "isa", "dtype", "case", "rows", "kernel", "stat", "value"]
 
 
 def sweep(kernel, inputs) -> None:
@@ -82,9 +83,11 @@ def main() -> None:
         "vllm onednn_mm": lambda layer, k, x: ops.onednn_mm(theirs[layer][k], x, None),
     }
     info = cpu_info()
+    sha, dirty = git_state()
     stamp = {
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "git_sha": git_state()[0],
+        "git_sha": sha,
+        "git_dirty": dirty,
         "cpu": info.model,
         "isa": info.isa,
         "dtype": "bfloat16",
@@ -124,12 +127,14 @@ def main() -> None:
         print(f"one call, {name:26} {statistics.median(per_call):6.2f} us")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not args.out.exists()
-    with open(args.out, "a", newline="") as handle:
+    earlier = []
+    if args.out.exists():  # rows of a layout without a column get it empty (unknown)
+        with open(args.out, newline="") as handle:
+            earlier = [{k: row.get(k, "") for k in FIELDS} for row in csv.DictReader(handle)]
+    with open(args.out, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows_out)
+        writer.writeheader()
+        writer.writerows(earlier + rows_out)
     print(f"appended {len(rows_out)} rows to {args.out}")
 
 

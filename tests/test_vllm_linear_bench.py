@@ -14,8 +14,15 @@ pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm, then make test-
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_vllm_linear.py"
 
 
+OLD_LAYOUT = (  # a row written before the git_dirty column existed
+    "timestamp,git_sha,cpu,isa,dtype,case,rows,kernel,stat,value\n"
+    "2026-12-01T02:58:15+0000,9c53d7e,some cpu,AVX512,bfloat16,call_us,1,vllm onednn_mm,median,9.5\n"
+)
+
+
 def test_bench_vllm_linear_times_both_kernels_and_appends(tmp_path):
     out = tmp_path / "linear.csv"
+    out.write_text(OLD_LAYOUT)
     for _ in range(2):  # the second run appends under the same header
         done = subprocess.run(
             [sys.executable, str(SCRIPT), "--repeats", "3", "--out", str(out)],
@@ -24,7 +31,9 @@ def test_bench_vllm_linear_times_both_kernels_and_appends(tmp_path):
             timeout=600,
         )
         assert done.returncode == 0, done.stderr[-2000:]
-    rows = list(csv.DictReader(out.open()))
+    old, *rows = list(csv.DictReader(out.open()))
+    assert old["git_dirty"] == "" and old["value"] == "9.5"  # kept, its dirty flag unknown
+    assert {row["git_dirty"] for row in rows} <= {"True", "False"}
     kernels = {"torch packed (HF engine)", "vllm onednn_mm"}
     # per run: 2 kernels x (sweeps at 1, 3, 8 rows + one tiny call) x (median, q25, q75)
     assert len(rows) == 2 * 2 * 4 * 3
