@@ -35,7 +35,8 @@ SHAPES = [
     for product in ("qkv fused", "q|o", "gate_up fused", "down")
 ]
 HIDDEN = SHAPES[1][1]
-FIELDS = ["timestamp", "git_sha", "git_dirty", "cpu", "isa", "dtype", "case", "rows", "kernel", "stat", "value"]
+FIELDS = ["timestamp", "git_sha", "git_dirty", "cpu", "isa", "dtype",
+          "case", "rows", "kernel", "stat", "value"]  # fmt: skip
 
 
 def sweep(kernel, inputs) -> None:

@@ -16,7 +16,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_vllm_linear.py
 
 OLD_LAYOUT = (  # a row written before the git_dirty column existed
     "timestamp,git_sha,cpu,isa,dtype,case,rows,kernel,stat,value\n"
-    "2026-12-01T02:58:15+0000,9c53d7e,some cpu,AVX512,bfloat16,call_us,1,vllm onednn_mm,median,9.5\n"
+    "2026-12-01T02:58:15+0000,9c53d7e,some cpu,AVX512,bfloat16,"
+    "call_us,1,vllm onednn_mm,median,9.5\n"
 )
 
 
