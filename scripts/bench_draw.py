@@ -34,12 +34,18 @@ def spread_ms(call, repeats: int) -> tuple[float, float, float]:
     """(median, 25th, 75th percentile) CPU ms of `call()` over `repeats` calls after a warm-up."""
     for _ in range(max(3, repeats // 10)):
         call()
+    return spread(cpu_times_ms(call, repeats))
+
+
+def cpu_times_ms(call, repeats: int, clock=time.thread_time) -> list[float]:
+    """CPU ms of each of `repeats` calls of `call()`, by `clock` (this thread's time by default;
+    time.process_time where a library may run the work on threads of its own)."""
     samples = []
     for _ in range(repeats):
-        start = time.thread_time()
+        start = clock()
         call()
-        samples.append(1e3 * (time.thread_time() - start))
-    return spread(samples)
+        samples.append(1e3 * (clock() - start))
+    return samples
 
 
 def spread(samples: list[float]) -> tuple[float, float, float]:

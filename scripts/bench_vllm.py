@@ -83,19 +83,19 @@ def measure(decoders: dict, prompts, max_new_tokens: int) -> dict:
 
 def hf_worker(args) -> dict:
     import torch
+    from bench_draw import PAPER_SAMPLING
 
     from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
     from cactus_bench.models import load_pair
     from cactus_bench.models.registry import PairSpec, get_pair_spec
     from cactus_bench.models.smollm2 import prepare_smollm2
-    from cactus_bench.paper import PAPER
     from cactus_bench.run.measure import warm_up
     from cactus_bench.samplers import make_sampler
     from cactus_bench.vllm.export import export_full_vocab_drafter
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    sampling = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
+    sampling = PAPER_SAMPLING
     greedy = SamplingParams(temperature=0.0)
     embedded = load_pair(get_pair_spec("smollm2_135m"), device="cpu", dtype=args.dtype)
     export = str(export_full_vocab_drafter())
@@ -122,9 +122,10 @@ def hf_worker(args) -> dict:
 
 
 def vllm_worker(args, rule: str) -> dict:
+    from bench_draw import PAPER_SAMPLING
+
     from cactus_bench.engine import SamplingParams
     from cactus_bench.models.loading import load_tokenizer
-    from cactus_bench.paper import PAPER
     from cactus_bench.run.measure import warm_up
     from cactus_bench.vllm.decoder import VllmDecoder
     from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
@@ -134,7 +135,7 @@ def vllm_worker(args, rule: str) -> dict:
     params = {"delta": 1.0} if rule == "cactus" else {}
     options = VllmOptions(enforce_eager=args.vllm_eager, cpu_threads=args.threads)
     tokenizer = load_tokenizer("embedded:smollm2-135m-instruct")
-    sampling = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
+    sampling = PAPER_SAMPLING
     greedy = SamplingParams(temperature=0.0)
     common = {"m": M, "dtype": args.dtype, "seed": 0, "options": options}
     # verifier-only first: the engine built last keeps vLLM's spec-decode counters
@@ -230,15 +231,12 @@ def main() -> None:
         versions = " ".join(f"{n} {version(n)}" for n in names)
         print("RESULT " + json.dumps({"stats": stats, "versions": versions}), flush=True)
         return
-    if args.dtype == "auto":
-        from cactus_bench.engine.cpu_kernels import auto_cpu_dtype
-
-        args.dtype = str(auto_cpu_dtype()).removeprefix("torch.")
-    from cactus_bench.engine.cpu_kernels import cpu_info
+    from cactus_bench.engine.cpu_kernels import auto_cpu_dtype, cpu_info
     from cactus_bench.results.metadata import git_state
 
+    if args.dtype == "auto":
+        args.dtype = str(auto_cpu_dtype()).removeprefix("torch.")
     args.cpu = cpu_info().model  # with family and model: a generic "model name" hides which CPU
-
     sha, dirty = git_state()
     args.stamp = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": sha,
                   "git_dirty": dirty}  # fmt: skip

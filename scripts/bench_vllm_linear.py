@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_draw import spread
+from bench_draw import cpu_times_ms, spread
 from bench_linear import SHAPES as MATRICES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,15 +46,6 @@ def sweep(kernel, inputs) -> None:
             kernel(layer, product, x)
 
 
-def cpu_time_ms(call, repeats: int) -> list[float]:
-    times = []
-    for _ in range(repeats):
-        start = time.process_time()
-        call()
-        times.append((time.process_time() - start) * 1e3)
-    return times
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
@@ -71,6 +62,7 @@ def main() -> None:
     from cactus_bench.results.metadata import git_state
 
     torch.set_num_threads(1)
+    clock = time.process_time  # the process's CPU time: vLLM's kernel may run on its OpenMP thread
     dtype = torch.bfloat16
     generator = torch.Generator().manual_seed(0)
     weights = [
@@ -110,7 +102,7 @@ def main() -> None:
         times = {name: [] for name in kernels}
         for _ in range(args.repeats):  # alternate, so drifts in machine speed hit both alike
             for name, kernel in kernels.items():
-                times[name] += cpu_time_ms(lambda f=kernel, x=inputs: sweep(f, x), 1)
+                times[name] += cpu_times_ms(lambda f=kernel, x=inputs: sweep(f, x), 1, clock)
         for name in kernels:
             add("sweep_ms", rows, name, times[name])
             print(f"{rows} rows, {name:26} {statistics.median(times[name]):7.2f} ms a sweep")
@@ -123,7 +115,7 @@ def main() -> None:
         "vllm onednn_mm": lambda: ops.onednn_mm(tiny_theirs, x, None),
     }
     for name, call in tiny_calls.items():
-        per_call = cpu_time_ms(lambda c=call: [c() for _ in range(1000)], 15)
+        per_call = cpu_times_ms(lambda c=call: [c() for _ in range(1000)], 15, clock)
         add("call_us", 1, name, per_call)  # 1000 calls in ms = one call in us
         print(f"one call, {name:26} {statistics.median(per_call):6.2f} us")
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_draw import PAPER_SAMPLING
 from tqdm import tqdm
 from transformers import DynamicCache
 
@@ -41,7 +42,6 @@ from cactus_bench.models.drafter import (
     load_drafter,
 )
 from cactus_bench.models.smollm2 import prepare_smollm2
-from cactus_bench.paper import PAPER
 from cactus_bench.results.intervals import (
     bootstrap_rng,
     percentile_interval,
@@ -230,7 +230,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    sampling = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
+    sampling = PAPER_SAMPLING
     pair = load_smollm2_pair(args.weights, args.config, args.dtype)
     report: dict = {"drafter": json.loads(args.config.read_text()), "threads": args.threads,
                     "dtype": args.dtype, "cpu": device_name("cpu"), "clock": args.clock,
