@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from cactus_bench.run import (
     ConfigError,
     RunConf,
+    SamplerChoice,
     format_outcome,
     one_line_error,
     pin_launch_context,
@@ -38,20 +39,20 @@ LAUNCH_PID_ENV = "CACTUS_BENCH_LAUNCH_PID"  # the process that runs Hydra (not a
 _failures: list[BaseException] = []  # jobs of this process that failed (printed already)
 
 
-def to_run_conf(cfg: DictConfig) -> RunConf:
-    """The composed config as validated plain dataclasses (fails before any model loads)."""
+def to_run_conf(cfg: DictConfig) -> tuple[RunConf, SamplerChoice]:
+    """The composed config as plain dataclasses, validated (before anything heavy loads), and
+    the checked sampler choice that `run` takes so that it does not validate again."""
     try:
         conf = OmegaConf.to_object(cfg)
     except Exception as error:  # e.g. a missing value (???) or an interpolation to nowhere
         raise ConfigError(one_line_error(error)) from error
-    validate(conf)
-    return conf
+    return conf, validate(conf)
 
 
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
-        conf = to_run_conf(cfg)
+        conf, choice = to_run_conf(cfg)
         if conf.frontier is not None:  # experiment=frontier: exact statistics, not a task run
             from cactus_bench.frontier.__main__ import format_outcome as format_frontier
             from cactus_bench.frontier.pipeline import run_frontier
@@ -60,7 +61,7 @@ def main(cfg: DictConfig) -> None:
             return
         from cactus_bench.run import run  # after validation: a bad config never waits for torch
 
-        outcome = run(conf)
+        outcome = run(conf, choice)
     except Exception as error:
         in_job_process = os.environ.get(LAUNCH_PID_ENV) != str(os.getpid())
         if in_job_process or os.environ.get("CACTUS_BENCH_TRACEBACK"):

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cactus_bench.run_settings import GROUPED_COLUMNS
+
 STATUSES = ("ok", "error")
 
 
@@ -25,7 +27,6 @@ class Column:
     name: str
     kind: str  # "str" | "int" | "float" | "bool" | "json"
     doc: str
-    config: bool = False  # part of what a configuration is: reports give each value its cell
 
 
 _SCHEMA: tuple[Column, ...] = (
@@ -37,42 +38,40 @@ _SCHEMA: tuple[Column, ...] = (
     Column("git_dirty", "bool", "true when the work tree had uncommitted changes"),
     Column("experiment", "str", "experiment preset name, e.g. table1_qwen3_14b"),
     # what was run
-    Column("model_pair", "str", "pair name from cactus_bench.models.PAIR_NAMES", config=True),
+    Column("model_pair", "str", "pair name from cactus_bench.models.PAIR_NAMES"),
     Column("drafter_id", "str", "drafter checkpoint id; empty for a verifier-only run"),
     Column("verifier_id", "str", "verifier checkpoint id"),
     Column("backend", "str", "hf | vllm"),
     Column("dtype", "str", "dtype the models ran in"),
-    Column("task", "str", "gsm8k | ifeval | gpqa | demo", config=True),
+    Column("task", "str", "gsm8k | ifeval | gpqa | demo"),
     Column("n_samples", "int", "number of prompts scored"),
     Column(
         "sampler",
         "str",
         "sps | cactus | cactus_exact | tas | interp | topk | greedy | verifier (no drafts)",
-        config=True,
     ),
-    Column("delta", "float", "divergence budget (cactus, cactus_exact)", config=True),
-    Column("divergence", "str", "f-divergence of the constraint, e.g. kl", config=True),
-    Column("threshold", "float", "TAS posterior threshold epsilon", config=True),
-    Column("alpha", "float", "TAS alpha, or the interpolation weight of interp", config=True),
-    Column("top_k_accept", "int", "k of the top-k acceptance baseline", config=True),
+    Column("delta", "float", "divergence budget (cactus, cactus_exact)"),
+    Column("divergence", "str", "f-divergence of the constraint, e.g. kl"),
+    Column("threshold", "float", "TAS posterior threshold epsilon"),
+    Column("alpha", "float", "TAS alpha, or the interpolation weight of interp"),
+    Column("top_k_accept", "int", "k of the top-k acceptance baseline"),
     Column(
         "sampler_params",
         "json",
         "every parameter of the acceptance rule, as its params() gives them (a new parameter "
         "without a column of its own shows here)",
-        config=True,
     ),
-    Column("m", "int", "draft length (tokens drafted per step)", config=True),
-    Column("temperature", "float", "sampling temperature (0 = greedy)", config=True),
-    Column("top_p", "float", "nucleus threshold", config=True),
-    Column("top_k", "int", "top-k filter of the sampling distributions", config=True),
+    Column("m", "int", "draft length (tokens drafted per step)"),
+    Column("temperature", "float", "sampling temperature (0 = greedy)"),
+    Column("top_p", "float", "nucleus threshold"),
+    Column("top_k", "int", "top-k filter of the sampling distributions"),
     Column("seed", "int", "seed of the run"),
     Column(
         "repeats",
         "int",
         "decodes per prompt, each with its own seeds (both arms); empty in rows before it existed",
     ),
-    Column("max_new_tokens", "int", "generation cap per prompt", config=True),
+    Column("max_new_tokens", "int", "generation cap per prompt"),
     # quality
     Column("score_name", "str", "which task metric `score` is, e.g. exact_match,strict-match"),
     Column("score", "float", "headline task score as a fraction in [0, 1]"),
@@ -150,8 +149,9 @@ _SCHEMA: tuple[Column, ...] = (
 SCHEMA: dict[str, Column] = {c.name: c for c in _SCHEMA}
 COLUMNS: list[str] = [c.name for c in _SCHEMA]
 REQUIRED_COLUMNS: tuple[str, ...] = ("run_id", "config_hash", "task", "sampler", "status")
-# One report cell / plotted point per distinct combination of these (seeds are averaged).
-CONFIG_COLUMNS: tuple[str, ...] = tuple(c.name for c in _SCHEMA if c.config)
+# One report cell / plotted point per distinct combination of these (seeds are averaged): the
+# run settings' grouped columns (cactus_bench.run_settings), in the schema's order.
+CONFIG_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c in GROUPED_COLUMNS)
 
 # Measured numbers: an error row must leave these empty so a failed run never carries stale values.
 MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(

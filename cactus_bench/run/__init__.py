@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cactus_bench.run.checks import ConfigError, run_conf_from_dict, sampler_choice, validate
+from cactus_bench.run.checks import (
+    ConfigError,
+    SamplerChoice,
+    run_conf_from_dict,
+    sampler_choice,
+    validate,
+)
 from cactus_bench.run.conf import RunConf, register_configs
 from cactus_bench.run.console import RunOutcome, format_outcome
 from cactus_bench.run.errors import one_line_error
@@ -51,6 +57,7 @@ __all__ = [
     "RunConf",
     "RunIdentity",
     "RunOutcome",
+    "SamplerChoice",
     "build_identity",
     "format_outcome",
     "one_line_error",

@@ -22,7 +22,7 @@ from cactus_bench.run.conf import (
     LOGGER_NAMES,
     RunConf,
 )
-from cactus_bench.samplers.catalogue import VERIFIER_ONLY, check_params, rule_info
+from cactus_bench.samplers.catalogue import DELTA, VERIFIER_ONLY, check_params, rule_info
 from cactus_bench.tasks.specs import TASK_NAMES
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -50,6 +50,11 @@ def sampler_choice(conf: RunConf) -> SamplerChoice:
     name = node.pop("name", None)
     if not isinstance(name, str) or not name:
         raise ConfigError("sampler.name is missing; pick one with sampler=<name> (e.g. cactus)")
+    if conf.delta is not None:  # a budget even where the rule takes none: checked the same way
+        try:
+            DELTA.coerce("the delta= shortcut", conf.delta)
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
     if name == VERIFIER_ONLY:
         if node:
             raise ConfigError(f"sampler 'verifier' takes no parameters; remove {sorted(node)}")
@@ -74,9 +79,8 @@ def validate(conf: RunConf) -> SamplerChoice:
     """Raise ConfigError (one line) for the first bad value in `conf`; cheap, loads nothing.
 
     Returns the checked sampler choice, which the run's identity is built from."""
-    _fail_if(conf.delta is not None and not conf.delta >= 0, _delta_line(conf.delta))
-    _fail_if(conf.m < 1, f"m (draft length) must be >= 1 (got {conf.m})")
     choice = sampler_choice(conf)
+    _fail_if(conf.m < 1, f"m (draft length) must be >= 1 (got {conf.m})")
     if conf.task.name not in TASK_NAMES:
         from cactus_bench.samplers.catalogue import _did_you_mean
 
@@ -94,10 +98,6 @@ def validate(conf: RunConf) -> SamplerChoice:
         except ValueError as error:
             raise ConfigError(str(error)) from None
     return choice
-
-
-def _delta_line(delta) -> str:
-    return f"delta must be >= 0 (got {delta}): the divergence budget is in nats"
 
 
 def _check_ranges(conf: RunConf) -> None:

@@ -1,5 +1,6 @@
 """What a run is, stated once: the config hash, the CSV identity columns, the one-line
-description, the W&B config and the baseline-cache key all come from one `RunIdentity`.
+description, the W&B config and the baseline-cache key all come from one `RunIdentity`, whose
+settings are the table `cactus_bench.run_settings.RUN_SETTINGS`.
 
 It is built from the validated configuration (device already resolved) and the acceptance rule's
 own `params()` (what the rule really runs with, defaults included), so a new rule parameter
@@ -20,6 +21,7 @@ from cactus_bench.results.baseline_cache import baseline_key
 from cactus_bench.results.metadata import config_hash
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.launch import resolve_path
+from cactus_bench.run_settings import baseline_values, column_values, hashed_values
 from cactus_bench.samplers.catalogue import VERIFIER_ONLY, param_columns
 
 
@@ -35,50 +37,44 @@ class RunIdentity:
 
     @cached_property
     def hash_fields(self) -> dict[str, Any]:
-        """Every setting that changes what a run measures, and nothing else.
+        """Every setting that changes what a run measures, and nothing else (the hashed rows of
+        `cactus_bench.run_settings.RUN_SETTINGS`).
 
         Resume keys on config_hash(hash_fields). Parameters a rule does not take never appear
         (so `sampler=sps delta=0.5` and `sampler=sps delta=1.0` are one run), nor does m for
         the verifier-only run. Paths, logger and `force` never change a measurement.
         """
-        conf = self.conf
-        return {
-            "model": dataclasses.asdict(conf.model),
-            "task": conf.task.name,
-            "limit": conf.limit,
-            "seed": conf.seed,
-            "sampler": self.sampler,
-            "sampler_params": dict(self.sampler_params),
-            "m": conf.m if self.speculative else None,
-            "temperature": conf.temperature,
-            "top_p": conf.top_p,
-            "top_k": conf.top_k,
-            "max_new_tokens": conf.max_new_tokens,
-            "device": conf.device,
-            # hf: the bare name (older rows keep their hashes); vllm: its options change timings
-            "backend": conf.backend.name
-            if conf.backend.name == "hf"
-            else dataclasses.asdict(conf.backend),
-            "engine": dataclasses.asdict(conf.engine),  # changes timings, so a separate run
-            "threads": conf.threads,
-            "baseline": conf.baseline if self.speculative else "none",
-            # only when set: a repeats=1 run keeps the hash it had before the field existed
-            **({"repeats": conf.repeats} if conf.repeats != 1 else {}),
-            # dtype=auto is bf16 on one CPU and fp32 on another: two different measurements
-            **({"resolved_dtype": self.dtype} if conf.model.dtype == "auto" else {}),
-            **self._drafter_version,
-        }
+        return hashed_values(self)
+
+    # ---- values the settings table reads that are not plain config fields ----
+    @property
+    def hashed_backend(self) -> str | dict[str, Any]:
+        """hf: the bare name; vllm: every option (they change timings)."""
+        backend = self.conf.backend
+        return backend.name if backend.name == "hf" else dataclasses.asdict(backend)
 
     @property
-    def _drafter_version(self) -> dict[str, str]:
+    def auto_dtype(self) -> str | None:
+        """The resolved dtype when the config says `auto`; None when it names one."""
+        return self.dtype if self.conf.model.dtype == "auto" else None
+
+    @cached_property
+    def drafter_fingerprint(self) -> str | None:
         """The committed drafter's fingerprint when a speculative run uses it: its weights and
         logit scale live in the package, so a retrained or recalibrated drafter is a new run
         (hub drafters are pinned by their id and revision instead)."""
         if not (self.speculative and self.conf.model.drafter == SMOLLM2_DRAFTER_ID):
-            return {}
+            return None
         from cactus_bench.models.drafter import drafter_fingerprint
 
-        return {"drafter_fingerprint": drafter_fingerprint()}
+        return drafter_fingerprint()
+
+    @cached_property
+    def verifier_commit(self) -> str | None:
+        """The cached commit the verifier's revision resolves to (None: embedded, not cached)."""
+        from cactus_bench.models.hub import hub_commit
+
+        return hub_commit(self.conf.model.verifier, self.conf.model.verifier_revision) or None
 
     @cached_property
     def dtype(self) -> str:
@@ -104,28 +100,11 @@ class RunIdentity:
 
     def columns(self, run_id: str) -> dict[str, Any]:
         """The row's columns that say which run it is (known before anything runs)."""
-        conf = self.conf
         return {
             "run_id": run_id,
             "config_hash": self.config_hash,
-            "experiment": conf.experiment_name,
-            "model_pair": conf.model.name,
-            "drafter_id": conf.model.drafter if self.speculative else None,
-            "verifier_id": conf.model.verifier,
-            "backend": conf.backend.name,
-            "dtype": self.dtype,
-            "task": conf.task.name,
-            "sampler": self.sampler,
+            **column_values(self),
             **param_columns(self.sampler, self.sampler_params),
-            "sampler_params": dict(self.sampler_params) if self.speculative else None,
-            "m": conf.m if self.speculative else None,
-            "temperature": conf.temperature,
-            "top_p": conf.top_p,
-            "top_k": conf.top_k,
-            "seed": conf.seed,
-            "repeats": conf.repeats,
-            "max_new_tokens": conf.max_new_tokens,
-            "baseline_mode": conf.baseline if self.speculative else "none",
         }
 
     @property
@@ -142,27 +121,8 @@ class RunIdentity:
     def baseline_key(self, prompts: list, device_name: str) -> str:
         """Key of the verifier-only decode of `prompts` that any run of this setting may reuse:
         verifier, prompts as token ids, sampling, dtype, budget, seed and the device timed on."""
-        from cactus_bench.models.hub import hub_commit
-
-        conf = self.conf
-        # The commit an unpinned revision resolved to: after the hub moves main, not reused.
-        commit = hub_commit(conf.model.verifier, conf.model.verifier_revision)
-        return baseline_key(
-            verifier_id=conf.model.verifier,
-            task=conf.task.name,
-            prompts=prompts,
-            sampling={
-                "temperature": conf.temperature,
-                "top_p": conf.top_p,
-                "top_k": conf.top_k,
-                "dtype": self.dtype,
-                "verifier_revision": conf.model.verifier_revision,
-                **({"verifier_commit": commit} if commit else {}),
-            },
-            max_new_tokens=conf.max_new_tokens,
-            seed=conf.seed,
-            device_name=device_name,
-        )
+        fields = baseline_values(self)
+        return baseline_key(prompts=prompts, device_name=device_name, **fields)
 
     @property
     def results_csv(self) -> Path:

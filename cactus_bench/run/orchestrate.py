@@ -20,7 +20,7 @@ import uuid
 
 from cactus_bench.results import ResultStore, run_metadata
 from cactus_bench.run.backends import check_backend, resolve_device
-from cactus_bench.run.checks import validate
+from cactus_bench.run.checks import SamplerChoice, validate
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.console import RunOutcome
 from cactus_bench.run.errors import error_text
@@ -29,8 +29,12 @@ from cactus_bench.run.measure import measure
 
 
 def build_identity(conf: RunConf) -> tuple[RunIdentity, object]:
-    """(identity, rule) of a validated config; rule is None for the verifier alone."""
-    choice = validate(conf)
+    """(identity, rule) of a config, validated here; rule is None for the verifier alone."""
+    return identity_of(conf, validate(conf))
+
+
+def identity_of(conf: RunConf, choice: SamplerChoice) -> tuple[RunIdentity, object]:
+    """(identity, rule) of a config that `validate` passed, given the choice it returned."""
     conf = dataclasses.replace(conf, device=resolve_device(conf.device))
     rule = None
     if choice.speculative:
@@ -41,11 +45,14 @@ def build_identity(conf: RunConf) -> tuple[RunIdentity, object]:
     return RunIdentity(conf, choice.name, params), rule
 
 
-def run(conf: RunConf) -> RunOutcome:
-    """Run `conf` unless its config hash already has a finished row (then skip; force=true)."""
-    validate(conf)
+def run(conf: RunConf, choice: SamplerChoice | None = None) -> RunOutcome:
+    """Run `conf` unless its config hash already has a finished row (then skip; force=true).
+
+    `choice` is what `validate(conf)` returned when the caller validated already (run.py does,
+    before importing anything heavy); without it, `conf` is validated here."""
+    choice = choice or validate(conf)
     check_backend(conf)
-    identity, rule = build_identity(conf)
+    identity, rule = identity_of(conf, choice)
     store = ResultStore(identity.results_csv)
     if not conf.force and store.has_finished(identity.config_hash):
         print(

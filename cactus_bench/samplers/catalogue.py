@@ -64,14 +64,17 @@ class Param:
         too_high = self.high is not None and value > self.high
         if too_low or too_high:
             raise ValueError(
-                f"{self.name} must be in {self.range_text()} for {rule} ({self.doc}); got {value}"
+                f"{self.name} must be {self.range_text()} for {rule} ({self.doc}); got {value}"
             )
         return value
 
     def range_text(self) -> str:
+        """`in (0, 1]` for two bounds, `>= 0` or `> 0` for a lower bound alone."""
+        if self.high is None and self.low is not None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
         low = "-inf" if self.low is None else f"{self.low:g}"
         high = "inf)" if self.high is None else f"{self.high:g}]"
-        return f"{'(' if self.low_open or self.low is None else '['}{low}, {high}"
+        return f"in {'(' if self.low_open or self.low is None else '['}{low}, {high}"
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,9 @@ class TypicalAcceptance(AcceptanceRule):
     recovery_is_argmax = True
 
     def __init__(self, threshold: float = 0.09, alpha: float | None = None):
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError(f"threshold must lie in (0, 1] for tas; got {threshold}")
+        # ranges: the catalogue's, checked once by make_sampler
         self.threshold = float(threshold)
         self.alpha = math.sqrt(self.threshold) if alpha is None else float(alpha)
-        if not self.alpha > 0:
-            raise ValueError(f"alpha must be > 0 for tas; got {alpha}")
 
     def params(self) -> dict:
         return {"threshold": self.threshold, "alpha": self.alpha}
@@ -64,9 +61,7 @@ class TopK(AcceptanceRule):
     deterministic_accept = True
 
     def __init__(self, k: int = 5):
-        if isinstance(k, bool) or int(k) != k or k < 1:
-            raise ValueError(f"k must be an integer >= 1 for topk; got {k}")
-        self.k = int(k)
+        self.k = int(k)  # range: the catalogue's, checked once by make_sampler
 
     def params(self) -> dict:
         return {"k": self.k}

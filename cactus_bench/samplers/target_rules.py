@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers.base import AcceptanceRule, DraftStats
-from cactus_bench.samplers.divergences import DIVERGENCES, exact_gamma, taylor_gamma
+from cactus_bench.samplers.divergences import exact_gamma, taylor_gamma
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
 
 
@@ -68,7 +68,7 @@ class Cactus(TargetRule):
     name = "cactus"
 
     def __init__(self, delta: float = 1.0):
-        self.delta = _check_delta(delta)
+        self.delta = float(delta)  # range: the catalogue's, checked once by make_sampler
 
     def params(self) -> dict:
         return {"delta": self.delta}
@@ -83,11 +83,7 @@ class CactusExact(TargetRule):
     name = "cactus_exact"
 
     def __init__(self, delta: float = 1.0, divergence: str = "kl"):
-        self.delta = _check_delta(delta)
-        if divergence not in DIVERGENCES:
-            raise ValueError(
-                f"divergence must be one of {', '.join(DIVERGENCES)}; got {divergence!r}"
-            )
+        self.delta = float(delta)  # ranges and choices: the catalogue's, checked by make_sampler
         self.divergence = divergence
 
     def params(self) -> dict:
@@ -104,9 +100,7 @@ class Interpolation(TargetRule):
     name = "interp"
 
     def __init__(self, alpha: float = 0.5):
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1] for interp; got {alpha}")
-        self.alpha = float(alpha)
+        self.alpha = float(alpha)  # range: the catalogue's, checked once by make_sampler
 
     def params(self) -> dict:
         return {"alpha": self.alpha}
@@ -121,10 +115,3 @@ class Interpolation(TargetRule):
         # h does not depend on the draft, so the chain emits h exactly (the SpS argument).
         p, q = normalised(p, q)
         return self.alpha * p + (1 - self.alpha) * q
-
-
-def _check_delta(delta: float) -> float:
-    delta = float(delta)
-    if not delta >= 0:  # also rejects NaN
-        raise ValueError(f"delta must be >= 0 (delta = 0 is SpS); got {delta}")
-    return delta

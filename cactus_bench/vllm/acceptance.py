@@ -56,9 +56,6 @@ def parse_rule_spec(text: str) -> AcceptanceRule:
         raise RuleSpecError(
             f"{RULE_ENV}: unknown rule {name!r}; choose one of {', '.join(SAMPLER_NAMES)}"
         )
-    delta = params.get("delta")
-    if isinstance(delta, int | float) and not isinstance(delta, bool) and delta < 0:
-        raise RuleSpecError(f"{RULE_ENV}: delta must be >= 0 (got {delta})")
     try:
         return make_sampler(name, **params)
     except (TypeError, ValueError) as error:
