@@ -4,7 +4,7 @@
     python scripts/rehearse.py --pairs qwen3_8b,deepseek_r1_7b --rebuild
 
 1. Builds (once) tiny random stand-ins of every hub checkpoint the configs/model YAMLs name
-   (cactus_bench.models.rehearsal: real architectures, vocabulary sizes and config fields, the
+   (cactus_bench.rehearsal: real architectures, vocabulary sizes and config fields, the
    real Qwen3 tokenizer) in a hub cache, default ~/.cache/cactus_bench/rehearsal_hub.
 2. Runs them through the unchanged CLI with HF_HOME pointed there and HF_HUB_OFFLINE=1, as
        python run.py -m model=<every pair> task=gsm8k limit=2 max_new_tokens=32 data_dir=...
@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cactus_bench.models.rehearsal import (  # noqa: E402
+from cactus_bench.rehearsal import (  # noqa: E402
     HUB_MODELS,
     build_hub_cache,
     default_home,
@@ -36,7 +36,7 @@ from cactus_bench.models.rehearsal import (  # noqa: E402
     pinned_revisions,
     repo_folder,
 )
-from cactus_bench.models.rehearsal.check import (  # noqa: E402
+from cactus_bench.rehearsal.check import (  # noqa: E402
     template_problem,
     tokenizer_kind,
     vocab_facts,
@@ -87,7 +87,7 @@ def select_pairs(names: str):
     for spec in missing:
         print(
             f"rehearse: skipping {spec.name}: no stand-in for its checkpoints (add them to "
-            "cactus_bench/models/rehearsal/specs.py)"
+            "cactus_bench/rehearsal/specs.py)"
         )
     return [spec for spec in pairs if spec not in missing]
 

@@ -26,6 +26,8 @@ ALLOWED: dict[str, set[str]] = {
     "results": {"run_settings"},
     "report": {"results"},
     "vllm": {"engine", "samplers", "models"},
+    "drafter_training": {"engine", "models", "paper"},
+    "rehearsal": {"models"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},
     "run": {
         "paper",

@@ -7,14 +7,12 @@ import json
 import pytest
 import torch
 
-from cactus_bench.models import make_tiny_pair
-from cactus_bench.models.drafter import load_drafter
-from cactus_bench.models.drafter_data import (
+from cactus_bench.drafter_training.data import (
     check_no_overlap,
     drafter_prompts,
     instruction_prompts,
 )
-from cactus_bench.models.drafter_distill import (
+from cactus_bench.drafter_training.distill import (
     CALIBRATION_SCALES,
     DistillSettings,
     acceptance_terms,
@@ -23,7 +21,7 @@ from cactus_bench.models.drafter_distill import (
     distill_loss,
     processed_student,
 )
-from cactus_bench.models.drafter_teacher import (
+from cactus_bench.drafter_training.teacher import (
     TeacherSettings,
     generate_batch,
     generate_shards,
@@ -31,7 +29,9 @@ from cactus_bench.models.drafter_teacher import (
     plan_batches,
     warp,
 )
-from cactus_bench.models.drafter_training import calibrate, distill
+from cactus_bench.drafter_training.train import calibrate, distill
+from cactus_bench.models import make_tiny_pair
+from cactus_bench.models.drafter import load_drafter
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -16,15 +16,15 @@ from huggingface_hub import constants, scan_cache_dir, try_to_load_from_cache
 
 from cactus_bench.engine import SamplingParams, SpeculativeDecoder
 from cactus_bench.models import PairSpec, load_pair
-from cactus_bench.models.rehearsal import (
+from cactus_bench.rehearsal import (
     HUB_MODELS,
     build_hub_cache,
     hub_pairs,
     pinned_revisions,
     repo_folder,
 )
-from cactus_bench.models.rehearsal.check import template_problem, vocab_facts
-from cactus_bench.models.rehearsal.tokenizers import write_tokenizer
+from cactus_bench.rehearsal.check import template_problem, vocab_facts
+from cactus_bench.rehearsal.tokenizers import write_tokenizer
 from cactus_bench.samplers import make_sampler
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 
 The drafter (drafter.py: decoder layers initialised from verifier layers, the verifier's frozen
 embeddings, a head restricted to the ``subset_size`` ids with most teacher mass plus a learned
-bias) is trained on the teacher shards of drafter_teacher.py. What speculative sampling accepts
+bias) is trained on the teacher shards of teacher.py. What speculative sampling accepts
 per token is sum_x min(p(x), q(x)) = 1 - TV(p, q) (Leviathan et al., 2023) between the verifier's
 and the drafter's *processed* distributions (temperature, top-k, top-p), so the losses are:
 - "kl": forward KL(p_target || q_T), q_T the drafter's softmax at temperature T over the subset,
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from cactus_bench.models.drafter_teacher import warp
+from cactus_bench.drafter_training.teacher import warp
 
 
 @dataclass(frozen=True)

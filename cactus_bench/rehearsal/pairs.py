@@ -12,7 +12,7 @@ import yaml
 
 from cactus_bench.models.registry import EMBEDDED_PREFIX, PairSpec
 
-CONFIG_DIR = Path(__file__).resolve().parents[3] / "configs" / "model"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "model"
 
 
 def is_hub_id(model_id: str) -> bool:

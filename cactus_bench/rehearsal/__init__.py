@@ -6,18 +6,18 @@ runs every pair through `run.py` offline, proving the plumbing a GPU user relies
 resolution, revisions, tokenizer checks, chat templates, V = 151,936 through the engine and the
 samplers, the DeepSeek token_map), not output quality.
 
-    from cactus_bench.models.rehearsal import build_hub_cache, hub_pairs, pinned_revisions
+    from cactus_bench.rehearsal import build_hub_cache, hub_pairs, pinned_revisions
     hub = build_hub_cache(revisions=pinned_revisions(hub_pairs()))
 """
 
-from cactus_bench.models.rehearsal.cache import (
+from cactus_bench.rehearsal.cache import (
     build_hub_cache,
     default_home,
     default_qwen3_dir,
     repo_folder,
 )
-from cactus_bench.models.rehearsal.pairs import hub_pairs, is_hub_id, pinned_revisions
-from cactus_bench.models.rehearsal.specs import HUB_MODELS, HubModel, hub_model
+from cactus_bench.rehearsal.pairs import hub_pairs, is_hub_id, pinned_revisions
+from cactus_bench.rehearsal.specs import HUB_MODELS, HubModel, hub_model
 
 __all__ = [
     "HUB_MODELS",

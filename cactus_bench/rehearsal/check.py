@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cactus_bench.models.rehearsal.specs import hub_model
+from cactus_bench.rehearsal.specs import hub_model
 
 # (start, end) of a rendered GSM8K prompt per tokenizer kind: one BOS where the family has one,
 # the user turn first, and the generation prompt last.

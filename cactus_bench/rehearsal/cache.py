@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from cactus_bench.models.rehearsal.specs import HUB_MODELS, HubModel
-from cactus_bench.models.rehearsal.tokenizers import write_tokenizer
+from cactus_bench.rehearsal.specs import HUB_MODELS, HubModel
+from cactus_bench.rehearsal.tokenizers import write_tokenizer
 
 BUILD_VERSION = 1  # bump when the files written here change: a stale cache is then rebuilt
 MANIFEST = "cactus_rehearsal.json"
@@ -49,7 +49,7 @@ def default_home() -> Path:
 
 def default_qwen3_dir() -> Path:
     """$CACTUS_BENCH_QWEN3_TOKENIZER or ../shared/tokenizers/qwen3 next to the checkout."""
-    repo = Path(__file__).resolve().parents[3]
+    repo = Path(__file__).resolve().parents[2]
     return Path(os.environ.get(QWEN3_TOKENIZER_ENV) or repo.parent / "shared/tokenizers/qwen3")
 
 
@@ -205,5 +205,5 @@ def _readme(spec: HubModel, tied: bool) -> str:
         f"Tiny random weights with the real architecture class "
         f"({spec.config['architectures'][0]}), vocab_size {spec.vocab_size}, "
         f"tie_word_embeddings={tied} and the published config fields; sizes shrunk from "
-        f"({real}). Tokenizer: {tokenizer}. Written by cactus_bench.models.rehearsal.\n"
+        f"({real}). Tokenizer: {tokenizer}. Written by cactus_bench.rehearsal.\n"
     )

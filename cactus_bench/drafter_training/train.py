@@ -22,8 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from cactus_bench.models.drafter import build_drafter, load_drafter, save_drafter
-from cactus_bench.models.drafter_distill import (
+from cactus_bench.drafter_training.distill import (
     DistillSettings,
     batch_tensors,
     calibrate_logit_scale,
@@ -35,7 +34,8 @@ from cactus_bench.models.drafter_distill import (
     student_logits,
     subset_lookup,
 )
-from cactus_bench.models.drafter_teacher import load_shards
+from cactus_bench.drafter_training.teacher import load_shards
+from cactus_bench.models.drafter import build_drafter, load_drafter, save_drafter
 
 CURVE_HEADER = "step,epoch,cpu_min,wall_min,loss,acceptance,math,instruction\n"
 

@@ -1,6 +1,6 @@
 """Training prompts for the SmolLM2 drafter: GSM8K *train* questions and instruction prompts.
 
-The instruction prompts are written from the word lists in drafter_templates.py (a task, its
+The instruction prompts are written from the word lists in templates.py (a task, its
 subject and zero to two verifiable constraints in the style of IFEval); GSM8K prompts come in
 several styles, a share of them with one to three solved *train* examples before the question
 (lm-eval's few-shot layout: "Question: ...\\nAnswer: ..." in one user turn). GSM8K test, IFEval
@@ -14,7 +14,7 @@ import json
 import random
 from pathlib import Path
 
-from cactus_bench.models import drafter_templates as words
+from cactus_bench.drafter_training import templates as words
 
 
 def _fill(rng: random.Random) -> dict[str, object]:

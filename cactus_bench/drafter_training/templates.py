@@ -1,8 +1,8 @@
-"""Word lists from which drafter_data.py writes its training prompts (one entry per line).
+"""Word lists from which data.py writes its training prompts (one entry per line).
 
 Everything here was written for this project in the style of chat instructions and of IFEval's
 verifiable constraints; no evaluation prompt (IFEval, GSM8K test, the demo task) is copied. Slots
-in braces are filled by drafter_data.instruction_prompts: {topic} {person} {product} {place}
+in braces are filled by data.instruction_prompts: {topic} {person} {product} {place}
 {event} {sentence} {kw1} {kw2} {n} {m} {letter} {lang}.
 """
 
