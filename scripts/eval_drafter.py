@@ -29,6 +29,7 @@ from bench_draw import PAPER_SAMPLING
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from cactus_bench.drafter_training.teacher import chat_ids
 from cactus_bench.engine import (
     AutoregressiveDecoder,
     SamplingParams,
@@ -68,13 +69,6 @@ def held_out_prompts(data_dir: Path, per_source: int) -> dict[str, list[str]]:
                 json.loads(line)[key] for _, line in zip(range(per_source), fh, strict=False)
             ]
     return prompts
-
-
-def chat_ids(tokenizer, prompt: str) -> list[int]:
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @torch.no_grad()

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from cactus_bench.drafter_training.teacher import warp
+from cactus_bench.engine.sampling import SamplingParams, process_logits
+from cactus_bench.paper import PAPER
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,15 @@ class DistillSettings:
     batch_tokens: int = 2048
     val_every: int = 50
     ckpt_minutes: float = 6.0
-    temperature: float = 0.6
-    top_k: int = 20
-    top_p: float = 0.95
+    temperature: float = PAPER.temperature
+    top_k: int = PAPER.top_k
+    top_p: float = PAPER.top_p
     seed: int = 0
+
+    @property
+    def sampling(self) -> SamplingParams:
+        """The law speculative sampling compares: both models' logits processed by it."""
+        return SamplingParams(self.temperature, self.top_p, self.top_k)
 
 
 def split_records(records: list[dict], val_every: int) -> tuple[list[dict], list[dict]]:
@@ -60,7 +66,7 @@ def choose_subset(records: list[dict], prior: torch.Tensor, s: DistillSettings,
     may not contain yet)."""
     mass = torch.zeros(prior.shape[0], dtype=torch.float64)
     for r in records:
-        probs = warp(r["top_vals"].float(), s.temperature, s.top_k, s.top_p)
+        probs = process_logits(r["top_vals"], s.sampling)  # [G, keep]
         mass.index_add_(0, r["top_idx"].long().flatten(), probs.flatten().double())
     total = float(mass.sum())
     ranked = mass / total
@@ -129,20 +135,14 @@ def student_logits(drafter, batch: dict) -> torch.Tensor:
 
 
 def processed_student(student: torch.Tensor, s: DistillSettings) -> torch.Tensor:
-    """[N, K] logits -> [N, K] processed probabilities q (T, top-k, top-p), differentiable inside
-    the kept set (which is chosen without gradient)."""
-    vals, pos = student.topk(s.top_k, dim=-1)  # [N, top_k], sorted
-    probs = torch.softmax(vals / s.temperature, dim=-1)
-    with torch.no_grad():
-        keep = (probs.cumsum(-1) - probs) < s.top_p
-    kept = probs * keep
-    kept = kept / kept.sum(-1, keepdim=True)
-    return torch.zeros_like(student).scatter(1, pos, kept)
+    """[N, K] logits -> [N, K] processed probabilities q (T, top-k, top-p): the engine's law,
+    differentiable inside the kept set (the set itself is picked by comparisons, no gradient)."""
+    return process_logits(student, s.sampling)
 
 
 def acceptance_terms(student: torch.Tensor, batch: dict, s: DistillSettings) -> torch.Tensor:
     """Per position sum_x min(p(x), q(x)) of the processed distributions: [N]."""
-    p_top = warp(batch["teacher_vals"], s.temperature, s.top_k, s.top_p)  # [N, k]
+    p_top = process_logits(batch["teacher_vals"], s.sampling)  # [N, k]
     sub_idx = batch["teacher_sub_idx"]
     q_at = processed_student(student, s).gather(1, sub_idx.clamp(min=0)) * (sub_idx >= 0)
     return torch.minimum(p_top, q_at).sum(-1)
@@ -154,7 +154,7 @@ def distill_loss(student: torch.Tensor, batch: dict, s: DistillSettings) -> torc
     if "kl" in s.loss:
         inside = batch["teacher_sub_idx"] >= 0
         if s.target == "processed":
-            p = warp(batch["teacher_vals"], s.temperature, s.top_k, s.top_p)
+            p = process_logits(batch["teacher_vals"], s.sampling)
         else:
             p = torch.softmax(batch["teacher_vals"] / s.temperature, dim=-1)
         p = p * inside  # ids outside the subset are dropped and p renormalised

@@ -1,9 +1,9 @@
 """Phase 1 of drafter training: the verifier answers training prompts, its top-k logits cached.
 
-On-policy text (the verifier's own answers, sampled at the demo settings T 0.6, top-p 0.95,
-top-k 20) is what maximises acceptance. Prompts are answered in left-padded batches with a KV
-cache; a row that reached EOS leaves the batch (its cache rows are dropped), so the long tail of
-a batch does not pay for finished rows. At every generated position the ``keep`` largest raw
+On-policy text (the verifier's own answers, sampled at the paper's settings, `cactus_bench.paper`)
+is what maximises acceptance. Prompts are answered by the engine's batched sampler
+(`engine.batch_generate`: left padding, a KV cache, finished rows leave the batch, the engine's
+sampling law and draw). At every generated position the ``keep`` largest raw
 logits and their ids are stored (fp16 / int32) in shards of one batch each under
 ``<run_dir>/shards``; a stopped run resumes at the first missing shard, and every shard is
 sampled from its own seeded generator, so a resumed run writes what an uninterrupted one would.
@@ -17,16 +17,19 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
-from transformers import DynamicCache
+
+from cactus_bench.engine.batch_generate import sample_continuations
+from cactus_bench.engine.sampling import SamplingParams
+from cactus_bench.paper import PAPER
 
 
 @dataclass(frozen=True)
 class TeacherSettings:
     max_new_tokens: int = 256
     keep: int = 64  # raw logits kept per position (T 0.6 leaves ~no mass beyond the top 64)
-    temperature: float = 0.6
-    top_k: int = 20
-    top_p: float = 0.95
+    temperature: float = PAPER.temperature
+    top_k: int = PAPER.top_k
+    top_p: float = PAPER.top_p
     batch_size: int = 64
     sort_window: int = 8  # batches whose prompts are sorted by length together (less padding)
     # Longer prompts (GSM8K with 2-3 solved examples) are skipped: a batch of them costs ~7x a
@@ -34,18 +37,16 @@ class TeacherSettings:
     max_prompt_tokens: int = 320
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if not 0 < self.top_k <= self.keep:
+            raise ValueError(
+                f"keep ({self.keep}) must be >= top_k ({self.top_k}) > 0: the kept logits must "
+                "hold every token the processed law can draw"
+            )
 
-def warp(top_logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
-    """Sorted top logits [..., k] -> probabilities [..., k] after temperature, top-k, top-p."""
-    logits = top_logits[..., :top_k].float() / temperature
-    probs = torch.softmax(logits, dim=-1)
-    # Keep the smallest prefix with mass >= top_p (the first token is always kept).
-    before = probs.cumsum(-1) - probs
-    probs = torch.where(before < top_p, probs, torch.zeros_like(probs))
-    probs = probs / probs.sum(-1, keepdim=True)
-    out = torch.zeros_like(top_logits, dtype=torch.float32)
-    out[..., :top_k] = probs
-    return out
+    @property
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.top_k)
 
 
 def chat_ids(tokenizer, prompt: str) -> list[int]:
@@ -56,58 +57,35 @@ def chat_ids(tokenizer, prompt: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-@torch.no_grad()
 def generate_batch(
-    verifier, encoded: list[list[int]], eos: int, settings: TeacherSettings, gen: torch.Generator
+    verifier, encoded: list[list[int]], eos: int, settings: TeacherSettings, seed: int
 ) -> list[dict]:
-    """Sample answers to the prompts ``encoded`` and keep the teacher's top-k at every step."""
-    batch, width = len(encoded), max(len(e) for e in encoded)
-    input_ids = torch.full((batch, width), eos, dtype=torch.long)
-    mask = torch.zeros((batch, width), dtype=torch.long)
-    for row, ids in enumerate(encoded):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids)
-        mask[row, width - len(ids) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
-    out = verifier(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                   cache=cache, use_cache=True, logits_to_keep=1)  # fmt: skip
-    generated: list[list[int]] = [[] for _ in range(batch)]
-    top_vals: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-    top_idx: list[list[torch.Tensor]] = [[] for _ in range(batch)]
-    active = torch.arange(batch)  # original row of each row still in the batch
-    next_pos = positions[:, -1] + 1
-    for _ in range(settings.max_new_tokens):
-        vals, idx = out.logits[:, -1].float().topk(settings.keep, dim=-1)  # [A, keep] sorted
-        probs = warp(vals, settings.temperature, settings.top_k, settings.top_p)
-        choice = torch.multinomial(probs, 1, generator=gen)  # [A, 1]
-        token = idx.gather(-1, choice).squeeze(-1)  # [A]
-        vals16, idx32 = vals.half(), idx.int()
-        for a, row in enumerate(active.tolist()):
-            top_vals[row].append(vals16[a])
-            top_idx[row].append(idx32[a])
-            generated[row].append(int(token[a]))
-        running = token != eos
-        if not bool(running.any()):
-            break
-        if not bool(running.all()):  # finished rows leave the batch and its cache
-            keep_rows = running.nonzero().squeeze(-1)
-            cache.batch_select_indices(keep_rows)
-            active, token = active[keep_rows], token[keep_rows]
-            mask, next_pos = mask[keep_rows], next_pos[keep_rows]
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-        out = verifier(input_ids=token[:, None], attention_mask=mask,
-                       position_ids=next_pos[:, None], cache=cache, use_cache=True)  # fmt: skip
-        next_pos = next_pos + 1
+    """Sample answers to the prompts ``encoded`` (one batch, the engine's batched sampler and
+    law) and keep the teacher's ``keep`` largest raw logits at every generated position."""
+    samples = sample_continuations(
+        verifier,
+        encoded,
+        settings.max_new_tokens,
+        settings.sampling,
+        eos_token_ids={eos},
+        pad_token_id=eos,
+        batch_size=len(encoded),
+        seed=seed,
+        keep_logits=settings.keep,
+        show_progress=False,
+    )
     # Target t of a record is the teacher's distribution for generated token t, predicted from
     # the prompt and generated[:t]; the sequence is prompt + generated.
     return [
         {
-            "ids": torch.tensor(encoded[row] + generated[row], dtype=torch.int32),
-            "prompt_len": len(encoded[row]),
-            "top_vals": torch.stack(top_vals[row]),  # [G, keep] fp16 raw logits
-            "top_idx": torch.stack(top_idx[row]),  # [G, keep] int32
+            "ids": torch.tensor(prompt + tokens, dtype=torch.int32),
+            "prompt_len": len(prompt),
+            "top_vals": values.half(),  # [G, keep] fp16 raw logits, sorted descending
+            "top_idx": ids.int(),  # [G, keep] int32
         }
-        for row in range(batch)
+        for prompt, tokens, ids, values in zip(
+            encoded, samples.tokens, samples.logit_ids, samples.logit_values, strict=True
+        )
     ]
 
 
@@ -156,9 +134,12 @@ def generate_shards(
         if total >= target_tokens or time.time() > deadline:
             break
         wall, cpu = time.time(), time.process_time()
-        gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + index)
         records = generate_batch(
-            verifier, [chat_ids(tokenizer, prompts[i][1]) for i in rows], eos, settings, gen
+            verifier,
+            [chat_ids(tokenizer, prompts[i][1]) for i in rows],
+            eos,
+            settings,
+            seed=settings.seed * 1_000_003 + index,
         )
         for i, record in zip(rows, records, strict=True):
             record.update(index=i, source=prompts[i][0])

@@ -16,7 +16,9 @@ end-of-sequence id (kept in its output) or after max_new_tokens; rows never inte
 
 keep_top = k > 0 keeps, per sampled token, the k largest entries of the processed law (in the
 token_map's index space when one is given): the whole law whenever top_k <= k, which spares a
-second (teacher-forced) forward of the model over the same tokens.
+second (teacher-forced) forward of the model over the same tokens. keep_logits = k > 0 keeps
+the k largest raw logits instead (before temperature and filters: what drafter distillation
+learns from). Tokens are drawn by the engine's `sample_token`, as every decoder draws them.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import DynamicCache
 
-from cactus_bench.engine.sampling import SamplingParams, process_logits
+from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 
 
 @dataclass
@@ -38,6 +40,8 @@ class Samples:
     tokens: list[list[int]]
     top_ids: list[torch.Tensor] = field(default_factory=list)  # [len_i, keep_top] int64
     top_probs: list[torch.Tensor] = field(default_factory=list)  # [len_i, keep_top] float32
+    logit_ids: list[torch.Tensor] = field(default_factory=list)  # [len_i, keep_logits] int64
+    logit_values: list[torch.Tensor] = field(default_factory=list)  # [len_i, keep_logits] fp32
 
 
 def _cache_keyword(model: torch.nn.Module) -> str:
@@ -60,9 +64,33 @@ def _left_pad(prompts: list[list[int]], pad_token_id: int, device) -> tuple[torc
     return ids.to(device), mask.to(device), positions.to(device)
 
 
+@dataclass(frozen=True)
+class _Keep:
+    """What a batch keeps per step besides the tokens (0: nothing)."""
+
+    top: int = 0  # entries of the processed law
+    logits: int = 0  # raw logits
+
+
+def _stack_steps(steps: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, ...]:
+    """[(ids [k], values [k]) per step] -> (ids [len, k], values [len, k])."""
+    return torch.stack([i for i, _ in steps]), torch.stack([v for _, v in steps])
+
+
 @torch.inference_mode()
-def _sample_batch(model, prompts, max_new_tokens, sampling, eos, pad_token_id, generator,
-                  token_map, keyword, keep_top, progress) -> Samples:  # fmt: skip
+def _sample_batch(
+    model,
+    prompts,
+    max_new_tokens,
+    sampling,
+    eos,
+    pad_token_id,
+    generator,
+    token_map,
+    keyword,
+    keep: _Keep,
+    progress,
+) -> Samples:
     device = next(model.parameters()).device
     ids, mask, positions = _left_pad(prompts, pad_token_id, device)
     # A finished row leaves the batch (cache rows selected away), so the long tail of a batch
@@ -71,6 +99,7 @@ def _sample_batch(model, prompts, max_new_tokens, sampling, eos, pad_token_id, g
     cache = DynamicCache(config=model.config)
     outputs: list[list[int]] = [[] for _ in prompts]
     kept: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in prompts]  # [k] x 2 a step
+    kept_logits: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in prompts]
     rows = list(range(len(prompts)))  # prompt index of each row still in the batch
     eos_ids = torch.tensor(sorted(eos), dtype=torch.long, device=device)
     for _ in range(max_new_tokens):
@@ -85,15 +114,13 @@ def _sample_batch(model, prompts, max_new_tokens, sampling, eos, pad_token_id, g
         if token_map is not None:
             logits = logits.index_select(-1, token_map)  # [B, K] the shared ids only
         probs = process_logits(logits, sampling)
-        if sampling.is_greedy:
-            token = probs.argmax(-1)
-        else:
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # [B]
-        if keep_top:
-            top = probs.topk(min(keep_top, probs.shape[-1]), dim=-1)
-            indices, values = top.indices.cpu(), top.values.cpu()
-            for row, prompt in enumerate(rows):
-                kept[prompt].append((indices[row], values[row]))
+        token = sample_token(probs, generator, sampling.is_greedy).squeeze(-1)  # [B]
+        for count, law, store in ((keep.top, probs, kept), (keep.logits, logits, kept_logits)):
+            if count:
+                top = law.float().topk(min(count, law.shape[-1]), dim=-1)  # sorted descending
+                indices, values = top.indices.cpu(), top.values.cpu()
+                for row, prompt in enumerate(rows):
+                    store[prompt].append((indices[row], values[row]))
         if token_map is not None:
             token = token_map[token]
         for prompt, value in zip(rows, token.tolist(), strict=True):
@@ -111,10 +138,14 @@ def _sample_batch(model, prompts, max_new_tokens, sampling, eos, pad_token_id, g
             ids, mask, positions = ids[active], mask[active], positions[active]
             rows = [rows[i] for i in active.tolist()]
     samples = Samples(outputs)
-    if keep_top:
-        for steps in kept:
-            samples.top_ids.append(torch.stack([i for i, _ in steps]))
-            samples.top_probs.append(torch.stack([v for _, v in steps]))
+    for steps in kept if keep.top else ():
+        ids, probs = _stack_steps(steps)
+        samples.top_ids.append(ids)
+        samples.top_probs.append(probs)
+    for steps in kept_logits if keep.logits else ():
+        ids, values = _stack_steps(steps)
+        samples.logit_ids.append(ids)
+        samples.logit_values.append(values)
     return samples
 
 
@@ -130,6 +161,7 @@ def sample_continuations(
     token_map: torch.Tensor | None = None,
     keep_top: int = 0,
     show_progress: bool = True,
+    keep_logits: int = 0,
 ) -> Samples:
     """One sampled continuation per prompt (prompt order), each ending at EOS or the budget.
 
@@ -148,7 +180,8 @@ def sample_continuations(
         token_map = token_map.to(device=device, dtype=torch.long)
     keyword = _cache_keyword(model)
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
-    results: list[tuple | None] = [None] * len(prompts)
+    keep = _Keep(keep_top, keep_logits)
+    batches: list[tuple[list[int], Samples]] = []
     bar = tqdm(total=None, desc="sampling contexts", unit="tok", disable=not show_progress)
     with bar:
         for start in range(0, len(order), batch_size):
@@ -157,14 +190,32 @@ def sample_continuations(
                 (int(seed) * 1_000_003 + start // batch_size) % 2**63
             )
             out = _sample_batch(
-                model, [prompts[i] for i in batch], max_new_tokens, sampling,
-                set(eos_token_ids), pad_token_id, generator, token_map, keyword, keep_top, bar,
-            )  # fmt: skip
-            for row, index in enumerate(batch):
-                tops = (out.top_ids[row], out.top_probs[row]) if keep_top else (None, None)
-                results[index] = (out.tokens[row], *tops)
-    samples = Samples([r[0] for r in results])
-    if keep_top:
-        samples.top_ids = [r[1] for r in results]
-        samples.top_probs = [r[2] for r in results]
-    return samples
+                model,
+                [prompts[i] for i in batch],
+                max_new_tokens,
+                sampling,
+                set(eos_token_ids),
+                pad_token_id,
+                generator,
+                token_map,
+                keyword,
+                keep,
+                bar,
+            )
+            batches.append((batch, out))
+    return _in_prompt_order(batches, len(prompts))
+
+
+def _in_prompt_order(batches: list[tuple[list[int], Samples]], count: int) -> Samples:
+    """The batches' samples (rows in length order) back in prompt order."""
+    merged = Samples([[] for _ in range(count)])
+    for name in ("top_ids", "top_probs", "logit_ids", "logit_values"):
+        if getattr(batches[0][1], name):
+            setattr(merged, name, [None] * count)
+    for batch, out in batches:
+        for row, index in enumerate(batch):
+            merged.tokens[index] = out.tokens[row]
+            for name in ("top_ids", "top_probs", "logit_ids", "logit_values"):
+                if getattr(merged, name):
+                    getattr(merged, name)[index] = getattr(out, name)[row]
+    return merged
