@@ -6,8 +6,8 @@
 Every row names the CPU, its instruction set, the dtype and the kernel path taken (oneDNN's
 verbose log, `cpu_kernels.kernel_label`); rows go to results/bench/forward.csv. Sections:
 1. linear: F.linear on SmolLM2's matrices over 1..8 rows, fp32 and bf16, ATen vs packed oneDNN
-   (scripts/bench_linear.py), CPU ms. Then draw: the drafter's token draw (torch.multinomial vs
-   the engine's sample_token) and subset head (module vs packed) alone (scripts/bench_draw.py),
+   (cactus_bench/bench/linear.py), CPU ms. Then draw: the drafter's token draw (torch.multinomial
+   vs the engine's sample_token) and subset head (module vs packed) alone (bench/draw.py),
    CPU ms (median and quartiles of 20 x --repeats calls).
 2. forward: one cached forward over n = 1..8 new tokens at a --context-token cache, per dtype
    and path (hf_eager, fast_aten, fast = the default: oneDNN packs), interleaved per repeat;
@@ -38,20 +38,20 @@ import time
 from pathlib import Path
 
 import torch
-from bench_decoders import PATHS, bench_decode, decoder_for
-from bench_draw import PAPER_SAMPLING, bench_draw
-from bench_linear import SHAPES, bench_linear, print_table
 from bench_vllm_decode import vllm_rate
 from tqdm import tqdm
 
-from cactus_bench.engine import SamplingParams
+from cactus_bench.bench.decoders import PATHS, bench_decode, decoder_for
+from cactus_bench.bench.draw import bench_draw
+from cactus_bench.bench.linear import SHAPES, bench_linear, print_table
+from cactus_bench.bench.machine import machine_facts
+from cactus_bench.bench.models import DTYPES, load_models
+from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
 from cactus_bench.engine.cpu_kernels import cpu_info, kernel_label
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.runtime import ModelRunner, crop_cache
 
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
-GREEDY = SamplingParams(temperature=0.0)
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 COLUMNS = ("timestamp", "model", "cpu", "isa", "threads", "load_1m", "section", "path", "dtype",
            "kernel", "n", "metric", "value")  # fmt: skip
 
@@ -74,25 +74,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default="results/bench/forward.csv")
     parser.add_argument("--probe-compile", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
-
-
-def load_models(choice: str, dtype: torch.dtype):
-    """(name, drafter or None, verifier, tokenizer, model dir or None) in `dtype`."""
-    if choice in ("auto", "smollm2"):
-        from cactus_bench.models.smollm2 import smollm2_dir
-
-        if (smollm2_dir() / "model.safetensors").exists():
-            from cactus_bench.models import load_pair
-
-            pair = load_pair("smollm2_135m", device="cpu", dtype=dtype)
-            return "smollm2_135m", pair.drafter, pair.verifier, pair.tokenizer, smollm2_dir()
-        if choice == "smollm2":
-            raise SystemExit(f"{smollm2_dir()} is absent: run scripts/prepare_smollm2.py")
-        print(f"SmolLM2 not cached at {smollm2_dir()}: benchmarking the tiny pair")
-    from cactus_bench.models.tiny import make_tiny_pair
-
-    drafter, verifier, tokenizer = make_tiny_pair(seed=0)
-    return "tiny", drafter.to(dtype), verifier.to(dtype), tokenizer, None
 
 
 def prompt_ids(tokenizer, length: int) -> list[int]:
@@ -194,10 +175,18 @@ def main() -> None:
         raise SystemExit(f"{out} has other columns (an older benchmark); move it or pass --out")
 
     def emit(section, path, dtype, kernel, n, metric, value) -> None:  # one CSV row, appended now
-        row = dict(timestamp=stamp, model=name, cpu=info.model, isa=info.isa,
-                   threads=torch.get_num_threads(), load_1m=round(os.getloadavg()[0], 2),
-                   section=section, path=path, dtype=dtype, kernel=kernel, n=n, metric=metric,
-                   value=round(value, 4))  # fmt: skip
+        row = {
+            "timestamp": stamp,
+            "model": name,
+            **machine_facts(),
+            "section": section,
+            "path": path,
+            "dtype": dtype,
+            "kernel": kernel,
+            "n": n,
+            "metric": metric,
+            "value": round(value, 4),
+        }
         new_file = not out.exists()
         with out.open("a", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=COLUMNS)

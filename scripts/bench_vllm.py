@@ -83,8 +83,8 @@ def measure(decoders: dict, prompts, max_new_tokens: int) -> dict:
 
 def hf_worker(args) -> dict:
     import torch
-    from bench_draw import PAPER_SAMPLING
 
+    from cactus_bench.bench.sampling import PAPER_SAMPLING
     from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
     from cactus_bench.models import load_pair
     from cactus_bench.models.registry import PairSpec, get_pair_spec
@@ -122,8 +122,7 @@ def hf_worker(args) -> dict:
 
 
 def vllm_worker(args, rule: str) -> dict:
-    from bench_draw import PAPER_SAMPLING
-
+    from cactus_bench.bench.sampling import PAPER_SAMPLING
     from cactus_bench.engine import SamplingParams
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.run.measure import warm_up

@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 
 import torch
-from bench_draw import cpu_times_ms, spread
-from bench_linear import SHAPES as MATRICES
+
+from cactus_bench.bench.linear import SHAPES as MATRICES
+from cactus_bench.bench.timing import cpu_times_ms, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = 30  # SmolLM2-135M's decoder layers

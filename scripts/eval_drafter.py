@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_draw import PAPER_SAMPLING
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from cactus_bench.bench.sampling import PAPER_SAMPLING
 from cactus_bench.drafter_training.teacher import chat_ids
 from cactus_bench.engine import (
     AutoregressiveDecoder,

@@ -14,15 +14,14 @@ import time
 from functools import partial
 
 import torch
-from bench_draw import PAPER_SAMPLING
 
-from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
+from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
+from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
 from cactus_bench.engine.runtime import crop_cache, make_runner
 from cactus_bench.samplers import make_sampler
 from cactus_bench.samplers.naive import naive_verify
 from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
 
-GREEDY = SamplingParams(temperature=0.0)
 TIE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.5, "float16": 0.05}  # top-2 logit margins
 BENCH_RULES = {"sps": {}, "cactus": {"delta": 1.0}, "cactus_exact": {"delta": 1.0}, "tas": {}}
 

@@ -27,6 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"results"},
     "vllm": {"engine", "samplers", "models"},
     "drafter_training": {"engine", "models", "paper"},
+    "bench": {"engine", "models", "samplers", "paper"},
     "rehearsal": {"models"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},
     "run": {
@@ -99,6 +100,11 @@ def test_module_level_imports_form_no_cycle():
             for m in top
             if m not in MODULES and m.rpartition(".")[0] in MODULES
         }
+    assert_acyclic(graph)
+
+
+def assert_acyclic(graph: dict[str, set[str]]) -> None:
+    """Depth-first search; fails naming the first cycle it meets."""
     state: dict[str, int] = {}
 
     def visit(node: str, trail: list[str]) -> None:
@@ -115,6 +121,31 @@ def test_module_level_imports_form_no_cycle():
     for module in sorted(graph):
         if module not in state:
             visit(module, [])
+
+
+SCRIPTS = {p.stem: p for p in sorted((PACKAGE.parent / "scripts").glob("*.py"))}
+
+
+def top_level_names(path: Path) -> set[str]:
+    """The first component of every module `path` imports, anywhere in the file."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_scripts_are_entry_points_without_import_cycles():
+    """A script may import the package and another script's code (a worker it starts), but no
+    two scripts import each other, even inside functions; the package imports no script (the
+    benches' shared code lives in cactus_bench.bench)."""
+    assert len(SCRIPTS) > 10
+    graph = {name: top_level_names(path) & set(SCRIPTS) for name, path in SCRIPTS.items()}
+    assert_acyclic(graph)
+    for module, path in MODULES.items():
+        assert not top_level_names(path) & set(SCRIPTS), f"{module} imports a script"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -152,16 +152,11 @@ def test_packs_are_shared_per_model_and_rebuilt_after_edits(tiny_pair, monkeypat
 
 @needs_onednn
 def test_bench_draw_times_the_draw_and_both_heads_per_dtype():
-    """scripts/bench_draw.py on tiny drafters with a SubsetLMHead (one verifier per dtype: the
-    drafter shares its embedding)."""
-    import sys
-    from pathlib import Path
-
+    """cactus_bench.bench.draw (scripts/bench_draw.py) on tiny drafters with a SubsetLMHead
+    (one verifier per dtype: the drafter shares its embedding)."""
+    from cactus_bench.bench.draw import bench_draw
     from cactus_bench.models.drafter import build_drafter
     from cactus_bench.models.tiny import make_tiny_pair
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    from bench_draw import bench_draw
 
     drafters = {}
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):

@@ -1,4 +1,4 @@
-"""Decoders on each forward path and their interleaved tokens/s (scripts/bench_forward.py).
+"""Decoders on each forward path and their interleaved tokens/s (bench_forward.py's sections).
 
 A path is (fast, compile, linear kernel) as the decoders and `runtime.DEFAULT_LINEAR_KERNEL`
 take them: hf_eager (HF's forward), fast_aten (the fast forward on ATen's `F.linear`), fast

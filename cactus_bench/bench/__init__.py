@@ -1,0 +1,10 @@
+"""The benchmarks' shared code: what `scripts/bench_*.py`, `scripts/eval_drafter.py` and the GPU
+check measure with, so that each script is an entry point (arguments, sections, output).
+
+- `sampling.py`: the paper's sampling (`PAPER_SAMPLING`) and greedy decoding as SamplingParams;
+- `timing.py`: CPU times of repeated calls and their spread (median and quartiles);
+- `machine.py`: the facts every benchmark row records about the CPU it ran on;
+- `models.py`: the benchmarked models (SmolLM2-135M and its drafter if cached, else tiny);
+- `linear.py`, `draw.py`, `decoders.py`: the linear-layer, token-draw/head and decoder benches
+  that `bench_forward.py` runs as sections and their own scripts run alone.
+"""

@@ -1,0 +1,27 @@
+"""The models the CPU benchmarks time: SmolLM2-135M and its drafter when cached, else tiny."""
+
+from __future__ import annotations
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def load_models(choice: str, dtype: torch.dtype):
+    """(name, drafter or None, verifier, tokenizer, model dir or None) in `dtype`; `choice` is
+    auto (SmolLM2 if cached, else the tiny pair), smollm2 or tiny."""
+    if choice in ("auto", "smollm2"):
+        from cactus_bench.models.smollm2 import smollm2_dir
+
+        if (smollm2_dir() / "model.safetensors").exists():
+            from cactus_bench.models import load_pair
+
+            pair = load_pair("smollm2_135m", device="cpu", dtype=dtype)
+            return "smollm2_135m", pair.drafter, pair.verifier, pair.tokenizer, smollm2_dir()
+        if choice == "smollm2":
+            raise SystemExit(f"{smollm2_dir()} is absent: run scripts/prepare_smollm2.py")
+        print(f"SmolLM2 not cached at {smollm2_dir()}: benchmarking the tiny pair")
+    from cactus_bench.models.tiny import make_tiny_pair
+
+    drafter, verifier, tokenizer = make_tiny_pair(seed=0)
+    return "tiny", drafter.to(dtype), verifier.to(dtype), tokenizer, None
