@@ -27,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
+from cactus_bench.paper import PAPER
 from cactus_bench.samplers import make_sampler
 
 ARMS = ("ours_ar", "ours_spec", "hf_assisted", "hf_ar")
@@ -47,9 +48,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--m", type=int, default=4, help="draft tokens per step")
     parser.add_argument("--sampler", default="sps")
     parser.add_argument("--delta", type=float, default=None, help="cactus budget")
-    parser.add_argument("--temperature", type=float, default=0.6)
-    parser.add_argument("--top-p", type=float, default=0.95)
-    parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--temperature", type=float, default=PAPER.temperature)
+    parser.add_argument("--top-p", type=float, default=PAPER.top_p)
+    parser.add_argument("--top-k", type=int, default=PAPER.top_k)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--prompts", type=int, default=4, help=f"at most {len(QUESTIONS)}")
     parser.add_argument("--repeats", type=int, default=3, help="seeds per prompt")

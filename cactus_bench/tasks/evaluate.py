@@ -27,6 +27,7 @@ from lm_eval.tasks import TaskManager
 from lm_eval.tasks._yaml_loader import load_yaml
 
 from cactus_bench.engine import RequestRecord
+from cactus_bench.paper import PAPER
 from cactus_bench.tasks.data import (
     TaskDataError,
     ensure_punkt,
@@ -42,7 +43,7 @@ from cactus_bench.tasks.samples import scores_by_prompt, slim_sample
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS, PAPER_GEN_KWARGS, TaskSpec, get_spec
 
 IFEVAL_SCORED = ("ifeval", "demo")  # tasks whose checkers need NLTK punkt
-REFERENCE_SEED = 1234  # the reference's numpy / torch / few-shot seed; its `random` seed is 0
+REFERENCE_SEED = PAPER.seed  # the reference's numpy / torch / few-shot seed; `random` gets 0
 REPEAT_SEED_STRIDE = 2**20  # repeat r decodes with run seed + r * stride (see repeat_seed)
 
 

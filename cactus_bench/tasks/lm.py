@@ -20,6 +20,7 @@ from lm_eval.models.utils import normalize_gen_kwargs
 from tqdm.auto import tqdm
 
 from cactus_bench.engine import RequestRecord, SamplingParams, cut_at_stop
+from cactus_bench.paper import PAPER
 from cactus_bench.tasks.paper_settings import THINK_CLOSE, THINK_OPEN
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
 
@@ -70,7 +71,7 @@ class CactusBenchLM(LM):
         baseline=None,
         chat_template_kwargs: dict[str, Any] | None = None,
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
-        seed: int = 1234,
+        seed: int = PAPER.seed,
         show_progress: bool = True,
     ) -> None:
         super().__init__()
