@@ -52,8 +52,21 @@ from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.runtime import ModelRunner, crop_cache
 
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
-COLUMNS = ("timestamp", "model", "cpu", "isa", "threads", "load_1m", "section", "path", "dtype",
-           "kernel", "n", "metric", "value")  # fmt: skip
+COLUMNS = (
+    "timestamp",
+    "model",
+    "cpu",
+    "isa",
+    "threads",
+    "load_1m",
+    "section",
+    "path",
+    "dtype",
+    "kernel",
+    "n",
+    "metric",
+    "value",
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -68,8 +81,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--e2e-m", default="1,2,3,4", help="draft lengths for the e2e section")
     parser.add_argument("--e2e-repeats", type=int, default=3, help="seeds in the e2e section")
-    parser.add_argument("--vllm-python", default=os.environ.get("CACTUS_BENCH_VLLM_PYTHON"),
-                        help="python of a vLLM CPU build, for the decode section")  # fmt: skip
+    parser.add_argument(
+        "--vllm-python",
+        default=os.environ.get("CACTUS_BENCH_VLLM_PYTHON"),
+        help="python of a vLLM CPU build, for the decode section",
+    )
     parser.add_argument("--skip", default="", help="comma-separated sections to skip")
     parser.add_argument("--out", default="results/bench/forward.csv")
     parser.add_argument("--probe-compile", action="store_true", help=argparse.SUPPRESS)
@@ -145,9 +161,21 @@ def probe_compile(args) -> None:
 
 def run_probe(args, cache_dir: str) -> float:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache_dir)
-    cmd = [sys.executable, __file__, "--probe-compile", "--model", args.model, "--threads",
-           str(args.threads), "--context", str(args.context), "--m", str(args.m),
-           "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--probe-compile",
+        "--model",
+        args.model,
+        "--threads",
+        str(args.threads),
+        "--context",
+        str(args.context),
+        "--m",
+        str(args.m),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"compile probe failed:\n{done.stderr[-2000:]}")
@@ -231,8 +259,11 @@ def main() -> None:
             decoders, prompt, args, GREEDY, range(args.repeats), between
         )
         for (dtype, path), rate in rates.items():
-            kernel = "vLLM CPU build" if path.startswith("vllm") else path_kernel(
-                path, decoders[dtype, path].verifier, DTYPES[dtype], 1)  # fmt: skip
+            kernel = (
+                "vLLM CPU build"
+                if path.startswith("vllm")
+                else path_kernel(path, decoders[dtype, path].verifier, DTYPES[dtype], 1)
+            )
             emit("decode", path, dtype, kernel, 1, "ar_tok_per_s", rate)
             if (dtype, path) in cpu_rates:
                 emit("decode", path, dtype, kernel, 1, "ar_tok_per_cpu_s", cpu_rates[dtype, path])
@@ -240,8 +271,15 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="inductor_bench_") as cache_dir:
             label = "inductor + " + kernel_label("aten", torch.float32, 1)
             for metric in ("cold_s", "warm_s"):
-                emit("compile", "fast_compiled", "float32", label, args.m + 1, metric,
-                     run_probe(args, cache_dir))  # fmt: skip
+                emit(
+                    "compile",
+                    "fast_compiled",
+                    "float32",
+                    label,
+                    args.m + 1,
+                    metric,
+                    run_probe(args, cache_dir),
+                )
     if "e2e" not in skip and loaded["float32"][1] is not None:
         draft_counts = [int(m) for m in args.e2e_m.split(",")]
         arms = {}

@@ -42,11 +42,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 M = 2
 FIELDS = [
-    "timestamp", "git_sha", "git_dirty", "rep", "backend", "arm", "drafter", "dtype", "threads",
-    "forward_path", "prompts",
-    "max_new_tokens", "tokens", "time_s", "tokens_per_s", "median_request_tokens_per_s",
-    "speedup", "al", "accept_rate", "cpu", "load_avg_1min", "versions",
-]  # fmt: skip
+    "timestamp",
+    "git_sha",
+    "git_dirty",
+    "rep",
+    "backend",
+    "arm",
+    "drafter",
+    "dtype",
+    "threads",
+    "forward_path",
+    "prompts",
+    "max_new_tokens",
+    "tokens",
+    "time_s",
+    "tokens_per_s",
+    "median_request_tokens_per_s",
+    "speedup",
+    "al",
+    "accept_rate",
+    "cpu",
+    "load_avg_1min",
+    "versions",
+]
 
 
 # ---- workers (one process each) ------------------------------------------------------------------
@@ -65,8 +83,10 @@ def prompt_ids(tokenizer, count: int) -> list[list[int]]:
 
 def measure(decoders: dict, prompts, max_new_tokens: int) -> dict:
     """Arms alternate prompt by prompt; per arm: tokens, seconds, per-request rates, AL."""
-    stats = {arm: {"tokens": 0, "time": 0.0, "rates": [], "drafted": 0, "accepted": 0, "steps": 0}
-             for arm in decoders}  # fmt: skip
+    stats = {
+        arm: {"tokens": 0, "time": 0.0, "rates": [], "drafted": 0, "accepted": 0, "steps": 0}
+        for arm in decoders
+    }
     for index, ids in enumerate(prompts):
         for arm, decoder in decoders.items():
             record = decoder.generate(ids, max_new_tokens, seed=index)
@@ -185,17 +205,30 @@ def rows_of(rep: int, backend: str, stats: dict, versions: str, args) -> list[di
         if backend == "vllm":
             path = "vLLM eager" if args.vllm_eager else "vLLM compiled"
             path += ", in-process engine core"
-        rows.append({
-            **args.stamp, "rep": rep, "backend": backend, "arm": rule, "drafter": drafter or None,
-            "dtype": args.dtype, "threads": 1, "prompts": args.prompts, "forward_path": path,
-            "max_new_tokens": args.max_new_tokens, "tokens": s["tokens"],
-            "time_s": round(s["time"], 3), "tokens_per_s": round(rate, 3),
-            "median_request_tokens_per_s": round(statistics.median(s["rates"]), 3),
-            "speedup": None if rule.startswith("verifier") else round(rate / base, 4),
-            "al": round(s["accepted"] / s["steps"], 4) if s["steps"] else None,
-            "accept_rate": round(s["accepted"] / s["drafted"], 4) if s["drafted"] else None,
-            "cpu": args.cpu, "load_avg_1min": round(os.getloadavg()[0], 2), "versions": versions,
-        })  # fmt: skip
+        rows.append(
+            {
+                **args.stamp,
+                "rep": rep,
+                "backend": backend,
+                "arm": rule,
+                "drafter": drafter or None,
+                "dtype": args.dtype,
+                "threads": 1,
+                "prompts": args.prompts,
+                "forward_path": path,
+                "max_new_tokens": args.max_new_tokens,
+                "tokens": s["tokens"],
+                "time_s": round(s["time"], 3),
+                "tokens_per_s": round(rate, 3),
+                "median_request_tokens_per_s": round(statistics.median(s["rates"]), 3),
+                "speedup": None if rule.startswith("verifier") else round(rate / base, 4),
+                "al": round(s["accepted"] / s["steps"], 4) if s["steps"] else None,
+                "accept_rate": round(s["accepted"] / s["drafted"], 4) if s["drafted"] else None,
+                "cpu": args.cpu,
+                "load_avg_1min": round(os.getloadavg()[0], 2),
+                "versions": versions,
+            }
+        )
     return rows
 
 
@@ -237,12 +270,18 @@ def main() -> None:
         args.dtype = str(auto_cpu_dtype()).removeprefix("torch.")
     args.cpu = cpu_info().model  # with family and model: a generic "model name" hides which CPU
     sha, dirty = git_state()
-    args.stamp = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": sha,
-                  "git_dirty": dirty}  # fmt: skip
+    args.stamp = {
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "git_sha": sha,
+        "git_dirty": dirty,
+    }
     earlier, rows = earlier_rows(args.out), []
     for rep in range(1, args.reps + 1):  # interleaved: hf, vllm, vllm, hf, vllm, vllm, ...
-        for kind, python in (("hf", args.hf_python), ("vllm-sps", args.vllm_python),
-                             ("vllm-cactus", args.vllm_python)):  # fmt: skip
+        for kind, python in (
+            ("hf", args.hf_python),
+            ("vllm-sps", args.vllm_python),
+            ("vllm-cactus", args.vllm_python),
+        ):
             stats, versions = run_worker(python, kind, args)
             rows += rows_of(rep, "hf" if kind == "hf" else "vllm", stats, versions, args)
             args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -22,9 +22,18 @@ from pathlib import Path
 
 def vllm_rate(python: str, model_dir, threads: int, max_new_tokens: int, prompt) -> float:
     """Runs this script with `python` (a vLLM CPU build) and returns its tokens/s."""
-    cmd = [python, __file__, "--model", str(Path(model_dir)), "--threads", str(threads),
-           "--max-new-tokens", str(max_new_tokens),
-           "--prompt", json.dumps(list(prompt))]  # fmt: skip
+    cmd = [
+        python,
+        __file__,
+        "--model",
+        str(Path(model_dir)),
+        "--threads",
+        str(threads),
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--prompt",
+        json.dumps(list(prompt)),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"vLLM decode failed:\n{done.stderr[-2000:]}")
@@ -46,8 +55,14 @@ def main() -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm import LLM, SamplingParams, TokensPrompt
 
-    llm = LLM(model=args.model, dtype=args.dtype, enforce_eager=not args.compiled, seed=0,
-              kv_cache_memory_bytes=1 << 30, max_model_len=2048)  # fmt: skip
+    llm = LLM(
+        model=args.model,
+        dtype=args.dtype,
+        enforce_eager=not args.compiled,
+        seed=0,
+        kv_cache_memory_bytes=1 << 30,
+        max_model_len=2048,
+    )
     prompt = TokensPrompt(prompt_token_ids=json.loads(args.prompt))
 
     def seconds(tokens: int) -> float:

@@ -36,8 +36,19 @@ SHAPES = [
     for product in ("qkv fused", "q|o", "gate_up fused", "down")
 ]
 HIDDEN = SHAPES[1][1]
-FIELDS = ["timestamp", "git_sha", "git_dirty", "cpu", "isa", "dtype",
-          "case", "rows", "kernel", "stat", "value"]  # fmt: skip
+FIELDS = [
+    "timestamp",
+    "git_sha",
+    "git_dirty",
+    "cpu",
+    "isa",
+    "dtype",
+    "case",
+    "rows",
+    "kernel",
+    "stat",
+    "value",
+]
 
 
 def sweep(kernel, inputs) -> None:
@@ -90,8 +101,16 @@ def main() -> None:
 
     def add(case, rows, kernel, times):
         for stat, value in zip(("median", "q25", "q75"), spread(times), strict=True):
-            rows_out.append({**stamp, "case": case, "rows": rows, "kernel": kernel,
-                             "stat": stat, "value": round(value, 4)})  # fmt: skip
+            rows_out.append(
+                {
+                    **stamp,
+                    "case": case,
+                    "rows": rows,
+                    "kernel": kernel,
+                    "stat": stat,
+                    "value": round(value, 4),
+                }
+            )
 
     for rows in (1, 3, 8):
         inputs = [torch.randn(1, rows, i, generator=generator).to(dtype) for _, i in SHAPES]

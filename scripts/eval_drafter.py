@@ -57,8 +57,10 @@ DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 def held_out_prompts(data_dir: Path, per_source: int) -> dict[str, list[str]]:
     """The first ``per_source`` GSM8K test questions and IFEval prompts (evaluation only)."""
-    sources = {"gsm8k_test": data_dir / "gsm8k" / "test.jsonl",
-               "ifeval": data_dir / "ifeval" / "input_data.jsonl"}  # fmt: skip
+    sources = {
+        "gsm8k_test": data_dir / "gsm8k" / "test.jsonl",
+        "ifeval": data_dir / "ifeval" / "input_data.jsonl",
+    }
     prompts = {}
     for name, path in sources.items():
         if not path.exists():
@@ -84,10 +86,15 @@ def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> l
         ids[row, width - len(e) :] = torch.tensor(e)
         mask[row, width - len(e) :] = 1
     out = pair.verifier.generate(
-        input_ids=ids, attention_mask=mask, do_sample=True, temperature=sampling.temperature,
-        top_p=sampling.top_p, top_k=sampling.top_k, max_new_tokens=args.max_new_tokens,
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=True,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        max_new_tokens=args.max_new_tokens,
         pad_token_id=tok.pad_token_id,
-    )  # fmt: skip
+    )
     per_answer: list[list[float]] = []
     for row, e in enumerate(tqdm(encoded, desc="teacher-forced p, q", leave=False)):
         answer = out[row, width:].tolist()
@@ -109,8 +116,12 @@ def acceptance_summary(per_answer: list[list[float]], seed: int, resamples: int 
     tokens = np.array([len(values) for values in per_answer], dtype=float)
     counts = resample_counts(len(per_answer), resamples, bootstrap_rng(seed))
     low, high = percentile_interval(ratio_of_sums(counts, sums, tokens))
-    return {"mean": float(sums.sum() / tokens.sum()), "ci95": [low, high],
-            "tokens": int(tokens.sum()), "answers": len(per_answer)}  # fmt: skip
+    return {
+        "mean": float(sums.sum() / tokens.sum()),
+        "ci95": [low, high],
+        "tokens": int(tokens.sum()),
+        "answers": len(per_answer),
+    }
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -145,9 +156,13 @@ def measure_costs(
     ratios = [d / v for d, v in zip(samples["draft_1"], samples["verify_1"], strict=True)]
     deciles = statistics.quantiles(ratios, n=10)
     quartiles = statistics.quantiles(ratios, n=4)
-    times["ratio_spread"] = {"median": statistics.median(ratios), "q25": quartiles[0],
-                             "q75": quartiles[2], "p10": deciles[0],
-                             "p90": deciles[-1]}  # fmt: skip
+    times["ratio_spread"] = {
+        "median": statistics.median(ratios),
+        "q25": quartiles[0],
+        "q75": quartiles[2],
+        "p10": deciles[0],
+        "p90": deciles[-1],
+    }
     return times
 
 
@@ -158,10 +173,23 @@ def cost_model_speedup(a: float, m: int, c_draft: float, c_verify: float) -> flo
 
 def end_to_end(pair, prompts: list[str], sampling: SamplingParams, args) -> dict:
     base = AutoregressiveDecoder(pair.verifier, pair.tokenizer, sampling=sampling)
-    spec = SpeculativeDecoder(pair.drafter, pair.verifier, pair.tokenizer, make_sampler("sps"),
-                              num_draft_tokens=args.m, sampling=sampling)  # fmt: skip
-    totals = {"base_tokens": 0, "base_s": 0.0, "spec_tokens": 0, "spec_s": 0.0,
-              "drafted": 0, "accepted": 0, "steps": 0}  # fmt: skip
+    spec = SpeculativeDecoder(
+        pair.drafter,
+        pair.verifier,
+        pair.tokenizer,
+        make_sampler("sps"),
+        num_draft_tokens=args.m,
+        sampling=sampling,
+    )
+    totals = {
+        "base_tokens": 0,
+        "base_s": 0.0,
+        "spec_tokens": 0,
+        "spec_s": 0.0,
+        "drafted": 0,
+        "accepted": 0,
+        "steps": 0,
+    }
     for i, prompt in enumerate(tqdm(prompts, desc="end to end", leave=False)):
         ids = chat_ids(pair.tokenizer, prompt)
         b = base.generate(ids, max_new_tokens=args.e2e_tokens, seed=i)
@@ -214,11 +242,19 @@ def main() -> None:
     parser.add_argument("--e2e-prompts", type=int, default=3)
     parser.add_argument("--e2e-tokens", type=int, default=96)
     parser.add_argument("--cost-repeats", type=int, default=21)
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="both models in this dtype")  # fmt: skip
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="both models in this dtype",
+    )
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="step costs: wall time, or this thread's CPU time")  # fmt: skip
+    parser.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="wall",
+        help="step costs: wall time, or this thread's CPU time",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write the numbers as JSON here")
     args = parser.parse_args()
@@ -226,9 +262,14 @@ def main() -> None:
     torch.manual_seed(args.seed)
     sampling = PAPER_SAMPLING
     pair = load_smollm2_pair(args.weights, args.config, args.dtype)
-    report: dict = {"drafter": json.loads(args.config.read_text()), "threads": args.threads,
-                    "dtype": args.dtype, "cpu": device_name("cpu"), "clock": args.clock,
-                    "sampling": sampling.to_dict()}  # fmt: skip
+    report: dict = {
+        "drafter": json.loads(args.config.read_text()),
+        "threads": args.threads,
+        "dtype": args.dtype,
+        "cpu": device_name("cpu"),
+        "clock": args.clock,
+        "sampling": sampling.to_dict(),
+    }
 
     prompts = held_out_prompts(args.data_dir, args.per_source)
     report["acceptance"], answers = {}, []
@@ -236,8 +277,10 @@ def main() -> None:
         per_answer = acceptance_on(pair, texts, sampling, args)
         answers += per_answer
         report["acceptance"][source] = summary = acceptance_summary(per_answer, args.seed)
-        print(f"acceptance {source}: {summary['mean']:.3f} {summary['ci95']} over "
-              f"{summary['tokens']} tokens")  # fmt: skip
+        print(
+            f"acceptance {source}: {summary['mean']:.3f} {summary['ci95']} over "
+            f"{summary['tokens']} tokens"
+        )
     report["acceptance"]["all"] = acceptance_summary(answers, args.seed)
     alpha = report["acceptance"]["all"]["mean"]
 
@@ -258,9 +301,11 @@ def main() -> None:
             m: cost_model_speedup(alpha, m, c_draft, c) for m, c in c_verify.items()
         },
     }
-    print(f"cost: drafter step {draft_1 * 1e3:.1f} ms = {c_draft:.3f} of verifier "
-          f"{verify_1 * 1e3:.1f} ms (per-repeat ratio quartiles {spread['q25']:.3f}-"
-          f"{spread['q75']:.3f}); verify m + 1 tokens over one: {c_verify}")  # fmt: skip
+    print(
+        f"cost: drafter step {draft_1 * 1e3:.1f} ms = {c_draft:.3f} of verifier "
+        f"{verify_1 * 1e3:.1f} ms (per-repeat ratio quartiles {spread['q25']:.3f}-"
+        f"{spread['q75']:.3f}); verify m + 1 tokens over one: {c_verify}"
+    )
 
     if args.e2e_prompts > 0:
         texts = (prompts["gsm8k_test"] + prompts["ifeval"])[:: max(1, args.per_source // 2)]

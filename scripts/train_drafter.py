@@ -69,11 +69,19 @@ def parse_args() -> argparse.Namespace:
     add("--train-minutes", type=float, default=80.0, help="CPU minutes")
     add("--init-layers", type=int, nargs="+", default=[0, 1, 29])
     add("--subset-size", type=int, default=8192)
-    add("--prior-share", type=float, default=0.25,
-        help="weight of the training texts' token counts when choosing the head's ids")  # fmt: skip
+    add(
+        "--prior-share",
+        type=float,
+        default=0.25,
+        help="weight of the training texts' token counts when choosing the head's ids",
+    )
     add("--loss", choices=["kl", "tv", "kl+tv"], default="kl+tv")
-    add("--target", choices=["processed", "raw"], default="processed",
-        help="teacher distribution: processed (T, top-k, top-p) or raw at T")  # fmt: skip
+    add(
+        "--target",
+        choices=["processed", "raw"],
+        default="processed",
+        help="teacher distribution: processed (T, top-k, top-p) or raw at T",
+    )
     add("--lr", type=float, default=7e-4)
     add("--batch-tokens", type=int, default=2048)
     add("--val-every", type=int, default=50, help="every n-th prompt is held out")
@@ -98,10 +106,12 @@ def main() -> None:
     prompts = drafter_prompts(args.data_dir, args.num_instruction, args.seed, args.math_share)
     if args.gen_tokens > 0 and args.gen_minutes > 0:
         check_no_overlap([text for _, text in prompts], args.data_dir)
-        settings = TeacherSettings(max_new_tokens=args.max_new_tokens,
-                                   batch_size=args.gen_batch, seed=args.seed)  # fmt: skip
-        generate_shards(verifier, tokenizer, prompts, run_dir, settings,
-                        args.gen_tokens, args.gen_minutes, log)  # fmt: skip
+        settings = TeacherSettings(
+            max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch, seed=args.seed
+        )
+        generate_shards(
+            verifier, tokenizer, prompts, run_dir, settings, args.gen_tokens, args.gen_minutes, log
+        )
     from cactus_bench.drafter_training.distill import DistillSettings
     from cactus_bench.drafter_training.train import calibrate, distill
 

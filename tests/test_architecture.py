@@ -1,4 +1,4 @@
-"""The package's shape: which layer may import which, no import cycle, short files.
+"""The package's shape: which layer may import which, no import cycle, files of one meaning.
 
 Data flows one way (docs/architecture.md): config -> pair + sampler + task -> engine -> records ->
 CSV row -> tables/plots. A layer imports only the layers listed for it below (imports inside
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cactus_bench"
-MAX_LINES = 300
+# A guide, not a wall: files are split by meaning, and one this long holds more than one.
+MAX_LINES = 400
 
 # layer -> the other layers it may import (a layer may always import itself)
 ALLOWED: dict[str, set[str]] = {
@@ -151,4 +152,4 @@ def test_scripts_are_entry_points_without_import_cycles():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_files_stay_short(module):
     lines = MODULES[module].read_text(encoding="utf-8").count("\n")
-    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it (limit {MAX_LINES})"
+    assert lines <= MAX_LINES, f"{module} has {lines} lines; split it by meaning"

@@ -91,8 +91,13 @@ def test_packed_linear_matches_f_linear_fused_and_with_biases(dtype):
         x = torch.randn(1, rows, 48, generator=generator).to(dtype)
         got = packed(x)  # [1, rows, 64]
         expected = torch.cat([F.linear(x, w, b) for w, b in zip(weights, biases, strict=True)], -1)
-        exact = torch.cat([F.linear(x.double(), w.double(), None if b is None else b.double())
-                           for w, b in zip(weights, biases, strict=True)], -1)  # fmt: skip
+        exact = torch.cat(
+            [
+                F.linear(x.double(), w.double(), None if b is None else b.double())
+                for w, b in zip(weights, biases, strict=True)
+            ],
+            -1,
+        )
         assert got.shape == (1, rows, 64) and got.dtype == dtype
         # Both round the same fp32 sums: fp32 to ~1e-5, bf16 to a few units in the last place.
         scale = exact.abs().max()

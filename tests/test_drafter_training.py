@@ -45,8 +45,10 @@ def verifier_and_tokenizer():
 
 def fake_data_dir(tmp_path, test_question="What is 6 times 7 in the test split, exactly?"):
     (tmp_path / "gsm8k").mkdir()
-    rows = [{"question": f"Train question {i}: add {i} and {i + 1}.", "answer": f"#### {2 * i + 1}"}
-            for i in range(30)]  # fmt: skip
+    rows = [
+        {"question": f"Train question {i}: add {i} and {i + 1}.", "answer": f"#### {2 * i + 1}"}
+        for i in range(30)
+    ]
     (tmp_path / "gsm8k" / "train.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     test = json.dumps({"question": test_question, "answer": "#### 42"})
     (tmp_path / "gsm8k" / "test.jsonl").write_text(test + "\n")
@@ -161,9 +163,16 @@ def test_teacher_shards_resume_and_distillation_improves_held_out_acceptance(
     records, totals = load_shards(tmp_path)
     assert totals["shards"] == 4 and sorted(r["index"] for r in records) == list(range(24))
     assert torch.equal(records[0]["ids"], first[0]["ids"])  # the first shard was kept
-    distil = DistillSettings(weights=tmp_path / "d.safetensors", config=tmp_path / "d.json",
-                             train_minutes=0.05, init_layers=(0, 2), subset_size=96,
-                             val_every=4, ckpt_minutes=0.02, lr=3e-3)  # fmt: skip
+    distil = DistillSettings(
+        weights=tmp_path / "d.safetensors",
+        config=tmp_path / "d.json",
+        train_minutes=0.05,
+        init_layers=(0, 2),
+        subset_size=96,
+        val_every=4,
+        ckpt_minutes=0.02,
+        lr=3e-3,
+    )
     distill(verifier, tokenizer, tmp_path, distil, lambda m: None)
     curve = (tmp_path / "curve.csv").read_text().splitlines()
     assert curve[0].startswith("step,") and len(curve) >= 3
@@ -185,7 +194,8 @@ def test_teacher_shards_resume_and_distillation_improves_held_out_acceptance(
     assert meta["logit_scale"] == scale and str(scale) in meta["logit_scale_grid"]
     assert meta["held_out_acceptance"] == max(meta["logit_scale_grid"].values())
     assert meta["held_out_acceptance_unscaled"] == pytest.approx(
-        before["held_out_acceptance"], abs=1e-3)  # fmt: skip
+        before["held_out_acceptance"], abs=1e-3
+    )
     assert load_drafter(verifier, distil.weights, distil.config).lm_head.logit_scale == scale
 
 
@@ -207,8 +217,16 @@ def test_calibration_finds_the_scale_that_undoes_a_flattened_student():
     hidden = (teacher / 2)[None]  # [1, N, V]: "hidden states" that the head maps to logits
     drafter = Flattened()
     drafter.lm_head = type("Head", (), {"subset_logits": staticmethod(lambda h: h)})()
-    records = [{"ids": torch.arange(41), "prompt_len": 1, "top_idx": ids, "top_vals": vals,
-                "source": "math", "index": 0}]  # fmt: skip
+    records = [
+        {
+            "ids": torch.arange(41),
+            "prompt_len": 1,
+            "top_idx": ids,
+            "top_vals": vals,
+            "source": "math",
+            "index": 0,
+        }
+    ]
     lookup = torch.arange(12)
     scale, means = calibrate_logit_scale(drafter, records, lookup, settings)
     assert scale == 2.0 and means[2.0] == pytest.approx(1.0, abs=1e-6)

@@ -15,8 +15,16 @@ def test_batched_greedy_generation_equals_one_prompt_at_a_time(tiny_pair):
     prompts = [tokenizer.encode(t) for t in ("The answer is", "Q", "2 + 2 = 4 and the")]
     greedy = SamplingParams(temperature=0.0)
     eos = [tokenizer.eos_token_id]
-    out = sample_continuations(verifier, prompts, 12, greedy, eos, tokenizer.pad_token_id,
-                               batch_size=3, show_progress=False)  # fmt: skip
+    out = sample_continuations(
+        verifier,
+        prompts,
+        12,
+        greedy,
+        eos,
+        tokenizer.pad_token_id,
+        batch_size=3,
+        show_progress=False,
+    )
     single = AutoregressiveDecoder(verifier, tokenizer, sampling=greedy, fast="off")
     for prompt, tokens in zip(prompts, out.tokens, strict=True):
         assert tokens == single.generate(prompt, max_new_tokens=12, seed=0).output_ids
@@ -34,11 +42,21 @@ def test_rows_that_stop_early_leave_the_batch_without_disturbing_the_others(tiny
     single = AutoregressiveDecoder(verifier, tokenizer, sampling=greedy, fast="off")
     first = single.generate(prompts[1], max_new_tokens=1, seed=0).output_ids[0]
     eos = [first, tokenizer.eos_token_id]
-    out = sample_continuations(verifier, prompts, 10, greedy, eos, tokenizer.pad_token_id,
-                               batch_size=4, show_progress=False, keep_top=3)  # fmt: skip
+    out = sample_continuations(
+        verifier,
+        prompts,
+        10,
+        greedy,
+        eos,
+        tokenizer.pad_token_id,
+        batch_size=4,
+        show_progress=False,
+        keep_top=3,
+    )
     assert out.tokens[1] == [first]
-    lone = AutoregressiveDecoder(verifier, tokenizer, sampling=greedy, eos_token_ids=eos,
-                                 fast="off")  # fmt: skip
+    lone = AutoregressiveDecoder(
+        verifier, tokenizer, sampling=greedy, eos_token_ids=eos, fast="off"
+    )
     for prompt, tokens, kept in zip(prompts, out.tokens, out.top_ids, strict=True):
         assert tokens == lone.generate(prompt, max_new_tokens=10, seed=0).output_ids
         assert kept.shape == (len(tokens), 3)
@@ -52,11 +70,21 @@ def test_kept_law_is_the_teacher_forced_law(tiny_pair):
     _, verifier, tokenizer = tiny_pair
     prompts = [tokenizer.encode(t) for t in ("Hello there", "The answer of the", "x")]
     sampling = SamplingParams(0.6, 0.95, 20)
-    out = sample_continuations(verifier, prompts, 16, sampling, [tokenizer.eos_token_id],
-                               tokenizer.pad_token_id, batch_size=2, seed=3, keep_top=20,
-                               show_progress=False)  # fmt: skip
-    for prompt, tokens, ids, probs in zip(prompts, out.tokens, out.top_ids, out.top_probs,
-                                          strict=True):  # fmt: skip
+    out = sample_continuations(
+        verifier,
+        prompts,
+        16,
+        sampling,
+        [tokenizer.eos_token_id],
+        tokenizer.pad_token_id,
+        batch_size=2,
+        seed=3,
+        keep_top=20,
+        show_progress=False,
+    )
+    for prompt, tokens, ids, probs in zip(
+        prompts, out.tokens, out.top_ids, out.top_probs, strict=True
+    ):
         law = answer_laws(verifier, prompt, tokens, sampling, None)  # [T, V]
         kept = torch.zeros_like(law).scatter_(-1, ids, probs)
         torch.testing.assert_close(kept, law, atol=2e-5, rtol=0)

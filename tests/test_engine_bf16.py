@@ -68,8 +68,9 @@ def test_bf16_greedy_speculative_equals_greedy_autoregressive(bf16_pair, forward
         gaps = top2_gaps(verifier, prompt, expected)
         for draft_model in (drafter, verifier):
             rule = make_sampler("sps")
-            spec = SpeculativeDecoder(draft_model, verifier, tok, rule, m, sampling=GREEDY,
-                                      eos_token_ids=[])  # fmt: skip
+            spec = SpeculativeDecoder(
+                draft_model, verifier, tok, rule, m, sampling=GREEDY, eos_token_ids=[]
+            )
             rec = spec.generate(prompt, max_new_tokens=40)
             assert rec.num_generated == 40 and rec.sampler_name == "greedy"
             if exact:
@@ -89,9 +90,15 @@ def test_bf16_cactus_first_token_law_matches_output_distribution(bf16_pair):
     p, q = (next_token_law(model, [41], sampling) for model in (drafter, verifier))
     predicted = rule.output_distribution(p.float(), q.float())
     law = {(t,): float(predicted[t]) for t in torch.nonzero(predicted > 1e-12).flatten().tolist()}
-    decoder = SpeculativeDecoder(drafter, verifier, tok, rule, num_draft_tokens=1,
-                                 sampling=sampling,
-                                 eos_token_ids=range(verifier.config.vocab_size))  # fmt: skip
+    decoder = SpeculativeDecoder(
+        drafter,
+        verifier,
+        tok,
+        rule,
+        num_draft_tokens=1,
+        sampling=sampling,
+        eos_token_ids=range(verifier.config.vocab_size),
+    )
     n = 600
     counts = Counter()
     for seed in range(n):

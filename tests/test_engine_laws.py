@@ -196,9 +196,14 @@ def test_draft_draws_and_sps_acceptance_match_their_step_by_step_expectations(ti
 
     sampling = SamplingParams(temperature=1.0)  # the whole vocabulary can be drawn
     dec = SpeculativeDecoder(
-        drafter, verifier, tok, Recording(), num_draft_tokens=2, sampling=sampling,
+        drafter,
+        verifier,
+        tok,
+        Recording(),
+        num_draft_tokens=2,
+        sampling=sampling,
         eos_token_ids=[],
-    )  # fmt: skip
+    )
     for seed in range(60):
         dec.generate(PROMPT, max_new_tokens=24, seed=seed)
     assert sums["steps"] >= 500

@@ -90,8 +90,10 @@ def test_cached_decoding_and_crop_match_a_full_forward(llama_pair, subset):
         full = drafter(input_ids=ids).logits  # [1, 7, V]
         cache = DynamicCache()
         drafter(input_ids=ids[:, :4], cache=cache, use_cache=True)
-        steps = [drafter(input_ids=ids[:, i : i + 1], cache=cache, use_cache=True).logits
-                 for i in range(4, 7)]  # fmt: skip
+        steps = [
+            drafter(input_ids=ids[:, i : i + 1], cache=cache, use_cache=True).logits
+            for i in range(4, 7)
+        ]
         cache.crop(-2)  # roll back two tokens (7 -> 5), as the engine does after a rejection
         again = drafter(input_ids=ids[:, 5:7], cache=cache, use_cache=True).logits
     finite = torch.isfinite(full[0, 4])
@@ -139,12 +141,14 @@ def test_save_and_load_round_trip_only_the_new_parameters(tmp_path, llama_pair, 
 def test_engine_drives_the_restricted_drafter(llama_pair, subset):
     _, verifier, tokenizer = llama_pair
     drafter = build_drafter(verifier, [0], subset)
-    decoder = SpeculativeDecoder(drafter, verifier, tokenizer, make_sampler("sps"),
-                                 num_draft_tokens=3, sampling=SAMPLING)  # fmt: skip
+    decoder = SpeculativeDecoder(
+        drafter, verifier, tokenizer, make_sampler("sps"), num_draft_tokens=3, sampling=SAMPLING
+    )
     record = decoder.generate([1, 2, 3, 4], max_new_tokens=12, seed=0)
     assert 0 < record.num_generated <= 12
-    assert all(0 <= a <= d for a, d in zip(record.accepted_per_step, record.drafted_per_step,
-                                           strict=True))  # fmt: skip
+    assert all(
+        0 <= a <= d for a, d in zip(record.accepted_per_step, record.drafted_per_step, strict=True)
+    )
 
 
 smollm2_ready = pytest.mark.skipif(
@@ -163,8 +167,10 @@ def test_committed_smollm2_drafter_gives_full_vocab_logits_with_the_mask():
     assert pair.drafter.model.embed_tokens is pair.verifier.model.embed_tokens
     assert SMOLLM2_DRAFTER_WEIGHTS.stat().st_size <= 25e6  # the committed weights' budget
     text = pair.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is 12 times 7?"}], add_generation_prompt=True,
-        tokenize=False)  # fmt: skip
+        [{"role": "user", "content": "What is 12 times 7?"}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     ids = torch.tensor([pair.tokenizer(text, add_special_tokens=False)["input_ids"]])
     with torch.no_grad():
         logits = pair.drafter(input_ids=ids).logits  # [1, T, 49152]

@@ -58,15 +58,23 @@ def test_embedding_size_mismatch_restricts_both_models_to_the_shared_ids(tmp_pat
     # DeepSeek-R1-Distill-Qwen: one tokenizer, 151,936 vs 152,064 output rows.
     drafter, _, tokenizer = make_tiny_pair(seed=1, vocab_size=None)
     _, verifier, _ = make_tiny_pair(seed=1, vocab_size=len(tokenizer) + 8)
-    spec = PairSpec("mismatch", save(drafter, tokenizer, tmp_path / "d"),
-                    save(verifier, tokenizer, tmp_path / "v"))  # fmt: skip
+    spec = PairSpec(
+        "mismatch",
+        save(drafter, tokenizer, tmp_path / "d"),
+        save(verifier, tokenizer, tmp_path / "v"),
+    )
     pair = load_pair(spec, device="cpu")
     assert torch.equal(pair.token_map, torch.arange(len(tokenizer)))
     # The engine then decodes over the shared ids only.
     decoder = SpeculativeDecoder(
-        pair.drafter, pair.verifier, pair.tokenizer, make_sampler("sps"), num_draft_tokens=3,
-        sampling=SamplingParams(temperature=0.6, top_p=0.95, top_k=20), token_map=pair.token_map,
-    )  # fmt: skip
+        pair.drafter,
+        pair.verifier,
+        pair.tokenizer,
+        make_sampler("sps"),
+        num_draft_tokens=3,
+        sampling=SamplingParams(temperature=0.6, top_p=0.95, top_k=20),
+        token_map=pair.token_map,
+    )
     record = decoder.generate([1, 2, 3], max_new_tokens=8, seed=0)
     assert 0 < len(record.output_ids) <= 8
     assert all(0 <= token < len(tokenizer) for token in record.output_ids)
@@ -97,8 +105,11 @@ def test_tokenizer_disagreement_from_disk_fails_before_decoding(tmp_path, tiny_p
     _, _, other = make_tiny_pair(seed=0)
     other.add_tokens(["<extra_drafter_token>"])  # a new id the verifier's tokenizer lacks
     big_drafter, big_verifier, _ = make_tiny_pair(seed=0, vocab_size=len(tokenizer) + 4)
-    spec = PairSpec("bad", save(big_drafter, other, tmp_path / "d"),
-                    save(big_verifier, tokenizer, tmp_path / "v"))  # fmt: skip
+    spec = PairSpec(
+        "bad",
+        save(big_drafter, other, tmp_path / "d"),
+        save(big_verifier, tokenizer, tmp_path / "v"),
+    )
     with pytest.raises(ValueError, match=r"disagree on token id \d+") as info:
         load_pair(spec, device="cpu")
     assert str(tmp_path / "d") in str(info.value) and str(tmp_path / "v") in str(info.value)

@@ -232,8 +232,15 @@ def test_a_hub_update_of_main_does_not_reuse_the_cached_baseline(tmp_path, monke
     hub = build_hub_cache(tmp_path / "home", {"Qwen/Qwen3-0.6B": [None]}, QWEN3)
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    qwen = ["model.name=q", "model.drafter=Qwen/Qwen3-0.6B", "model.verifier=Qwen/Qwen3-0.6B",
-            "baseline=cached", "limit=1", "max_new_tokens=4", "threads=1"]  # fmt: skip
+    qwen = [
+        "model.name=q",
+        "model.drafter=Qwen/Qwen3-0.6B",
+        "model.verifier=Qwen/Qwen3-0.6B",
+        "baseline=cached",
+        "limit=1",
+        "max_new_tokens=4",
+        "threads=1",
+    ]
     outcome = run(tiny_conf(tmp_path, *qwen, "sampler=verifier"))
     assert outcome.status == "ok"
     run(tiny_conf(tmp_path, *qwen, "sampler=sps"))

@@ -31,22 +31,39 @@ def tiny_args(tmp_path: Path, *extra: str) -> list[str]:
     flags = [a for a in extra if a.startswith("-")]  # Hydra wants -m before the overrides
     extra = tuple(a for a in extra if not a.startswith("-"))
     return [
-        sys.executable, str(REPO / "run.py"), *flags, "model=tiny_random", "task=demo", "limit=2",
-        "max_new_tokens=8", "m=3", "device=cpu", f"results_dir={tmp_path / 'results'}",
-        f"data_dir={DATA_DIR}", f"hydra.run.dir={tmp_path / 'out'}",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        str(REPO / "run.py"),
+        *flags,
+        "model=tiny_random",
+        "task=demo",
+        "limit=2",
+        "max_new_tokens=8",
+        "m=3",
+        "device=cpu",
+        f"results_dir={tmp_path / 'results'}",
+        f"data_dir={DATA_DIR}",
+        f"hydra.run.dir={tmp_path / 'out'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        *extra,
+    ]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    drop = {"HYDRA_FULL_ERROR", "WANDB_API_KEY", "CACTUS_BENCH_GIT_SHA", "CACTUS_BENCH_GIT_DIRTY",
-            "CACTUS_BENCH_LAUNCH_DIR", "CACTUS_BENCH_LAUNCH_PID"}  # fmt: skip
+    drop = {
+        "HYDRA_FULL_ERROR",
+        "WANDB_API_KEY",
+        "CACTUS_BENCH_GIT_SHA",
+        "CACTUS_BENCH_GIT_DIRTY",
+        "CACTUS_BENCH_LAUNCH_DIR",
+        "CACTUS_BENCH_LAUNCH_PID",
+    }
     return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
 def run_cli(args: list[str], cwd: Path, timeout: int = 600, **env: str):
-    return subprocess.run(args, cwd=cwd, env=clean_env(**env), capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        args, cwd=cwd, env=clean_env(**env), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def csv_rows(path: Path) -> list[dict[str, str]]:
@@ -86,8 +103,14 @@ def test_kill_9_mid_sweep_leaves_parseable_csv_and_resume_completes(tmp_path):
     seeds = "1,2,3,4"
     args = tiny_args(tmp_path, "-m", "sampler=sps", f"seed={seeds}")
     csv_path = tmp_path / "results" / "runs.csv"
-    process = subprocess.Popen(args, cwd=tmp_path, env=clean_env(), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        args,
+        cwd=tmp_path,
+        env=clean_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline and process.poll() is None:

@@ -79,8 +79,11 @@ def test_monte_carlo_acceptance_check_is_sensitive():
     assert out.num_accepted.double().mean().item() - beta_sps > 10 * 3.3 * sigma
 
 
-TARGET_RULES = [(rule, rule_id) for rule, rule_id in zip(RULES, RULE_IDS, strict=True)
-                if rule[0] in ("sps", "cactus", "cactus_exact", "interp")]  # fmt: skip
+TARGET_RULES = [
+    (rule, rule_id)
+    for rule, rule_id in zip(RULES, RULE_IDS, strict=True)
+    if rule[0] in ("sps", "cactus", "cactus_exact", "interp")
+]
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,12 @@ from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder, runti
 from cactus_bench.samplers import make_sampler
 
 # path -> (fast, compile, linear kernel) as the decoders take them
-PATHS = {"hf_eager": ("off", "off", "aten"), "fast_aten": ("on", "off", "aten"),
-         "fast": ("on", "off", "auto"), "fast_compiled": ("on", "on", "aten")}  # fmt: skip
+PATHS = {
+    "hf_eager": ("off", "off", "aten"),
+    "fast_aten": ("on", "off", "aten"),
+    "fast": ("on", "off", "auto"),
+    "fast_compiled": ("on", "on", "aten"),
+}
 
 
 def decoder_for(path: str, verifier, tokenizer, drafter=None, m: int = 0):
@@ -28,8 +32,16 @@ def decoder_for(path: str, verifier, tokenizer, drafter=None, m: int = 0):
             return AutoregressiveDecoder(
                 verifier, tokenizer, eos_token_ids=[], fast=fast, compile=compiled
             )
-        return SpeculativeDecoder(drafter, verifier, tokenizer, make_sampler("sps"), m,
-                                  eos_token_ids=[], fast=fast, compile=compiled)  # fmt: skip
+        return SpeculativeDecoder(
+            drafter,
+            verifier,
+            tokenizer,
+            make_sampler("sps"),
+            m,
+            eos_token_ids=[],
+            fast=fast,
+            compile=compiled,
+        )
     finally:
         runtime.DEFAULT_LINEAR_KERNEL = "auto"
 
@@ -49,5 +61,7 @@ def bench_decode(decoders: dict, prompt: list[int], args, sampling, seeds, betwe
             rates[name].append(rec.num_generated / (rec.total_time_s - rec.prefill_time_s))
         for name, rate in (between(seed) if between else {}).items():
             rates.setdefault(name, []).append(rate)
-    return ({name: statistics.median(values) for name, values in rates.items()},
-            {name: statistics.median(values) for name, values in cpu_rates.items()})  # fmt: skip
+    return (
+        {name: statistics.median(values) for name, values in rates.items()},
+        {name: statistics.median(values) for name, values in cpu_rates.items()},
+    )

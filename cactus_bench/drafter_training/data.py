@@ -86,8 +86,11 @@ def evaluation_texts(data_dir: Path) -> list[str]:
     """Every prompt that evaluates the drafter or the demo: none may appear in training."""
     data_dir = Path(data_dir)
     demo = Path(__file__).parents[1] / "tasks" / "demo_prompts.jsonl"
-    sources = [(data_dir / "gsm8k" / "test.jsonl", "question"),
-               (data_dir / "ifeval" / "input_data.jsonl", "prompt"), (demo, "prompt")]  # fmt: skip
+    sources = [
+        (data_dir / "gsm8k" / "test.jsonl", "question"),
+        (data_dir / "ifeval" / "input_data.jsonl", "prompt"),
+        (demo, "prompt"),
+    ]
     texts = []
     for path, key in sources:
         if path.exists():

@@ -56,8 +56,9 @@ def split_records(records: list[dict], val_every: int) -> tuple[list[dict], list
     return [r for r in records if r["index"] % val_every != 0], held_out
 
 
-def choose_subset(records: list[dict], prior: torch.Tensor, s: DistillSettings,
-                  always: list[int]) -> tuple[torch.Tensor, float]:  # fmt: skip
+def choose_subset(
+    records: list[dict], prior: torch.Tensor, s: DistillSettings, always: list[int]
+) -> tuple[torch.Tensor, float]:
     """The ``subset_size`` head ids (plus ``always``) and the share of teacher mass they hold.
 
     Ids are ranked by a blend: (1 - prior_share) x their share of the processed teacher mass

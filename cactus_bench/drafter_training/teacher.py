@@ -150,8 +150,10 @@ def generate_shards(
         path.with_suffix(".tmp").rename(path)
         total += num_tokens
         progress.update(num_tokens)
-        log(f"teacher shard {index}: {num_tokens} tok in {wall:.0f} s wall / {cpu:.0f} s cpu "
-            f"({num_tokens / wall:.0f} tok/s), total {total}")  # fmt: skip
+        log(
+            f"teacher shard {index}: {num_tokens} tok in {wall:.0f} s wall / {cpu:.0f} s cpu "
+            f"({num_tokens / wall:.0f} tok/s), total {total}"
+        )
     progress.close()
 
 

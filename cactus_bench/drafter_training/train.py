@@ -43,8 +43,11 @@ CURVE_HEADER = "step,epoch,cpu_min,wall_min,loss,acceptance,math,instruction\n"
 def trainable_parameters(drafter) -> list[torch.nn.Parameter]:
     """Decoder layers, final norm and head bias; the shared embeddings stay frozen."""
     drafter.requires_grad_(False)
-    params = [*drafter.model.layers.parameters(), *drafter.model.norm.parameters(),
-              drafter.lm_head.bias]  # fmt: skip
+    params = [
+        *drafter.model.layers.parameters(),
+        *drafter.model.norm.parameters(),
+        drafter.lm_head.bias,
+    ]
     for p in params:
         p.requires_grad_(True)
     return params
@@ -65,8 +68,9 @@ def token_counts(tokenizer, texts: list[str], vocab: int) -> torch.Tensor:
     return counts
 
 
-def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log,
-            prior_texts: list[str] = ()) -> None:  # fmt: skip
+def distill(
+    verifier, tokenizer, run_dir: Path, s: DistillSettings, log, prior_texts: list[str] = ()
+) -> None:
     """Train (or resume) the drafter on the cached shards; the best held-out weights are saved.
 
     ``prior_texts`` (training prompts, GSM8K train answers) only help choose the head's ids."""
@@ -95,8 +99,10 @@ def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log,
         optimizer.load_state_dict(ckpt["optimizer"])
         state = ckpt["state"]
     n_tok = sum(len(r["top_idx"]) for r in train)
-    log(f"train: {len(train)} seqs / {n_tok} target tokens, {len(held_out)} held out; "
-        f"step {state['step']}, {state['cpu_s'] / 60:.1f} cpu min done")  # fmt: skip
+    log(
+        f"train: {len(train)} seqs / {n_tok} target tokens, {len(held_out)} held out; "
+        f"step {state['step']}, {state['cpu_s'] / 60:.1f} cpu min done"
+    )
     if ckpt is None:
         curve_path.write_text(CURVE_HEADER)
         record_point(drafter, held_out, lookup, s, state, math.nan, curve_path, log)
@@ -138,8 +144,15 @@ def distill(verifier, tokenizer, run_dir: Path, s: DistillSettings, log,
                 if acc > state["best"]:  # keep the best held-out drafter
                     state["best"] = acc
                     export(drafter, s, acc, len(held_out), n_tok, teacher, state)
-                torch.save({"drafter": new_parameters(drafter), "optimizer": optimizer.state_dict(),
-                            "subset": subset, "state": state}, ckpt_path)  # fmt: skip
+                torch.save(
+                    {
+                        "drafter": new_parameters(drafter),
+                        "optimizer": optimizer.state_dict(),
+                        "subset": subset,
+                        "state": state,
+                    },
+                    ckpt_path,
+                )
                 last_val = state["cpu_s"]
             if done:
                 break
@@ -158,14 +171,23 @@ def record_point(drafter, held_out, lookup, s, state, loss, curve_path: Path, lo
     """Measure held-out acceptance, append it to the curve and the log; returns the overall."""
     acc = held_out_acceptance(drafter, held_out, lookup, s)
     math_acc, instruction_acc = acc.get("math", math.nan), acc.get("instruction", math.nan)
-    row = [state["step"], state["epoch"], f"{state['cpu_s'] / 60:.2f}",
-           f"{state['wall_s'] / 60:.2f}", f"{loss:.4f}", f"{acc['all']:.4f}",
-           f"{math_acc:.4f}", f"{instruction_acc:.4f}"]  # fmt: skip
+    row = [
+        state["step"],
+        state["epoch"],
+        f"{state['cpu_s'] / 60:.2f}",
+        f"{state['wall_s'] / 60:.2f}",
+        f"{loss:.4f}",
+        f"{acc['all']:.4f}",
+        f"{math_acc:.4f}",
+        f"{instruction_acc:.4f}",
+    ]
     with open(curve_path, "a") as fh:
         fh.write(",".join(map(str, row)) + "\n")
-    log(f"step {state['step']} epoch {state['epoch']} cpu {state['cpu_s'] / 60:.1f} min "
+    log(
+        f"step {state['step']} epoch {state['epoch']} cpu {state['cpu_s'] / 60:.1f} min "
         f"loss {loss:.4f}: held-out acceptance {acc['all']:.4f} (math {math_acc:.4f}, "
-        f"instruction {instruction_acc:.4f})")  # fmt: skip
+        f"instruction {instruction_acc:.4f})"
+    )
     return acc["all"]
 
 
@@ -173,8 +195,9 @@ def new_parameters(drafter) -> dict[str, torch.Tensor]:
     return {k: v for k, v in drafter.state_dict().items() if not k.startswith("model.embed_tokens")}
 
 
-def export(drafter, s: DistillSettings, acc: float, held_out: int, n_tok: int, teacher: dict,
-           state: dict) -> None:  # fmt: skip
+def export(
+    drafter, s: DistillSettings, acc: float, held_out: int, n_tok: int, teacher: dict, state: dict
+) -> None:
     """Write the committed assets (new parameters in fp16 + JSON with how they were made)."""
     meta = {
         "init_layers": list(s.init_layers),
@@ -211,6 +234,8 @@ def calibrate(verifier, run_dir: Path, s: DistillSettings, log) -> float:
     config["held_out_acceptance"] = round(means[scale], 4)
     config["logit_scale_grid"] = {str(k): round(v, 4) for k, v in means.items()}
     s.config.write_text(json.dumps(config, indent=2) + "\n")
-    log(f"logit scale {scale}: held-out acceptance {means[scale]:.4f} "
-        f"(unscaled {means[1.0]:.4f}); written to {s.config}")  # fmt: skip
+    log(
+        f"logit scale {scale}: held-out acceptance {means[scale]:.4f} "
+        f"(unscaled {means[1.0]:.4f}); written to {s.config}"
+    )
     return scale

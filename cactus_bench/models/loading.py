@@ -223,8 +223,11 @@ def load_pair(
     device = resolve_device(device)
     torch_dtype = resolve_pair_dtype(spec, device, dtype)
     embedded = {spec.drafter, spec.verifier} & {
-        SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID, TINY_DRAFTER_ID, TINY_VERIFIER_ID
-    }  # fmt: skip
+        SMOLLM2_DRAFTER_ID,
+        SMOLLM2_VERIFIER_ID,
+        TINY_DRAFTER_ID,
+        TINY_VERIFIER_ID,
+    }
     if embedded:
         drafter, verifier, tokenizer = _load_embedded(spec, device, torch_dtype)
         drafter_tokenizer = tokenizer
@@ -242,13 +245,20 @@ def load_pair(
         verifier = _explained(*verifier_args, load_model, device, torch_dtype, spread=True)
         drafter = _explained(*drafter_args, load_model, device, torch_dtype, spread=False)
     token_map = shared_token_ids(
-        drafter_tokenizer, tokenizer, output_size(drafter), output_size(verifier),
-        spec.drafter, spec.verifier,
-    )  # fmt: skip
-    commits = {role: hub_commit(model_id, revision) for role, model_id, revision in (
-        ("drafter", spec.drafter, spec.drafter_revision),
-        ("verifier", spec.verifier, spec.verifier_revision),
-    )}  # fmt: skip
+        drafter_tokenizer,
+        tokenizer,
+        output_size(drafter),
+        output_size(verifier),
+        spec.drafter,
+        spec.verifier,
+    )
+    commits = {
+        role: hub_commit(model_id, revision)
+        for role, model_id, revision in (
+            ("drafter", spec.drafter, spec.drafter_revision),
+            ("verifier", spec.verifier, spec.verifier_revision),
+        )
+    }
     return LoadedPair(
         drafter_commit=commits["drafter"],
         verifier_commit=commits["verifier"],

@@ -26,15 +26,29 @@ from typing import Any
 QWEN3_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 R1_ADDED = (  # id 151643 + index; special flag as in DeepSeek's tokenizer.json
-    ("<｜end▁of▁sentence｜>", True), ("<｜User｜>", False), ("<｜Assistant｜>", False),
-    ("<｜begin▁of▁sentence｜>", True), ("<|EOT|>", False), ("<think>", False),
-    ("</think>", False), ("<|quad_start|>", True), ("<|quad_end|>", True),
-    ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
-    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False),
-    ("</tool_call>", False), ("<|fim_prefix|>", False), ("<|fim_middle|>", False),
-    ("<|fim_suffix|>", False), ("<|fim_pad|>", False), ("<|repo_name|>", False),
+    ("<｜end▁of▁sentence｜>", True),
+    ("<｜User｜>", False),
+    ("<｜Assistant｜>", False),
+    ("<｜begin▁of▁sentence｜>", True),
+    ("<|EOT|>", False),
+    ("<think>", False),
+    ("</think>", False),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
     ("<|file_sep|>", False),
-)  # fmt: skip
+)
 R1_BOS, R1_EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 R1_TEMPLATE = (
     "{% set ns = namespace(system='') %}"
@@ -52,10 +66,15 @@ R1_TEMPLATE = (
 
 LLAMA3_FIRST_SPECIAL = 128000
 LLAMA3_NAMED = {  # the others are <|reserved_special_token_N|>
-    128000: "<|begin_of_text|>", 128001: "<|end_of_text|>", 128004: "<|finetune_right_pad_id|>",
-    128006: "<|start_header_id|>", 128007: "<|end_header_id|>", 128008: "<|eom_id|>",
-    128009: "<|eot_id|>", 128010: "<|python_tag|>",
-}  # fmt: skip
+    128000: "<|begin_of_text|>",
+    128001: "<|end_of_text|>",
+    128004: "<|finetune_right_pad_id|>",
+    128006: "<|start_header_id|>",
+    128007: "<|end_header_id|>",
+    128008: "<|eom_id|>",
+    128009: "<|eot_id|>",
+    128010: "<|python_tag|>",
+}
 LLAMA3_TEMPLATE = (
     "{{ bos_token }}"
     "{% for message in messages %}"
@@ -104,9 +123,14 @@ def _qwen3_tokenizer_json(qwen3_dir: str) -> dict[str, Any]:
 
 def _added(token_id: int, content: str, special: bool) -> dict[str, Any]:
     return {
-        "id": token_id, "content": content, "single_word": False, "lstrip": False,
-        "rstrip": False, "normalized": False, "special": special,
-    }  # fmt: skip
+        "id": token_id,
+        "content": content,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
 
 
 def _bos_post_processor(bos: str, bos_id: int) -> dict[str, Any]:
@@ -128,11 +152,18 @@ def _deepseek_r1(qwen3: dict[str, Any]) -> tuple[dict, dict]:
     ]
     tokenizer["post_processor"] = _bos_post_processor(R1_BOS, first + 3)
     config = {
-        "add_bos_token": True, "add_eos_token": False, "bos_token": R1_BOS, "eos_token": R1_EOS,
-        "pad_token": R1_EOS, "unk_token": None, "legacy": True, "model_max_length": 16384,
-        "clean_up_tokenization_spaces": False, "tokenizer_class": "LlamaTokenizerFast",
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": R1_BOS,
+        "eos_token": R1_EOS,
+        "pad_token": R1_EOS,
+        "unk_token": None,
+        "legacy": True,
+        "model_max_length": 16384,
+        "clean_up_tokenization_spaces": False,
+        "tokenizer_class": "LlamaTokenizerFast",
         "chat_template": R1_TEMPLATE,
-    }  # fmt: skip
+    }
     return tokenizer, config
 
 
@@ -160,11 +191,14 @@ def _llama3(qwen3: dict[str, Any]) -> tuple[dict, dict]:
     ]
     tokenizer["post_processor"] = _bos_post_processor("<|begin_of_text|>", LLAMA3_FIRST_SPECIAL)
     config = {
-        "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-        "clean_up_tokenization_spaces": True, "model_max_length": 131072,
+        "bos_token": "<|begin_of_text|>",
+        "eos_token": "<|eot_id|>",
+        "clean_up_tokenization_spaces": True,
+        "model_max_length": 131072,
         "model_input_names": ["input_ids", "attention_mask"],
-        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": LLAMA3_TEMPLATE,
-    }  # fmt: skip
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "chat_template": LLAMA3_TEMPLATE,
+    }
     return tokenizer, config
 
 
@@ -184,10 +218,16 @@ def _gemma2(qwen3: dict[str, Any]) -> tuple[dict, dict]:
     ]
     tokenizer["post_processor"] = _bos_post_processor("<bos>", 2)
     config = {
-        "add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>", "eos_token": "<eos>",
-        "pad_token": "<pad>", "unk_token": "<unk>",
+        "add_bos_token": True,
+        "add_eos_token": False,
+        "bos_token": "<bos>",
+        "eos_token": "<eos>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
         "additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"],
-        "clean_up_tokenization_spaces": False, "model_max_length": 8192,
-        "tokenizer_class": "PreTrainedTokenizerFast", "chat_template": GEMMA2_TEMPLATE,
-    }  # fmt: skip
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 8192,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "chat_template": GEMMA2_TEMPLATE,
+    }
     return tokenizer, config
