@@ -51,14 +51,13 @@ class Setting:
         return self.name if self.column == "" else self.column
 
 
-S = Setting
 RUN_SETTINGS: tuple[Setting, ...] = (
     # the pair: the whole model node (ids, revisions, dtype, context, chat kwargs) is hashed
-    S("model", "conf.model", column=None),
-    S("model_pair", "conf.model.name", hashed=False, grouped=True),
-    S("drafter_id", "conf.model.drafter", hashed=False, verifier_value=None),
-    S("verifier_id", "conf.model.verifier", hashed=False, baseline="verifier_id"),
-    S(
+    Setting("model", "conf.model", column=None),
+    Setting("model_pair", "conf.model.name", hashed=False, grouped=True),
+    Setting("drafter_id", "conf.model.drafter", hashed=False, verifier_value=None),
+    Setting("verifier_id", "conf.model.verifier", hashed=False, baseline="verifier_id"),
+    Setting(
         "verifier_revision",
         "conf.model.verifier_revision",
         hashed=False,
@@ -66,7 +65,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         baseline="sampling.verifier_revision",
     ),
     # the commit an unpinned revision resolved to: after the hub moves main, not reused
-    S(
+    Setting(
         "verifier_commit",
         "verifier_commit",
         hashed=False,
@@ -75,36 +74,35 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         baseline="sampling.verifier_commit",
     ),
     # the dtype the models ran in, `auto` resolved for this device
-    S("dtype", "dtype", hashed=False, baseline="sampling.dtype"),
+    Setting("dtype", "dtype", hashed=False, baseline="sampling.dtype"),
     # dtype=auto is bf16 on one CPU and fp32 on another: hashed as resolved (a set dtype is
     # in `model` already)
-    S("resolved_dtype", "auto_dtype", column=None, unhashed=None),
-    S("task", "conf.task.name", baseline="task", grouped=True),
-    S("limit", "conf.limit", column=None),
-    S("seed", "conf.seed", baseline="seed"),
+    Setting("resolved_dtype", "auto_dtype", column=None, unhashed=None),
+    Setting("task", "conf.task.name", baseline="task", grouped=True),
+    Setting("limit", "conf.limit", column=None),
+    Setting("seed", "conf.seed", baseline="seed"),
     # repeats=1 rows keep the hash they had before the setting existed
-    S("repeats", "conf.repeats", unhashed=1),
-    S("sampler", "sampler", grouped=True),
+    Setting("repeats", "conf.repeats", unhashed=1),
+    Setting("sampler", "sampler", grouped=True),
     # the rule's params(): {} for the verifier in the hash, an empty cell in the row
-    S("sampler_params", "sampler_params", column=None),
-    S("sampler_params", "sampler_params", hashed=False, grouped=True, verifier_value=None),
-    S("m", "conf.m", grouped=True, verifier_value=None),
-    S("temperature", "conf.temperature", baseline="sampling.temperature", grouped=True),
-    S("top_p", "conf.top_p", baseline="sampling.top_p", grouped=True),
-    S("top_k", "conf.top_k", baseline="sampling.top_k", grouped=True),
-    S("max_new_tokens", "conf.max_new_tokens", baseline="max_new_tokens", grouped=True),
-    S("device", "conf.device", column=None),
+    Setting("sampler_params", "sampler_params", column=None),
+    Setting("sampler_params", "sampler_params", hashed=False, grouped=True, verifier_value=None),
+    Setting("m", "conf.m", grouped=True, verifier_value=None),
+    Setting("temperature", "conf.temperature", baseline="sampling.temperature", grouped=True),
+    Setting("top_p", "conf.top_p", baseline="sampling.top_p", grouped=True),
+    Setting("top_k", "conf.top_k", baseline="sampling.top_k", grouped=True),
+    Setting("max_new_tokens", "conf.max_new_tokens", baseline="max_new_tokens", grouped=True),
+    Setting("device", "conf.device", column=None),
     # hf: the bare name (older rows keep their hashes); vllm: its options change timings
-    S("backend", "hashed_backend", column=None),
-    S("backend", "conf.backend.name", hashed=False),
-    S("engine", "conf.engine", column=None),  # the forward path changes timings
-    S("threads", "conf.threads", column=None),
-    S("baseline", "conf.baseline", column="baseline_mode", verifier_value="none"),
+    Setting("backend", "hashed_backend", column=None),
+    Setting("backend", "conf.backend.name", hashed=False),
+    Setting("engine", "conf.engine", column=None),  # the forward path changes timings
+    Setting("threads", "conf.threads", column=None),
+    Setting("baseline", "conf.baseline", column="baseline_mode", verifier_value="none"),
     # the committed drafter's weights and logit scale (hub drafters are pinned by id/revision)
-    S("drafter_fingerprint", "drafter_fingerprint", column=None, unhashed=None),
-    S("experiment", "conf.experiment_name", hashed=False),
+    Setting("drafter_fingerprint", "drafter_fingerprint", column=None, unhashed=None),
+    Setting("experiment", "conf.experiment_name", hashed=False),
 )
-del S
 
 # The report's grouping: the table's grouped columns and every rule parameter's own column.
 GROUPED_COLUMNS: frozenset[str] = frozenset(
