@@ -30,7 +30,6 @@ import csv
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,19 +38,16 @@ from pathlib import Path
 
 import torch
 from bench_vllm_decode import vllm_rate
-from tqdm import tqdm
 
-from cactus_bench.bench.decoders import PATHS, bench_decode, decoder_for
+from cactus_bench.bench.decoders import bench_decode, decoder_for
 from cactus_bench.bench.draw import bench_draw
+from cactus_bench.bench.forward import bench_forward, path_kernel, prompt_ids
 from cactus_bench.bench.linear import SHAPES, bench_linear, print_table
 from cactus_bench.bench.machine import machine_facts
 from cactus_bench.bench.models import DTYPES, load_models
 from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
 from cactus_bench.engine.cpu_kernels import cpu_info, kernel_label
-from cactus_bench.engine.fast_runner import FastRunner
-from cactus_bench.engine.runtime import ModelRunner, crop_cache
 
-PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
 COLUMNS = (
     "timestamp",
     "model",
@@ -90,62 +86,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", default="results/bench/forward.csv")
     parser.add_argument("--probe-compile", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
-
-
-def prompt_ids(tokenizer, length: int) -> list[int]:
-    """A chat-formatted prompt cut or repeated to exactly `length` tokens."""
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True
-    )
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return (ids * (length // len(ids) + 1))[:length]
-
-
-def make_runner(path: str, verifier, sizes):  # the runner a decoder on `path` would build
-    fast, compiled, kernel = PATHS[path]
-    if fast == "off":
-        return ModelRunner(verifier, torch.device("cpu"))
-    return FastRunner(verifier, torch.device("cpu"), compiled == "on", sizes, kernel)
-
-
-def path_kernel(path: str, runner, dtype: torch.dtype, n: int) -> str:
-    """The kernel label of `path` for a forward over n tokens."""
-    if PATHS[path][1] == "on":
-        return "inductor + " + kernel_label("aten", dtype, n)
-    onednn = isinstance(runner, FastRunner) and runner.uses_packs(n)
-    return kernel_label("onednn" if onednn else "aten", dtype, n)
-
-
-def bench_forward(models: dict, tokenizer, args, paths) -> tuple[dict, dict, dict]:
-    """Median wall and CPU seconds (this thread's: less disturbed by other jobs) of one cached
-    forward over n new tokens per (dtype, path, n), interleaved; and each one's kernel label."""
-    sizes = tuple(range(1, args.max_n + 1))
-    runners = {(d, p): make_runner(p, models[d], sizes) for d in models for p in paths}
-    context = prompt_ids(tokenizer, args.context)
-    times = {(*key, n): [] for key in runners for n in sizes}
-    cpu_times = {key: [] for key in times}
-    with torch.inference_mode():
-        for runner in runners.values():
-            if hasattr(runner, "warmup"):  # before prefill: it recycles the cache
-                runner.warmup(args.context + args.max_n)
-        capacity = args.context + args.max_n
-        caches = {key: r.prefilled_cache(context, capacity=capacity) for key, r in runners.items()}
-        for repeat in tqdm(range(args.repeats + 1), desc="forward"):  # the first warms up
-            for n in sizes:
-                new = torch.tensor([prompt_ids(tokenizer, n)])  # [1, n]
-                for key, runner in runners.items():
-                    start, cpu_start = time.perf_counter(), time.thread_time()
-                    runner.forward(new, caches[key], all_logits=True)
-                    if repeat:
-                        times[(*key, n)].append(time.perf_counter() - start)
-                        cpu_times[(*key, n)].append(time.thread_time() - cpu_start)
-                    crop_cache(caches[key], len(context))
-    labels = {
-        (d, p, n): path_kernel(p, runners[d, p], DTYPES[d], n) for d, p in runners for n in sizes
-    }
-    wall = {key: statistics.median(values) for key, values in times.items()}
-    cpu = {key: statistics.median(values) for key, values in cpu_times.items()}
-    return wall, cpu, labels
 
 
 def probe_compile(args) -> None:
@@ -236,7 +176,9 @@ def main() -> None:
             for metric, value in zip(("cpu_ms", "cpu_ms_q25", "cpu_ms_q75"), spread, strict=True):
                 emit("draw", part, dtype, way, 1, metric, value)
     if "forward" not in skip:
-        seconds, cpu_seconds, labels = bench_forward(verifiers, tokenizer, args, paths)
+        seconds, cpu_seconds, labels = bench_forward(
+            verifiers, tokenizer, paths, args.context, args.max_n, args.repeats
+        )
         for (dtype, path, n), value in seconds.items():
             label, cpu = labels[dtype, path, n], cpu_seconds[dtype, path, n]
             emit("forward", path, dtype, label, n, "forward_ms", 1e3 * value)

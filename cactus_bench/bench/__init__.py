@@ -5,6 +5,7 @@ check measure with, so that each script is an entry point (arguments, sections, 
 - `timing.py`: CPU times of repeated calls and their spread (median and quartiles);
 - `machine.py`: the facts every benchmark row records about the CPU it ran on;
 - `models.py`: the benchmarked models (SmolLM2-135M and its drafter if cached, else tiny);
-- `linear.py`, `draw.py`, `decoders.py`: the linear-layer, token-draw/head and decoder benches
-  that `bench_forward.py` runs as sections and their own scripts run alone.
+- `linear.py`, `draw.py`, `forward.py`, `decoders.py`: the linear-layer, token-draw/head,
+  cached-forward and decoder benches that `bench_forward.py` runs as sections (the first two
+  also have scripts of their own).
 """
