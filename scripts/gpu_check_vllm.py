@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpu_checks import GREEDY, PAPER_SAMPLING, compare_greedy
+from gpu_checks import compare_greedy
 
+from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
 from cactus_bench.engine import AutoregressiveDecoder
 
 
