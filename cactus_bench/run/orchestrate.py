@@ -10,6 +10,11 @@ hash already finished? skip) -> measure (load, warm up, decode the task and its 
 summarise) -> append ONE row (and the per-request records) -> mirror to W&B. Any failure after
 the resume check appends a status=error row carrying the one-line message and no measurements,
 then re-raises.
+
+No work is lost to an interruption: measure journals every request the moment it ends
+(`run/resume.py`, `<results_dir>/<csv stem>.journal/<config hash>.jsonl`), and a rerun of a run
+without a finished row replays the journal and decodes only the requests it lacks. A forced
+rerun of a finished run (force=true) discards that run's journal first.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from cactus_bench.run.console import RunOutcome
 from cactus_bench.run.errors import error_text
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.measure import measure
+from cactus_bench.run.resume import run_journal
 
 
 def build_identity(conf: RunConf) -> tuple[RunIdentity, object]:
@@ -55,6 +61,8 @@ def run(conf: RunConf) -> RunOutcome:
         )
         return RunOutcome("skipped", identity.results_csv, identity.config_hash)
 
+    if conf.force and store.has_finished(identity.config_hash):
+        run_journal(identity).discard()  # a forced rerun of a finished run decodes afresh
     run_id = new_run_id()
     columns = identity.columns(run_id)
     device = identity.conf.device
