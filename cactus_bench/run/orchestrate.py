@@ -31,6 +31,7 @@ from cactus_bench.run.console import RunOutcome
 from cactus_bench.run.errors import error_text
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.measure import measure
+from cactus_bench.run.preflight import preflight
 from cactus_bench.run.resume import run_journal
 
 
@@ -63,6 +64,7 @@ def run(conf: RunConf) -> RunOutcome:
 
     if conf.force and store.has_finished(identity.config_hash):
         run_journal(identity).discard()  # a forced rerun of a finished run decodes afresh
+    preflight(identity.conf)  # task data and checkpoints reachable: before any model loads
     run_id = new_run_id()
     columns = identity.columns(run_id)
     device = identity.conf.device
