@@ -64,6 +64,7 @@ class RunIdentity:
             "baseline": conf.baseline if self.speculative else "none",
             # only when set: a repeats=1 run keeps the hash it had before the field existed
             **({"repeats": conf.repeats} if conf.repeats != 1 else {}),
+            **({"think_filter": conf.think_filter} if conf.think_filter != "paper" else {}),
             # dtype=auto is bf16 on one CPU and fp32 on another: two different measurements
             **({"resolved_dtype": self.dtype} if conf.model.dtype == "auto" else {}),
             **self._drafter_version,

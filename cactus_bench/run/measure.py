@@ -62,6 +62,7 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
             gen_kwargs=gen_kwargs(conf),
             max_gen_toks=conf.max_new_tokens,
             repeats=conf.repeats,
+            think_filter=conf.think_filter,
         )
 
     # Every request lands in a journal the moment it ends, and a rerun replays what is there.
