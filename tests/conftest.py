@@ -73,10 +73,12 @@ REPO = Path(__file__).resolve().parents[1]
 def slurm_env():
     """The environment of a running test cluster (SLURM_CONF set); started here if needed and
     then stopped again. Skips, with the reason, when Slurm is not installed or cannot start
-    (`make slurm-install slurm-up`; .ci/run does both)."""
+    (`make slurm-install slurm-up`; .ci/run does both, and sets CACTUS_BENCH_REQUIRE_SLURM=1 so
+    that a cluster that cannot start fails these tests instead)."""
+    unavailable = pytest.fail if os.environ.get("CACTUS_BENCH_REQUIRE_SLURM") else pytest.skip
     missing = [name for name in SLURM_BINARIES if shutil.which(name) is None]
     if missing:
-        pytest.skip(
+        unavailable(
             f"Slurm is not installed ({', '.join(missing)} missing): "
             "make slurm-install (apt-get install slurm-wlm munge) to run the real-Slurm tests"
         )
@@ -89,7 +91,7 @@ def slurm_env():
         )
         if up.returncode != 0:
             reason = (up.stderr.strip().splitlines() or ["no output"])[0]
-            pytest.skip(f"the test Slurm cluster could not start: {reason}")
+            unavailable(f"the test Slurm cluster could not start: {reason}")
     yield env
     if started_here:
         subprocess.run([REPO / "scripts/slurm/down.sh"], capture_output=True, timeout=120)
