@@ -73,7 +73,10 @@ def run(conf: RunConf) -> RunOutcome:
         measured = measure(identity, rule)
     except BaseException as error:  # KeyboardInterrupt too: leave a row saying what happened
         error_row = {**columns, **run_metadata(device), "status": "error"}
-        store.append({**error_row, "error": error_text(error)})
+        message = error_text(error)
+        if isinstance(error, SystemExit):  # submitit's exit after a time limit or preemption
+            message += f"; finished requests stay in {run_journal(identity).path}: a rerun resumes"
+        store.append({**error_row, "error": message})
         raise
     row = {**columns, **run_metadata(device), **measured.row, "status": "ok"}
     # Records first, the row last: a finished row is the commit mark resume trusts, so a run
