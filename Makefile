@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
 .PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo frontier \
-	rehearse slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
+	rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -63,7 +63,10 @@ endif
 rehearse:  ## the paper's pairs as tiny random checkpoints in a local hub cache, run offline (~3 min)
 	$(PYTHON) scripts/rehearse.py $(if $(strip $(DATA_DIR)),--data-dir $(abspath $(DATA_DIR)))
 
-slurm-up:  ## start a single-node Slurm cluster here (apt: slurm-wlm munge; + slurmdbd mariadb-server)
+slurm-install:  ## apt-get install what the test Slurm needs (slurm-wlm munge slurmdbd mariadb-server)
+	scripts/slurm/install.sh
+
+slurm-up:  ## start a single-node Slurm cluster here for the real-Slurm tests (after slurm-install)
 	scripts/slurm/up.sh
 
 slurm-down:  ## stop it (scripts/slurm/down.sh --purge also deletes its state folder)

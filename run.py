@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -80,6 +81,29 @@ def _is_config_error(error: BaseException) -> bool:
     return isinstance(error, ConfigError | HydraException | OmegaConfBaseException)
 
 
+def sweep_note(argv: list[str]) -> str | None:
+    """A YAML comment under `--cfg job` naming every job when the config sweeps (a paper pair's
+    cell runs one job per task; Hydra prints only the first job's config)."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    swept = {arg.split("=", 1)[0]: arg.split("=", 1)[1] for arg in overrides if "," in arg}
+    try:
+        with initialize_config_dir(str(Path(__file__).parent / "configs"), version_base="1.3"):
+            plain = [arg for arg in overrides if arg.split("=", 1)[0] not in swept]
+            cfg = compose("config", overrides=plain, return_hydra_config=True)
+    except Exception:  # the config itself failed: Hydra has said why already
+        return None
+    params = {**dict(cfg.hydra.sweeper.params or {}), **swept}
+    if not params:
+        return None
+    jobs = 1
+    for values in params.values():
+        jobs *= len(str(values).split(","))
+    listed = " ".join(f"{key}={value}" for key, value in params.items())
+    return f"# multirun, {jobs} jobs (one row each): {listed}; the config above is the first\n"
+
+
 def cli() -> None:
     register_configs()
     pin_launch_context()
@@ -91,6 +115,8 @@ def cli() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
+        if "--cfg" in sys.argv or "-c" in sys.argv:
+            print(sweep_note(sys.argv[1:]) or "", end="", flush=True)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)

@@ -99,6 +99,8 @@ RUN_SETTINGS: tuple[Setting, ...] = (
     Setting("engine", "conf.engine", column=None),  # the forward path changes timings
     Setting("threads", "conf.threads", column=None),
     Setting("baseline", "conf.baseline", column="baseline_mode", verifier_value="none"),
+    # how an unfinished <think> block is scored; "paper" rows keep their hashes
+    Setting("think_filter", "conf.think_filter", column=None, unhashed="paper"),
     # the committed drafter's weights and logit scale (hub drafters are pinned by id/revision)
     Setting("drafter_fingerprint", "drafter_fingerprint", column=None, unhashed=None),
     Setting("experiment", "conf.experiment_name", hashed=False),

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,3 +61,55 @@ def forward_path(request, monkeypatch):
         if cls is not None:
             monkeypatch.setattr(request.module, name, functools.partial(cls, fast=fast))
     return fast
+
+
+# ---- the real single-node Slurm (scripts/slurm/up.sh) -----------------------------------------
+SLURM_DIR = Path(os.environ.get("CACTUS_SLURM_DIR", "/tmp/cactus-bench-slurm"))
+SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def slurm_env():
+    """The environment of a running test cluster (SLURM_CONF set); started here if needed and
+    then stopped again. Skips, with the reason, when Slurm is not installed or cannot start
+    (`make slurm-install slurm-up`; .ci/run does both, and sets CACTUS_BENCH_REQUIRE_SLURM=1 so
+    that a cluster that cannot start fails these tests instead)."""
+    unavailable = pytest.fail if os.environ.get("CACTUS_BENCH_REQUIRE_SLURM") else pytest.skip
+    missing = [name for name in SLURM_BINARIES if shutil.which(name) is None]
+    if missing:
+        unavailable(
+            f"Slurm is not installed ({', '.join(missing)} missing): "
+            "make slurm-install (apt-get install slurm-wlm munge) to run the real-Slurm tests"
+        )
+    env = {**os.environ, "SLURM_CONF": str(SLURM_DIR / "slurm.conf")}
+    running = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True)
+    started_here = running.returncode != 0
+    if started_here:
+        up = subprocess.run(
+            [REPO / "scripts/slurm/up.sh"], capture_output=True, text=True, timeout=300
+        )
+        if up.returncode != 0:
+            reason = (up.stderr.strip().splitlines() or ["no output"])[0]
+            unavailable(f"the test Slurm cluster could not start: {reason}")
+    yield env
+    if started_here:
+        subprocess.run([REPO / "scripts/slurm/down.sh"], capture_output=True, timeout=120)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line saying how many real-Slurm tests ran, so a green run cannot hide that they
+    were all skipped (CI brings the cluster up for them)."""
+    counts = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        reports = terminalreporter.stats.get(outcome, [])
+        slurm = [r for r in reports if "slurm" in getattr(r, "keywords", {})]
+        if outcome == "skipped":  # a skip is reported at setup; count each test once
+            slurm = [r for r in slurm if r.when in ("setup", "call")]
+        counts[outcome] = len({r.nodeid for r in slurm})
+    if any(counts.values()):
+        ran = counts["passed"] + counts["failed"] + counts["error"]
+        terminalreporter.write_line(
+            f"real Slurm: {ran} tests ran ({counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['error']} errors), {counts['skipped']} skipped"
+        )

@@ -104,23 +104,36 @@ R1_PROMPT_END = "<｜Assistant｜><think>\n"
 
 
 @pytest.mark.parametrize(
-    ("context", "response", "scored"),
+    ("context", "response", "paper", "strict"),
     [
-        (f"<｜User｜>2+2?{R1_PROMPT_END}", "2 and 2 #### 9 then out of tokens", ""),
-        (f"<｜User｜>2+2?{R1_PROMPT_END}", "reason #### 9</think>\n#### 4", "#### 4"),
-        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", "#### 4", "#### 4"),  # thinking off
-        ("<|im_start|>assistant\n", "<think>out of tokens #### 9", ""),  # Qwen3, thinking on
-        ("<|im_start|>assistant\n", "no reasoning #### 4", "no reasoning #### 4"),
+        (
+            f"<｜User｜>2+2?{R1_PROMPT_END}",
+            "2 and 2 #### 9 then out of tokens",
+            "2 and 2 #### 9 then out of tokens",
+            "",
+        ),
+        (f"<｜User｜>2+2?{R1_PROMPT_END}", "reason #### 9</think>\n#### 4", "#### 4", "#### 4"),
+        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", "#### 4", "#### 4", "#### 4"),
+        ("<|im_start|>assistant\n", "<think>out of tokens #### 9", "out of tokens #### 9", ""),
+        (
+            "<|im_start|>assistant\n",
+            "no reasoning #### 4",
+            "no reasoning #### 4",
+            "no reasoning #### 4",
+        ),
     ],
 )
-def test_reasoning_opened_in_the_prompt_is_stripped_like_qwen3s(context, response, scored):
+def test_reasoning_opened_in_the_prompt_is_stripped_like_qwen3s(context, response, paper, strict):
+    """Both template styles are scored alike under either filter (R1 opens the block in the
+    prompt, Qwen3 in the response; the third case is Qwen3 with thinking off)."""
     tokenizer = make_tiny_tokenizer()
     lm = CactusBenchLM(
         ScriptedDecoder(tokenizer, lambda _: response), tokenizer, show_progress=False
     )
     request = Instance("generate_until", doc={}, arguments=(context, {"until": []}), idx=0)
     (returned,) = lm.generate_until([request])
-    assert strip_thinking(returned) == scored
+    assert strip_thinking(returned) == paper
+    assert strip_thinking(returned, "strict") == strict
 
 
 def test_continues_thinking_only_for_an_open_block():

@@ -58,6 +58,9 @@ def overrides_for(relative: str) -> list[str]:
         return [f"hydra/launcher={parts[2]}"]
     if parts[0] == "local":  # git-ignored cluster settings, merged into the slurm launcher
         return ["hydra/launcher=slurm"]
+    if parts[0] == "cell":  # a pair's cell is chosen by naming the pair and no task
+        pair = parts[1].removesuffix("_default")
+        return [f"model={pair}"] if (CONFIG_DIR / "model" / f"{pair}.yaml").exists() else []
     assert len(parts) == 2 and parts[0] in GROUPS, f"unexpected config file {relative}"
     return [f"{parts[0]}={parts[1]}"]
 

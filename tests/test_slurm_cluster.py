@@ -3,14 +3,13 @@
 A sweep on the tiny pair is submitted as a job array that runs and lands one row per job in ONE
 CSV; `scancel` of a running job leaves a sweep that the same command resumes (finished rows
 skipped, the cancelled job run again). Skipped with the reason when Slurm is not installed or
-the cluster cannot start; the cancel test also needs job accounting (slurmdbd: submitit follows
-jobs with sacct, and without it a cancelled job never looks finished).
+the cluster cannot start (.ci/run installs and starts it); the cancel test also needs job
+accounting (slurmdbd: submitit follows jobs with sacct, else a cancelled job never looks
+finished).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,34 +19,7 @@ import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SLURM_DIR = Path(os.environ.get("CACTUS_SLURM_DIR", "/tmp/cactus-bench-slurm"))
-BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def slurm_env():
-    """The environment of a running test cluster (SLURM_CONF set); started here if needed and
-    then stopped again."""
-    missing = [name for name in BINARIES if shutil.which(name) is None]
-    if missing:
-        pytest.skip(
-            f"Slurm is not installed ({', '.join(missing)} missing): "
-            "apt-get install -y slurm-wlm munge to run the real-Slurm tests"
-        )
-    env = {**os.environ, "SLURM_CONF": str(SLURM_DIR / "slurm.conf")}
-    running = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True)
-    started_here = running.returncode != 0
-    if started_here:
-        up = subprocess.run(
-            [REPO / "scripts/slurm/up.sh"], capture_output=True, text=True, timeout=300
-        )
-        if up.returncode != 0:
-            reason = (up.stderr.strip().splitlines() or ["no output"])[0]
-            pytest.skip(f"the test Slurm cluster could not start: {reason}")
-    yield env
-    if started_here:
-        subprocess.run([REPO / "scripts/slurm/down.sh"], capture_output=True, timeout=120)
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]  # slurm_env: tests/conftest.py
 
 
 def sweep_command(tmp_path: Path, samplers: str) -> list[str]:

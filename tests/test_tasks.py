@@ -34,18 +34,24 @@ def private_caches(tmp_path, monkeypatch):
 
 # ---- <think> stripping and stop strings ---------------------------------------------------------
 @pytest.mark.parametrize(
-    ("response", "answer"),
+    ("response", "paper", "strict"),
     [
-        ("<think>a\nb</think>\n\nThe answer is 4", "The answer is 4"),
-        ("no reasoning here", "no reasoning here"),
-        ("opened in the prompt, #### 9</think>\n#### 4", "#### 4"),
-        ("<think>x</think>A<think>y</think>B", "AB"),
-        ("<think>ran out of tokens, #### 9", ""),
-        ("Answer first <think>then unfinished #### 9", "Answer first "),
+        ("<think>a\nb</think>\n\nThe answer is 4", "The answer is 4", "The answer is 4"),
+        ("no reasoning here", "no reasoning here", "no reasoning here"),
+        ("opened in the prompt, #### 9</think>\n#### 4", "#### 4", "#### 4"),
+        ("<think>x</think>A<think>y</think>B", "AB", "AB"),
+        # unfinished: the paper's filter removes the tag only; the strict one all of it
+        ("<think>ran out of tokens, #### 9", "ran out of tokens, #### 9", ""),
+        (
+            "Answer first <think>then unfinished #### 9",
+            "Answer first then unfinished #### 9",
+            "Answer first ",
+        ),
     ],
 )
-def test_strip_thinking(response, answer):
-    assert strip_thinking(response) == answer
+def test_strip_thinking(response, paper, strict):
+    assert strip_thinking(response) == paper  # the default is the paper's
+    assert strip_thinking(response, "strict") == strict
 
 
 def test_paper_until_drops_newlines_and_adds_chat_end_tokens():
@@ -138,11 +144,17 @@ IFEVAL_ROWS = [  # (prompt, instructions, kwargs, hand-written response)
         ["length_constraints:number_words", "keywords:existence"],
         [{"num_words": 10, "relation": "less than"}, {"keywords": ["cat"]}],
         "<think>A cat is small and",
-    ),  # unclosed: nothing is left to score
+    ),  # unclosed: the paper's filter scores "A cat is small and" (passes); strict scores ""
 ]
 
 
-def test_ifeval_scores_through_lm_eval_checkers(tmp_path, tokenizer):
+@pytest.mark.parametrize(
+    ("think_filter", "prompt_level", "inst_level", "unfinished"),
+    [("paper", 2 / 3, 3 / 4, "A cat is small and"), ("strict", 1 / 3, 1 / 4, "")],
+)
+def test_ifeval_scores_through_lm_eval_checkers(
+    tmp_path, tokenizer, think_filter, prompt_level, inst_level, unfinished
+):
     rows = [
         {"key": i, "prompt": p, "instruction_id_list": ids, "kwargs": kw}
         for i, (p, ids, kw, _) in enumerate(IFEVAL_ROWS)
@@ -159,13 +171,15 @@ def test_ifeval_scores_through_lm_eval_checkers(tmp_path, tokenizer):
         tokenizer=tokenizer,
         data_dir=tmp_path,
         show_progress=False,
+        think_filter=think_filter,
     )
-    assert res.metrics["prompt_level_strict_acc,none"] == pytest.approx(1 / 3)
-    assert res.metrics["inst_level_strict_acc,none"] == pytest.approx(1 / 4)
-    assert res.metrics["prompt_level_loose_acc,none"] == pytest.approx(1 / 3)
-    assert res.metrics["inst_level_loose_acc,none"] == pytest.approx(1 / 4)
+    assert res.metrics["prompt_level_strict_acc,none"] == pytest.approx(prompt_level)
+    assert res.metrics["inst_level_strict_acc,none"] == pytest.approx(inst_level)
+    assert res.metrics["prompt_level_loose_acc,none"] == pytest.approx(prompt_level)
+    assert res.metrics["inst_level_loose_acc,none"] == pytest.approx(inst_level)
     assert res.score_name == "prompt_level_strict_acc,none"
-    assert [s["filtered_resps"][0] for s in res.samples][::2] == ["Hello there my friend", ""]
+    filtered = [s["filtered_resps"][0] for s in res.samples][::2]
+    assert filtered == ["Hello there my friend", unfinished]
 
 
 # ---- GPQA: letter extraction, choice shuffling, password ----------------------------------------

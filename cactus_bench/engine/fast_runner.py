@@ -25,6 +25,14 @@ Supported: Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm) causal LMs, any h
 drafter's `SubsetLMHead` runs its product on the packs too; others run as modules). Other
 architectures (Gemma 2: scaled embeddings, soft-capping, extra norms) use the eager HF path;
 `unsupported_reason(model)` says why.
+
+A model that accelerate dispatched with a `device_map` (a verifier spread over GPUs with
+`device_map="auto"`, or layers offloaded to the CPU or disk) carries accelerate's hooks, which
+move each layer's weights and activations to its device around the module's `forward`. The
+compact forward calls the layers' parts directly and keeps one KV cache on one device, so it
+would bypass them: such a model runs HF's own forward instead (`runtime.make_runner` logs one
+line saying so; fast="on" refuses it). A device_map that puts the whole model on one device
+installs no hooks and keeps the fast forward.
 """
 
 from __future__ import annotations
@@ -36,14 +44,35 @@ from cactus_bench.engine.compact_layer import (
     decoder_layer,
     norm,
     rope_tables,
-    unsupported_reason,
 )
+from cactus_bench.engine.compact_layer import unsupported_reason as architecture_reason
 from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
 from cactus_bench.engine.packed_model import packed_model, unpackable_reason
 from cactus_bench.engine.static_cache import StaticKVCache
 from cactus_bench.engine.static_cache import bucket as _bucket
 
 __all__ = ["FastRunner", "StaticKVCache", "enable_compile_cache", "unsupported_reason"]
+
+
+def unsupported_reason(model: torch.nn.Module) -> str | None:
+    """None when the fast forward reproduces `model`, else a one-line reason it cannot: an
+    architecture the compact forward lacks, or a model dispatched over devices by accelerate."""
+    return dispatch_reason(model) or architecture_reason(model)
+
+
+def dispatch_reason(model: torch.nn.Module) -> str | None:
+    """Why accelerate's per-layer device moves rule the fast forward out, or None."""
+    hooked = sum(1 for module in model.modules() if getattr(module, "_hf_hook", None) is not None)
+    if not hooked:
+        return None
+    devices = sorted(
+        {str(device) for device in (getattr(model, "hf_device_map", None) or {}).values()}
+    )
+    where = f"device_map over {', '.join(devices)}" if devices else "accelerate offload hooks"
+    return (
+        f"dispatched by accelerate ({where}; {hooked} hooked modules): the fast forward keeps one "
+        "KV cache on one device and would bypass the hooks' per-layer moves"
+    )
 
 
 def enable_compile_cache() -> None:

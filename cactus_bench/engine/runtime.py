@@ -172,7 +172,10 @@ class Clock:
 
 
 def check_model_device(model: torch.nn.Module, device: torch.device) -> None:
-    param = next(model.parameters(), None)
+    # Offloaded weights sit on the meta device until accelerate's hooks load them for a
+    # forward: the first parameter that is really somewhere says where the model runs.
+    params = (p for p in model.parameters() if p.device.type != "meta")
+    param = next(params, None)
     if param is not None and param.device.type != device.type:
         raise ValueError(
             f"model {type(model).__name__} is on {param.device} but the decoder was given "

@@ -23,7 +23,7 @@ from cactus_bench.run.conf import (
     RunConf,
 )
 from cactus_bench.samplers.catalogue import DELTA, VERIFIER_ONLY, check_params, rule_info
-from cactus_bench.tasks.specs import TASK_NAMES
+from cactus_bench.tasks.specs import TASK_NAMES, THINK_FILTERS
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
@@ -148,6 +148,7 @@ def _check_choices(conf: RunConf) -> None:
         ("engine.fast", conf.engine.fast, ENGINE_SWITCHES),
         ("engine.compile", conf.engine.compile, ENGINE_SWITCHES),
         ("logger.mode", conf.logger.mode, (None, "online", "offline", "disabled")),
+        ("think_filter", conf.think_filter, THINK_FILTERS),
     ):
         if value not in known:
             names = ", ".join(str(k) for k in known)

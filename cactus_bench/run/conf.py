@@ -104,6 +104,9 @@ class RunConf:
     data_dir: str | None = None  # offline data folder (default: env CACTUS_BENCH_DATA)
     results_dir: str = "results"
     threads: int | None = None  # torch CPU threads; None = torch's default (all cores)
+    # An unfinished <think> block (budget ran out): "paper" scores its text, tag removed, as the
+    # reference code does; "strict" never scores unfinished reasoning (tasks/paper_settings.py).
+    think_filter: str = "paper"
     frontier: FrontierConf | None = None  # set by experiment=frontier: run.py measures it instead
 
 

@@ -13,10 +13,11 @@ from typing import Any
 from cactus_bench.results import summarise
 from cactus_bench.results.intervals import per_prompt_columns
 from cactus_bench.run.backends import Decoders, load_decoders
-from cactus_bench.run.baseline import cached_baseline
+from cactus_bench.run.baseline import baseline_journal, cached_baseline, sweep_lock
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import resolve_path
+from cactus_bench.run.resume import JournaledDecoder, report, run_journal
 
 WARM_UP_TEXT = "Warm-up: name three colours."
 PHASE_TIME_COLUMNS = ("prefill_time_s", "draft_time_s", "verify_time_s", "sampler_time_s")
@@ -61,14 +62,34 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
             gen_kwargs=gen_kwargs(conf),
             max_gen_toks=conf.max_new_tokens,
             repeats=conf.repeats,
+            think_filter=conf.think_filter,
         )
 
-    result = evaluate(decoders.decoder, decoders.interleaved)
+    # Every request lands in a journal the moment it ends, and a rerun replays what is there.
+    if conf.baseline == "cached" and not identity.speculative:
+        # This run's decode IS the sweep's verifier-only baseline: into the shared journal.
+        with sweep_lock(identity):
+            run_decoder = JournaledDecoder(decoders.decoder, baseline_journal(identity), "baseline")
+            result = evaluate(run_decoder, None)
+        interleaved = None
+    else:
+        journal = run_journal(identity)
+        run_decoder = JournaledDecoder(decoders.decoder, journal, "spec")
+        interleaved = None
+        if decoders.interleaved is not None:
+            interleaved = JournaledDecoder(decoders.interleaved, journal, "baseline")
+        result = evaluate(run_decoder, interleaved)
+    resumed = report([run_decoder, interleaved])
+    if resumed:
+        print(resumed, flush=True)
     baseline_records = list(result.baseline_records) if decoders.interleaved is not None else None
     if conf.baseline == "cached":
-        baseline_records = cached_baseline(
-            identity, result.records, lambda: evaluate(decoders.verifier_only(), None).records
-        )
+
+        def decode_baseline(journal):
+            verifier = JournaledDecoder(decoders.verifier_only(), journal, "baseline")
+            return evaluate(verifier, None).records
+
+        baseline_records = cached_baseline(identity, result.records, decode_baseline)
     row = {
         "n_samples": result.n_samples,
         "score_name": result.score_name,

@@ -10,6 +10,11 @@ hash already finished? skip) -> measure (load, warm up, decode the task and its 
 summarise) -> append ONE row (and the per-request records) -> mirror to W&B. Any failure after
 the resume check appends a status=error row carrying the one-line message and no measurements,
 then re-raises.
+
+No work is lost to an interruption: measure journals every request the moment it ends
+(`run/resume.py`, `<results_dir>/<csv stem>.journal/<config hash>.jsonl`), and a rerun of a run
+without a finished row replays the journal and decodes only the requests it lacks. A forced
+rerun of a finished run (force=true) discards that run's journal first.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from cactus_bench.run.console import RunOutcome
 from cactus_bench.run.errors import error_text
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.measure import measure
+from cactus_bench.run.preflight import preflight
+from cactus_bench.run.resume import run_journal
 
 
 def build_identity(conf: RunConf) -> tuple[RunIdentity, object]:
@@ -62,6 +69,9 @@ def run(conf: RunConf, choice: SamplerChoice | None = None) -> RunOutcome:
         )
         return RunOutcome("skipped", identity.results_csv, identity.config_hash)
 
+    if conf.force and store.has_finished(identity.config_hash):
+        run_journal(identity).discard()  # a forced rerun of a finished run decodes afresh
+    preflight(identity.conf)  # task data and checkpoints reachable: before any model loads
     run_id = new_run_id()
     columns = identity.columns(run_id)
     device = identity.conf.device
@@ -70,7 +80,10 @@ def run(conf: RunConf, choice: SamplerChoice | None = None) -> RunOutcome:
         measured = measure(identity, rule)
     except BaseException as error:  # KeyboardInterrupt too: leave a row saying what happened
         error_row = {**columns, **run_metadata(device), "status": "error"}
-        store.append({**error_row, "error": error_text(error)})
+        message = error_text(error)
+        if isinstance(error, SystemExit):  # submitit's exit after a time limit or preemption
+            message += f"; finished requests stay in {run_journal(identity).path}: a rerun resumes"
+        store.append({**error_row, "error": message})
         raise
     row = {**columns, **run_metadata(device), **measured.row, "status": "ok"}
     # Records first, the row last: a finished row is the commit mark resume trusts, so a run

@@ -40,7 +40,13 @@ from cactus_bench.tasks.data import (
 from cactus_bench.tasks.lm import SUPPORTED_GEN_KWARGS, CactusBenchLM
 from cactus_bench.tasks.paper_settings import apply_paper_settings
 from cactus_bench.tasks.samples import scores_by_prompt, slim_sample
-from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS, PAPER_GEN_KWARGS, TaskSpec, get_spec
+from cactus_bench.tasks.specs import (
+    DEFAULT_MAX_GEN_TOKS,
+    PAPER_GEN_KWARGS,
+    THINK_FILTERS,
+    TaskSpec,
+    get_spec,
+)
 
 IFEVAL_SCORED = ("ifeval", "demo")  # tasks whose checkers need NLTK punkt
 REFERENCE_SEED = PAPER.seed  # the reference's numpy / torch / few-shot seed; `random` gets 0
@@ -119,6 +125,7 @@ def evaluate_task(
     gpqa_password: str | None = None,
     show_progress: bool = True,
     repeats: int = 1,
+    think_filter: str = "paper",
 ) -> TaskResult:
     """Runs `task` (gsm8k | ifeval | gpqa | demo) through lm-eval with `decoder`.
 
@@ -130,6 +137,9 @@ def evaluate_task(
     authors' published one).
     repeats: decode and score every prompt this many times, each with its own sampling seeds
     (the baseline decodes each repeat too, with the same seeds as the run's decoder).
+    think_filter: "paper" (default) scores an unfinished `<think>` block's text with only the
+    tag removed, as the reference code does; "strict" never scores unfinished reasoning
+    (paper_settings.strip_thinking).
     """
     spec = get_spec(task)
     if tokenizer is None:
@@ -140,6 +150,10 @@ def evaluate_task(
         raise ValueError(f"seed must be an integer >= 0; got {seed!r}")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an integer >= 1; got {repeats!r}")
+    if think_filter not in THINK_FILTERS:
+        raise ValueError(
+            f"think_filter must be one of {', '.join(THINK_FILTERS)}; got {think_filter!r}"
+        )
     generation = dict(PAPER_GEN_KWARGS if gen_kwargs is None else gen_kwargs)
     unknown = set(generation) - SUPPORTED_GEN_KWARGS
     if unknown:
@@ -177,7 +191,7 @@ def evaluate_task(
         lm_task = _load_task(spec, yaml_path, folder)
     finally:
         reset_gpqa_password(password_token)
-    apply_paper_settings(lm_task, generation)
+    apply_paper_settings(lm_task, generation, think_filter)
     runs = []  # (lm-eval's results, the model that holds the records) per repeat
     for lm in lms:
         results = lm_eval.simple_evaluate(

@@ -43,7 +43,7 @@ def continues_thinking(context: str) -> str:
     the response carries only `</think>`, or no tag at all when the token budget runs out
     mid-reasoning. Putting the opening tag back in front of the response lets the `<think>`
     filter treat both template styles alike: a finished block is removed, and an unfinished one
-    removes everything (paper_settings.strip_thinking: unfinished reasoning is never scored).
+    is scored as paper_settings.strip_thinking's think_filter says.
     """
     opened = context.rfind(THINK_OPEN)
     return THINK_OPEN if opened >= 0 and context.find(THINK_CLOSE, opened) < 0 else ""

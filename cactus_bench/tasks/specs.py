@@ -82,6 +82,11 @@ DEFAULT_MAX_GEN_TOKS = PAPER.max_new_tokens
 NEWLINE_STOPS = ("\n", "\n\n", "\n\n\n", "\n\n\n\n")
 CHAT_END_TOKENS = ("<|eot_id|>", "</s>", "<eos>", "<|im_end|>")
 
+# How an unfinished reasoning block (the budget ran out inside `<think>`) is scored:
+# "paper": the reference code's filter, which removes the tag and scores the text after it;
+# "strict": this project's stricter choice, which removes everything from the open tag on.
+THINK_FILTERS = ("paper", "strict")
+
 
 def get_spec(task: str) -> TaskSpec:
     """The spec of `task`, or a one-line ValueError listing the known names."""
