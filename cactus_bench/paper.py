@@ -16,6 +16,7 @@ class PaperSettings:
     max_new_tokens: int = 4096  # lm-eval's max_gen_toks in the reference's --gen-kwargs
     m: int = 10  # draft length: tokens drafted per verification step
     seed: int = 1234  # numpy / torch / few-shot seed (the reference seeds `random` with 0)
+    max_model_len: int = 16384  # the reference's vLLM context (one engine per run, at 0.8)
 
 
 PAPER = PaperSettings()

@@ -155,6 +155,7 @@ def _fake_vllm(monkeypatch):
     monkeypatch.setattr(va, "register", lambda: [])  # no real vLLM modules to patch
     monkeypatch.setenv(va.RULE_ENV, "")  # restored (removed) after the test
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # fake model ids: no config to fetch for sizing
     _FakeLLM.built = []
 
 

@@ -73,6 +73,10 @@ def test_no_draft_probs_falls_back_to_vllms_sampler_and_counts():
         assert out.shape == (1, 2) and va.FALLBACKS["draft_probs_none"] == before + 1
     with va.install_rule(module, make_sampler("tas")):  # reads no drafter law: the bridge
         assert module.rejection_sample(*args, _metadata()).shape == (1, 2)
+    no_drafts = (torch.tensor([], dtype=torch.long), [0], 0, torch.tensor([0]), None, q.log())
+    with va.install_rule(module, make_sampler("cactus", delta=1.0)):  # a step without drafts
+        out = module.rejection_sample(*no_drafts, torch.tensor([[2]]), _metadata())
+        assert out.tolist() == [[2]]  # the bonus token, from the bridge
     assert va.FALLBACKS["draft_probs_none"] == before + 1
 
 

@@ -150,10 +150,16 @@ def install_rule(module, rule: AcceptanceRule) -> InstalledRule:
 
 
 def _v1_without_draft_probs(args: tuple, kwargs: dict) -> bool:
-    """V1's call has draft_probs=None (5th argument) and a sampled (non-greedy) request."""
+    """V1's call has drafts but draft_probs=None (5th argument), and a sampled request.
+
+    A step without drafts (vLLM passes draft_probs=None there too) stays with the bridge: it
+    emits the bonus token, which needs no drafter law.
+    """
+    drafts = args[0] if args else kwargs.get("draft_token_ids")
     draft_probs = args[4] if len(args) > 4 else kwargs.get("draft_probs")
     metadata = args[7] if len(args) > 7 else kwargs.get("sampling_metadata")
-    return draft_probs is None and not getattr(metadata, "all_greedy", False)
+    has_drafts = drafts is not None and drafts.numel() > 0
+    return has_drafts and draft_probs is None and not getattr(metadata, "all_greedy", False)
 
 
 def _is_cpu_platform() -> bool:

@@ -71,21 +71,13 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
     """One `vllm.LLM` per arm, built on first use."""
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.vllm.decoder import VllmDecoder
-    from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
+    from cactus_bench.vllm.engines import build_llm, vllm_model_path
 
     conf, model = identity.conf, identity.conf.model
     tokenizer = load_tokenizer(model.verifier, model.verifier_revision)
     verifier_path = vllm_model_path(model.verifier)
     drafter_path = vllm_model_path(model.drafter) if identity.speculative else None
-    two_engines = identity.speculative and conf.baseline in ("interleave", "cached")
-    options = VllmOptions(
-        gpu_memory_utilization=conf.backend.gpu_memory_utilization / (2 if two_engines else 1),
-        enforce_eager=conf.backend.enforce_eager,
-        tensor_parallel_size=conf.backend.tensor_parallel_size,
-        max_model_len=conf.backend.max_model_len,
-        kv_cache_gib=conf.backend.kv_cache_gib,
-        cpu_threads=conf.threads,
-    )
+    options = engine_options(identity, verifier_path, drafter_path)
     sampling = sampling_params(conf)
     engines: dict = {}
 
@@ -98,7 +90,7 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
                 m=conf.m,
                 dtype=model.dtype,
                 seed=conf.seed,
-                options=options,
+                options=options[spec],
                 verifier_revision=model.verifier_revision,
                 drafter_revision=model.drafter_revision,
             )
@@ -120,3 +112,92 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
         chat_template_kwargs=dict(model.chat_template_kwargs),
         per_phase_times=False,  # vLLM exposes no per-phase times: empty cells, not 0
     )
+
+
+# ---- memory and context --------------------------------------------------------------------------
+def engine_options(identity: RunIdentity, verifier_path: str, drafter_path: str | None) -> dict:
+    """{True: the speculative engine's VllmOptions, False: the verifier-only engine's}.
+
+    max_model_len: backend.max_model_len, else the paper's 16,384 capped at the models' own
+    maximum. On CUDA each engine's gpu_memory_utilization comes from the pair's sizes and the
+    card (cactus_bench.vllm.memory: backend.gpu_memory_utilization is the run's share of each
+    card, all engines together), after checking tensor_parallel_size against the GPUs this job
+    sees; a pair that cannot fit fails here, in one line, before any model loads.
+    """
+    from cactus_bench.paper import PAPER
+    from cactus_bench.vllm.engines import VllmOptions
+
+    conf, backend = identity.conf, identity.conf.backend
+    sizes = {"verifier": model_size_of(verifier_path, conf.model.verifier_revision)}
+    if drafter_path:
+        sizes["drafter"] = model_size_of(drafter_path, conf.model.drafter_revision)
+    limits = [s.max_positions for s in sizes.values() if s and s.max_positions]
+    max_model_len = backend.max_model_len or min([PAPER.max_model_len, *limits])
+    engines = ("speculative",) if identity.speculative else ()
+    if conf.baseline != "none" or not identity.speculative:
+        engines += ("baseline",)
+    share = {name: backend.gpu_memory_utilization / len(engines) for name in engines}
+    card = cuda_card()
+    if card is not None:
+        share = planned_shares(identity, sizes, engines, max_model_len, *card)
+    common = {
+        "enforce_eager": backend.enforce_eager,
+        "tensor_parallel_size": backend.tensor_parallel_size,
+        "max_model_len": max_model_len,
+        "kv_cache_gib": backend.kv_cache_gib,
+        "cpu_threads": conf.threads,
+    }
+    return {
+        spec: VllmOptions(gpu_memory_utilization=share.get(name, 0.0), **common)
+        for spec, name in ((True, "speculative"), (False, "baseline"))
+    }
+
+
+def planned_shares(identity, sizes, engines, max_model_len, card_bytes, gpus) -> dict:
+    from cactus_bench.vllm.memory import plan_memory
+
+    backend = identity.conf.backend
+    tp = backend.tensor_parallel_size
+    if tp > gpus:
+        raise ConfigError(
+            f"backend.tensor_parallel_size={tp} but this job sees {gpus} GPU(s); ask for {tp} "
+            f"(Slurm: hydra.launcher.gpus_per_node={tp}) or lower it"
+        )
+    if sizes["verifier"] is None:
+        return {name: backend.gpu_memory_utilization / len(engines) for name in engines}
+    try:
+        plan = plan_memory(
+            sizes["verifier"],
+            sizes.get("drafter"),
+            engines=engines,
+            dtype=identity.conf.model.dtype,
+            max_model_len=max_model_len,
+            tp=tp,
+            card_bytes=card_bytes,
+            share=backend.gpu_memory_utilization,
+        )
+    except ValueError as error:
+        raise ConfigError(f"backend=vllm: {error}") from None
+    return plan.utilization
+
+
+def model_size_of(path: str, revision: str | None):
+    """The model's ModelSize from its config.json (hub id or folder), None when unreadable."""
+    from transformers import AutoConfig
+
+    from cactus_bench.vllm.memory import model_size
+
+    try:
+        config = AutoConfig.from_pretrained(path, revision=revision).to_dict()
+        return model_size(config.get("text_config") or config)
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def cuda_card() -> tuple[int, int] | None:
+    """(memory of GPU 0 in bytes, GPUs visible) on CUDA, else None (vLLM's CPU platform)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory, torch.cuda.device_count()
