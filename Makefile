@@ -80,8 +80,8 @@ slurm-up:  ## start a single-node Slurm cluster here (apt: slurm-wlm munge; + sl
 slurm-down:  ## stop it (scripts/slurm/down.sh --purge also deletes its state folder)
 	scripts/slurm/down.sh
 
-gpu-check:  ## on a CUDA machine: equality, CUDA graphs, benches, speedups -> results/bench/gpu_check.json
-	$(PYTHON) scripts/gpu_check.py
+gpu-check:  ## CUDA: HF engine + vLLM first-contact checks -> results/bench/gpu_check.json; DRY=1: on CPU
+	$(PYTHON) scripts/gpu_check.py $(if $(DRY),--dry --out results/bench/gpu_check_dry.json)
 
 # ---- vLLM: its own environment (vLLM pins transformers < 5.20; the main .venv needs >= 5.20) ----
 VLLM_VENV   ?= .venv-vllm

@@ -159,6 +159,22 @@ def _fake_vllm(monkeypatch):
     _FakeLLM.built = []
 
 
+def test_steps_without_drafts_are_kept(monkeypatch):
+    _fake_vllm(monkeypatch)
+    spec = _FakeLLM(speculative_config={})
+    done = SimpleNamespace(
+        token_ids=list(range(9)),  # prefill token + 4 + 2 from the two steps + 2 plain steps
+        text="x",
+        finish_reason="length",
+        stop_reason=None,
+        spec_decode_metrics=_metrics([3, 3], [3, 1]),
+    )
+    spec.generate = lambda *a, **k: [SimpleNamespace(outputs=[done])]
+    record = vb.VllmDecoder(spec, None, num_draft_tokens=3, sampler_name="sps").generate([1], 9)
+    assert record.drafted_per_step == [3, 3, 0, 0] and record.accepted_per_step == [3, 1, 0, 0]
+    assert sum(record.emitted_per_step) + 1 == len(record.output_ids)
+
+
 def test_missing_metrics_raise_instead_of_an_empty_al(monkeypatch):
     _fake_vllm(monkeypatch)
     spec = _FakeLLM(speculative_config={})

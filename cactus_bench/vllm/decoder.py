@@ -154,6 +154,11 @@ class VllmDecoder:
         drafted, accepted = (
             steps_from_metrics(metrics, self.num_draft_tokens) if metrics else ([], [])
         )
+        # vLLM records no entry for a step that verified no drafts (where none fit, at the end of
+        # max_model_len or max_tokens); each emitted one token: kept as drafted 0 / accepted 0,
+        # as the HF engine records them. The first output token comes from the prefill.
+        missing = len(output_ids) - 1 - sum(a + 1 for a in accepted)
+        drafted, accepted = drafted + [0] * max(0, missing), accepted + [0] * max(0, missing)
         return VllmRequestRecord(
             **common,
             drafted_per_step=drafted,
