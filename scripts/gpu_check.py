@@ -1,21 +1,28 @@
-"""make gpu-check: one prepared run of everything that needs a CUDA GPU (under 8 min, one GPU).
+"""make gpu-check: everything a first GPU contact needs, under 8 minutes on one GPU.
 
     make gpu-check                      # writes results/bench/gpu_check.json, prints a summary
+    make gpu-check DRY=1                # every check's CPU part, small (CI runs it)
     python scripts/gpu_check.py --budget-s 300 --skip vllm
 
 On the embedded pair (SmolLM2-135M-Instruct and its distilled drafter, `make setup`):
-1. greedy_float32 / greedy_bfloat16: speculative (SpS, m = 4) and autoregressive greedy decoding
-   emit the same tokens on CUDA, up to argmax ties (gpu_checks.py says how ties are judged);
-2. cuda_graphs: the torch.compile + CUDA-graph forward (engine.compile=on, the GPU default for
-   models from 20M parameters) compiles, its decodes match the eager forward's, and its speed;
-3. sampler_bench: every rule's verify vs the naive path at V = 151,936 on the GPU;
-4. verify_cost: verifier decode tokens/s and the cost of an (m+1)-token verify, m = 0..10;
-5. speedup: the pair's Cactus speedup over the verifier alone for m = 1..4;
-6. vllm: vLLM's greedy tokens against this engine and a self-drafting run with the Cactus rule
-   installed, when vLLM is importable (else recorded as skipped).
+1. greedy_float32 / _bfloat16 / _float16: speculative (SpS, m = 4) and autoregressive greedy
+   decoding emit the same tokens on CUDA, up to near-ties (gpu_checks.py says how ties are judged;
+   divergences are counted);
+2. cuda_graphs: the compiled forward (torch.compile + CUDA graphs) decodes as the eager one;
+3. qwen3_vocab: the same equality on a random Qwen3-architecture pair at V = 151,936, each dtype;
+4. first_token_law: sps's and cactus's first emitted token on the device against the exact law
+   (chi-square; cactus must also reject q, so the check can fail);
+5. sampler_bench: every rule's verify vs the naive path at V = 151,936;
+6. verify_cost / 7. speedup: verifier step costs, the pair's Cactus speedup for m = 1..4;
+8. vllm: in .venv-vllm (scripts/gpu_check_vllm.py): V2 refused in one line and the engine started
+   on runner V1 with the rule; vLLM's greedy speculative tokens equal the HF engine's greedy
+   tokens (near-ties allowed); self-drafting accepted >= 0.9; vLLM's own rejection sampler and
+   this project's sps at V = 151,936 both emit q (chi-square), and their time ratio.
 Each check is timed and guarded: an error is recorded in the JSON (written after every check)
 and the run goes on; checks that would start past the time budget are skipped. Exit status 0
-when every check that ran passed, 1 otherwise, 2 without a usable GPU (one line naming the fix).
+when every check that ran passed, 1 otherwise (loudly: the failed checks are listed), 2 without
+a usable GPU (one line naming the fix). `--dry` runs on the CPU with the tiny random pair and
+small sizes: the script and every check's logic, not the GPU.
 """
 
 from __future__ import annotations
@@ -35,12 +42,17 @@ TORCH_VERSION = "2.13.0"  # the Makefile's TORCH_VERSION
 CHECKS = (
     "greedy_float32",
     "greedy_bfloat16",
+    "greedy_float16",
     "cuda_graphs",
+    "qwen3_vocab",
+    "first_token_law",
     "sampler_bench",
     "verify_cost",
     "speedup",
     "vllm",
 )
+VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
+DRY = {"device": "cpu", "pair": "tiny_random", "prompts": 2, "new_tokens": 6, "budget_s": 1800}
 
 
 def cuda_problem(device: str) -> str | None:
@@ -74,7 +86,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--m", type=int, default=4, help="draft length of the equality checks")
     parser.add_argument("--budget-s", type=float, default=360, help="no check starts after it")
     parser.add_argument("--skip", default="", help=f"comma-separated, of: {', '.join(CHECKS)}")
-    return parser.parse_args()
+    parser.add_argument("--dry", action="store_true", help="CPU, tiny pair, small sizes (CI)")
+    parser.add_argument("--vllm-python", type=Path, default=VLLM_PYTHON)
+    args = parser.parse_args()
+    if args.dry:
+        for key, value in DRY.items():
+            setattr(args, key, value)
+    return args
 
 
 class Context:
@@ -98,33 +116,42 @@ class Context:
 
 def run_check(name: str, ctx: Context) -> dict:
     import gpu_checks as g
+    from gpu_checks_laws import NO_CPU_BF16, dtype_runs
 
     args, device, prompts = ctx.args, ctx.device, ctx.prompts
+    low = "bfloat16" if dtype_runs(device, "bfloat16") else "float32"  # --dry on such a CPU
     if name.startswith("greedy_"):
         dtype = name.removeprefix("greedy_")
+        if not dtype_runs(device, dtype):
+            return {"skipped": NO_CPU_BF16, "passed": True}
         return g.greedy_equality(ctx.pair(dtype), prompts, args.new_tokens, args.m, dtype, device)
+    if name == "qwen3_vocab":
+        from gpu_checks_laws import qwen3_vocab
+
+        dtypes = ("float32", "bfloat16", "float16")
+        return qwen3_vocab(device, dtypes, len(prompts), args.new_tokens, args.m)
+    if name == "first_token_law":
+        from gpu_checks_laws import first_token_law
+
+        return first_token_law(device, requests=300 if args.dry else 2000)
     if name == "cuda_graphs":
-        return g.cuda_graphs(
-            ctx.pair("bfloat16"), prompts[:4], args.new_tokens, args.m, "bfloat16", device
-        )
+        compile = "off" if args.dry else "on"
+        pair = ctx.pair(low)
+        return g.cuda_graphs(pair, prompts[:4], args.new_tokens, args.m, low, device, compile)
     if name == "sampler_bench":
-        return g.sampler_bench(device, vocab=151_936, batches=(1, 8), m=10, repeats=10)
+        batches, repeats = ((1,), 1) if args.dry else ((1, 8), 10)
+        return g.sampler_bench(device, vocab=151_936, batches=batches, m=10, repeats=repeats)
     if name == "verify_cost":
+        repeats = 3 if args.dry else 30
         return g.verify_cost(
-            ctx.pair("bfloat16"), prompts[0], max_tokens=11, repeats=30, device=device
+            ctx.pair(low), prompts[0], max_tokens=11, repeats=repeats, device=device
         )
     if name == "speedup":
-        return g.speedup(ctx.pair("bfloat16"), prompts, 2 * args.new_tokens, (1, 2, 3, 4), device)
+        return g.speedup(ctx.pair(low), prompts, 2 * args.new_tokens, (1, 2, 3, 4), device)
     if name == "vllm":
-        from cactus_bench.models.smollm2 import prepare_smollm2
+        from gpu_checks_vllm import vllm_check
 
-        if args.pair != "smollm2_135m":
-            return {"skipped": "the vLLM check runs on the embedded SmolLM2 pair", "passed": True}
-        from gpu_check_vllm import vllm_agreement
-
-        return vllm_agreement(
-            prepare_smollm2(), ctx.pair("bfloat16"), prompts[:4], args.new_tokens, device
-        )
+        return vllm_check(args, device)
     raise ValueError(f"unknown check {name!r}; known: {', '.join(CHECKS)}")
 
 
@@ -184,6 +211,9 @@ def main() -> int:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(summary(report))
     print(f"gpu-check: wrote {args.out}")
+    failed = [name for name, check in report["checks"].items() if not check["passed"]]
+    if failed:
+        print(f"gpu-check: FAILED: {', '.join(failed)} (details in {args.out})", file=sys.stderr)
     return 0 if report["passed"] else 1
 
 
@@ -220,9 +250,19 @@ def headline(name: str, check: dict) -> str:
         return ", ".join(f"m={r['m']}: {r['speedup']}x (AL {r['al']})" for r in check["rows"])
     if name == "vllm":
         return (
-            f"vLLM {check['vllm_version']}: greedy {check['greedy_vs_engine']['identical']}/"
+            f"vLLM {check['vllm_version']} on V1: greedy {check['greedy_vs_engine']['identical']}/"
             f"{check['greedy_vs_engine']['prompts']}, self-draft accept "
-            f"{check['self_draft_accept_rate']}"
+            f"{check['self_draft_accept_rate']}, sampler p-values {check['sampler']['p_values']},"
+            f" time ours/vLLM {check['sampler']['time_ratio']}x"
+        )
+    if name == "qwen3_vocab":
+        return ", ".join(
+            f"{dtype} " + ("skipped" if "skipped" in r else f"{r['identical']}/{r['prompts']}")
+            for dtype, r in check["by_dtype"].items()
+        )
+    if name == "first_token_law":
+        return ", ".join(
+            f"{rule} p={r['p_value_vs_rule_law']}" for rule, r in check["rules"].items()
         )
     return ""
 

@@ -98,10 +98,11 @@ def greedy_equality(pair, prompts, new_tokens: int, m: int, dtype: str, device) 
     return {"dtype": dtype, "m": m, **result}
 
 
-def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device) -> dict:
+def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device, compile="on") -> dict:
     """The compiled path (torch.compile, CUDA graphs on CUDA) against the eager fast forward:
     compile time, greedy equality of the autoregressive and the speculative decoders, and the
-    step times of both paths."""
+    step times of both paths. `compile="off"` (gpu_check --dry) runs the same comparison
+    without compiling (torch.compile on a CPU takes minutes)."""
     common = {
         "sampling": GREEDY,
         "eos_token_ids": [],
@@ -109,14 +110,14 @@ def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device) -> d
         "token_map": pair.token_map,
     }
     eager = AutoregressiveDecoder(pair.verifier, pair.tokenizer, compile="off", **common)
-    compiled = AutoregressiveDecoder(pair.verifier, pair.tokenizer, compile="on", **common)
+    compiled = AutoregressiveDecoder(pair.verifier, pair.tokenizer, compile=compile, **common)
     spec = SpeculativeDecoder(
         pair.drafter,
         pair.verifier,
         pair.tokenizer,
         make_sampler("sps"),
         num_draft_tokens=m,
-        compile="on",
+        compile=compile,
         **common,
     )
     capacity = max(len(p) for p in prompts) + new_tokens
@@ -127,6 +128,7 @@ def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device) -> d
     return {
         "dtype": dtype,
         "m": m,
+        "compile": compile,
         "compile_s": round(compile_s, 1),
         "autoregressive": ar,
         "speculative": sp,

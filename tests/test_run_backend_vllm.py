@@ -65,8 +65,7 @@ def test_run_drives_fake_vllm_engines(tmp_path, monkeypatch, baseline):
     assert row["draft_time_s"] is None and row["verify_time_s"] is None
     assert row["tokens_per_s_baseline"] is not None and row["backend"] == "vllm"
     assert va.rule_from_env().params() == {"delta": 0.5}  # exported for vLLM's workers
-    # the speculative engine is never followed by another before its decode is done
     spec = ["speculative_config" in kwargs for kwargs in _FakeLLM.built]
-    assert spec == ([False, True] if baseline == "interleave" else [True, False])
+    assert sorted(spec) == [False, True]  # one engine per arm (any order: per-request metrics)
     assert _FakeLLM.built[0]["kv_cache_memory_bytes"] == ve.GIB  # CPU default
     assert _FakeLLM.built[0]["model"] == "fake/verifier"

@@ -1,5 +1,5 @@
-"""The vLLM decoder and engines: engine kwargs, counters, records, model paths; fake vLLM
-objects stand in for vLLM (real runs: tests/test_vllm_agreement.py).
+"""The vLLM decoder and engines: engine kwargs, per-step metrics, records, model paths; fake
+vLLM objects stand in for vLLM (real runs: tests/test_vllm_agreement.py, test_vllm_engine.py).
 """
 
 from __future__ import annotations
@@ -25,29 +25,31 @@ def test_llm_kwargs_for_both_arms():
         "num_speculative_tokens": 7,
         "draft_sample_method": "probabilistic",
     }
-    assert spec["disable_log_stats"] is False and spec["gpu_memory_utilization"] == 0.4
-    assert spec["kv_cache_memory_bytes"] == 1 << 29
+    assert spec["per_request_spec_decode_metrics"] == "detailed"
+    assert spec["gpu_memory_utilization"] == 0.4 and spec["kv_cache_memory_bytes"] == 1 << 29
     base = ve.llm_kwargs("V", drafter_id=None, m=7, dtype="bfloat16", seed=3, options=options)
-    assert "speculative_config" not in base
+    assert "speculative_config" not in base and "per_request_spec_decode_metrics" not in base
+    for kwargs in (spec, base):  # the start check's report method reaches every worker
+        assert kwargs["worker_extension_cls"] == "cactus_bench.vllm.runner.CactusWorkerExtension"
 
 
-def _metrics(drafts, draft_tokens, accepted, per_pos):
-    return [
-        SimpleNamespace(name="vllm:spec_decode_num_drafts", value=drafts),
-        SimpleNamespace(name="vllm:spec_decode_num_draft_tokens", value=draft_tokens),
-        SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens", value=accepted),
-        SimpleNamespace(name="vllm:spec_decode_num_accepted_tokens_per_pos", values=per_pos),
-        SimpleNamespace(name="vllm:num_requests_running", value=1),
-    ]
+def _metrics(drafted, accepted, m=3):
+    """vLLM's RequestSpecDecodeMetrics at the "detailed" level (vllm/v1/metrics/stats.py)."""
+    histogram = [0] * (m + 1)
+    for k in accepted:
+        histogram[k] += 1
+    return SimpleNamespace(
+        num_spec_tokens=m,
+        histogram=histogram,
+        num_draft_tokens=sum(drafted),
+        per_step_drafted=list(drafted),
+        per_step_accepted=list(accepted),
+    )
 
 
-def test_counters_rebuild_the_exact_accept_multiset():
-    before = vb.spec_counters(_metrics(10, 30, 12, [6, 4, 2]))
-    # this request: steps accepting 3, 2, 0, 1 -> per_pos [3, 2, 1], accepted 6
-    after = vb.spec_counters(_metrics(14, 42, 18, [9, 6, 3]))
-    delta = vb.counter_delta(before, after)
-    drafted, accepted, exact = vb.steps_from_counters(delta, 3)
-    assert sorted(accepted) == [0, 1, 2, 3] and drafted == [3, 3, 3, 3] and exact
+def test_per_step_metrics_keep_decode_order_and_short_drafts():
+    drafted, accepted = vb.steps_from_metrics(_metrics([3, 3, 3, 2], [3, 0, 2, 1]), 3)
+    assert drafted == [3, 3, 3, 2] and accepted == [3, 0, 2, 1]  # decode order, exact drafts
     from cactus_bench.results import summarise
 
     record = vb.VllmRequestRecord(
@@ -60,20 +62,20 @@ def test_counters_rebuild_the_exact_accept_multiset():
         total_time_s=1.0,
     )
     row = summarise([record])
-    assert row["al"] == pytest.approx(1.5) and row["accept_rate_by_pos"] == [0.75, 0.5, 0.25]
-    assert record.to_dict()["step_order"] == "sorted"
+    assert row["al"] == pytest.approx(1.5)  # per position: steps accepting >= j over drafting >= j
+    assert row["accept_rate_by_pos"] == pytest.approx([3 / 4, 2 / 4, 1 / 3])
+    assert record.to_dict()["step_order"] == "decode"
 
 
-def test_counters_short_drafts_and_contradictions():
-    drafted, accepted, exact = vb.steps_from_counters(
-        {"drafts": 2, "draft_tokens": 4, "accepted": 3, "per_pos": [2, 1, 0]}, 3
-    )
-    assert sum(drafted) == 4 and sum(accepted) == 3 and not exact
-    assert all(a <= d for a, d in zip(accepted, drafted, strict=True))
-    with pytest.raises(ValueError, match="inconsistent"):
-        vb.steps_from_counters(
-            {"drafts": 1, "draft_tokens": 3, "accepted": 2, "per_pos": [1, 1, 1]}, 3
-        )
+def test_per_step_metrics_refuse_summary_level_and_contradictions():
+    summary = _metrics([3, 3], [1, 2])
+    summary.per_step_drafted, summary.per_step_accepted = [], []  # level "summary"
+    with pytest.raises(ValueError, match='per_request_spec_decode_metrics="detailed"'):
+        vb.steps_from_metrics(summary, 3)
+    with pytest.raises(ValueError, match="accepted <= drafted"):
+        vb.steps_from_metrics(_metrics([2, 3], [3, 0]), 3)
+    with pytest.raises(ValueError, match="no spec_decode_metrics"):
+        vb.steps_from_metrics(None, 3)
 
 
 def test_stop_reason_and_sampling_kwargs():
@@ -105,33 +107,35 @@ def test_cpu_bind_and_model_paths():
 
 
 class _FakeLLM:
-    """Enough of vllm.LLM for the runner: emits 6 tokens in 2 steps of m = 3 per request.
+    """Enough of vllm.LLM for the runner: emits 6 tokens in 2 steps of m = 3 per request
+    (accepting 3, then 1), with vLLM's per-request metrics and the start check's report."""
 
-    Like vLLM, the counters live in one process-wide registry that every new engine resets
-    (vLLM's unregister_vllm_metrics): an engine built earlier keeps counting into an orphan.
-    """
-
-    registry: dict = {}
     built: list = []
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
-        self.counts = {"value": [0, 0, 0, [0, 0, 0]]}
-        _FakeLLM.registry = self.counts
         _FakeLLM.built.append(kwargs)
 
-    def get_metrics(self):
-        return _metrics(*_FakeLLM.registry["value"])
+    def collective_rpc(self, method):
+        assert method == "cactus_bench_report"
+        rule = va.rule_from_env()
+        report = {
+            "runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
+            "v1": True,
+            "rule": rule.name if rule else None,
+            "draft_law": True,
+            "draft_probs_fallbacks": 0,
+        }
+        return [report]
 
     def generate(self, prompts, params, use_tqdm=False):
-        if "speculative_config" in self.kwargs:  # steps accepting 3 and 1
-            d, t, a, pp = self.counts["value"]
-            self.counts["value"] = [d + 2, t + 6, a + 4, [pp[0] + 2, pp[1] + 1, pp[2] + 1]]
+        speculative = "speculative_config" in self.kwargs
         done = SimpleNamespace(
             token_ids=[65, 66, 67, 68, 69, 70],
             text="ABCDEF",
             finish_reason="length",
             stop_reason=None,
+            spec_decode_metrics=_metrics([3, 3], [3, 1]) if speculative else None,
         )
         return [SimpleNamespace(outputs=[done])]
 
@@ -151,13 +155,38 @@ def _fake_vllm(monkeypatch):
     monkeypatch.setattr(va, "register", lambda: [])  # no real vLLM modules to patch
     monkeypatch.setenv(va.RULE_ENV, "")  # restored (removed) after the test
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # fake model ids: no config to fetch for sizing
     _FakeLLM.built = []
 
 
-def test_lost_counters_raise_instead_of_an_empty_al(monkeypatch):
+def test_steps_without_drafts_are_kept(monkeypatch):
     _fake_vllm(monkeypatch)
     spec = _FakeLLM(speculative_config={})
-    _FakeLLM()  # built later: the speculative engine's counters are unregistered
+    done = SimpleNamespace(
+        token_ids=list(range(9)),  # prefill token + 4 + 2 from the two steps + 2 plain steps
+        text="x",
+        finish_reason="length",
+        stop_reason=None,
+        spec_decode_metrics=_metrics([3, 3], [3, 1]),
+    )
+    spec.generate = lambda *a, **k: [SimpleNamespace(outputs=[done])]
+    record = vb.VllmDecoder(spec, None, num_draft_tokens=3, sampler_name="sps").generate([1], 9)
+    assert record.drafted_per_step == [3, 3, 0, 0] and record.accepted_per_step == [3, 1, 0, 0]
+    assert sum(record.emitted_per_step) + 1 == len(record.output_ids)
+
+
+def test_missing_metrics_raise_instead_of_an_empty_al(monkeypatch):
+    _fake_vllm(monkeypatch)
+    spec = _FakeLLM(speculative_config={})
+    spec.generate = lambda *a, **k: [
+        SimpleNamespace(
+            outputs=[
+                SimpleNamespace(
+                    token_ids=[1, 2, 3], text="abc", finish_reason="length", stop_reason=None
+                )
+            ]
+        )
+    ]
     decoder = vb.VllmDecoder(spec, None, num_draft_tokens=3, sampler_name="sps")
-    with pytest.raises(RuntimeError, match="build the verifier-only engine first"):
+    with pytest.raises(RuntimeError, match='per_request_spec_decode_metrics="detailed"'):
         decoder.generate([1, 2], 6, seed=0)

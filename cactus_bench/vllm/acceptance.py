@@ -19,12 +19,13 @@ import importlib
 import inspect
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler
 from cactus_bench.vllm import patches
-from cactus_bench.vllm.bridge import rejection_sample_v1, rejection_sample_v2
+from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1, rejection_sample_v2
 
 RULE_ENV = "CACTUS_BENCH_VLLM_RULE"
 # The vLLM modules whose global `rejection_sample` the plugin replaces, when importable.
@@ -32,6 +33,11 @@ PATCH_TARGETS = (
     "vllm.v1.sample.rejection_sampler",  # runner V1 (CPU; GPU with VLLM_USE_V2_MODEL_RUNNER=0)
     "vllm.v1.worker.gpu.spec_decode.rejection_sampler",  # runner V2 (the GPU default in 0.33)
 )
+
+
+# Steps this process handed back to vLLM's own sampler (see `install_rule`); read by the start
+# check's worker report (cactus_bench.vllm.runner) so a run can say how often it happened.
+FALLBACKS: Counter = Counter()
 
 
 class RuleSpecError(ValueError):
@@ -114,20 +120,43 @@ def install_rule(module, rule: AcceptanceRule) -> InstalledRule:
 
     Installing again (vLLM loads plugins once per process, build_llm calls register() too)
     replaces the previous bridge, never wraps it.
+
+    A V1 step without draft probabilities goes to vLLM's own sampler, as vLLM handles it, and
+    is counted in FALLBACKS["draft_probs_none"]: near max_model_len vLLM 0.33 zeroes the drafts
+    it cannot fit and passes `draft_probs=None` (v1/worker/gpu_model_runner.py, "Zero out draft
+    tokens"); its sampler then reads each draft as a point mass. A rule that never reads the
+    drafter's law (greedy, tas) and all-greedy steps stay with the bridge.
     """
     current = getattr(module, "rejection_sample", None)
     if current is None:
         raise ValueError(f"{getattr(module, '__name__', module)} has no rejection_sample to patch")
     original = getattr(current, "cactus_original", current)
     bridge = bridge_for(original)
+    v1 = bridge.func is rejection_sample_v1
 
     def replacement(*args, **kwargs):
+        if v1 and needs_draft_probs(rule) and _v1_without_draft_probs(args, kwargs):
+            FALLBACKS["draft_probs_none"] += 1
+            return original(*args, **kwargs)
         return bridge(*args, rule=rule, **kwargs)
 
     replacement.cactus_original = original
     replacement.cactus_rule = rule
     module.rejection_sample = replacement
     return InstalledRule(module, original, replacement)
+
+
+def _v1_without_draft_probs(args: tuple, kwargs: dict) -> bool:
+    """V1's call has drafts but draft_probs=None (5th argument), and a sampled request.
+
+    A step without drafts (vLLM passes draft_probs=None there too) stays with the bridge: it
+    emits the bonus token, which needs no drafter law.
+    """
+    drafts = args[0] if args else kwargs.get("draft_token_ids")
+    draft_probs = args[4] if len(args) > 4 else kwargs.get("draft_probs")
+    metadata = args[7] if len(args) > 7 else kwargs.get("sampling_metadata")
+    has_drafts = drafts is not None and drafts.numel() > 0
+    return has_drafts and draft_probs is None and not getattr(metadata, "all_greedy", False)
 
 
 def _is_cpu_platform() -> bool:

@@ -11,20 +11,16 @@ What is measured, and how (never invented):
 - The acceptance rule runs inside vLLM through `cactus_bench.vllm.acceptance` (the
   `vllm.general_plugins` entry point reads CACTUS_BENCH_VLLM_RULE, set by `engines.build_llm`
   before vLLM starts its worker processes).
-- The counters live in one process-wide Prometheus registry, and every `vllm.LLM` built later
-  in the process unregisters the earlier engines' counters: build the verifier-only engine
-  first (the runner does); a speculative request whose counters did not move raises.
-- Per request, the deltas of vLLM's cumulative counters around `llm.generate` (batch 1, nothing
-  else running): vllm:spec_decode_num_drafts (verification steps with drafts),
-  ..._num_draft_tokens, ..._num_accepted_tokens and ..._num_accepted_tokens_per_pos.
-  The per-position vector gives the exact multiset of accepted counts per step
-  (#steps accepting exactly k = per_pos[k-1] - per_pos[k]); the ORDER of steps is not
-  recoverable, so per-step lists are written sorted (longest acceptance first) and the record
-  says so (`step_order = "sorted"`). Every pooled metric of results.summarise (AL, tokens/step,
-  acceptance rate and by position) depends only on that multiset, so it is exact. Drafted
-  counts per step are exact when every step drafted m tokens (vLLM drafts fewer only near the
-  context limit); otherwise `drafted_exact` is False and the shortfall is taken from the steps
-  that accepted least (totals stay exact).
+- The per-step counts are vLLM's per-request spec-decode metrics
+  (`per_request_spec_decode_metrics="detailed"`, vLLM >= 0.32): each finished output carries
+  `spec_decode_metrics.per_step_drafted` / `per_step_accepted`, one entry per verification step in
+  decode order. They belong to the request, so two engines in one process, or the order they
+  were built in, change nothing (the process-wide Prometheus counters that an earlier version
+  read were reset by every new engine). A speculative request that emitted tokens but carries
+  no metrics raises rather than report an empty AL.
+- `draft_probs_fallbacks`: verification steps of this request that went to vLLM's own sampler
+  because vLLM passed no draft probabilities (near max_model_len; cactus_bench.vllm.acceptance),
+  read from the workers' reports (cactus_bench.vllm.runner) around the request.
 - total_time_s is the wall time of `llm.generate`; vLLM does not expose per-phase times, so the
   runner writes the draft/verify/sampler/prefill columns as empty cells for this backend.
 """
@@ -33,8 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from itertools import pairwise
+from dataclasses import dataclass
 from typing import Any
 
 from cactus_bench.engine.base import Request
@@ -42,87 +37,34 @@ from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.engine.stopping import cut_at_stop
 
-SPEC_METRICS = {
-    "drafts": "vllm:spec_decode_num_drafts",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-    "accepted": "vllm:spec_decode_num_accepted_tokens",
-    "per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos",
-}
-
 
 @dataclass
 class VllmRequestRecord(RequestRecord):
-    """A RequestRecord whose per-step lists were rebuilt from vLLM's counters (see above)."""
+    """A RequestRecord whose per-step lists are vLLM's per-request spec-decode metrics."""
 
-    step_order: str = "sorted"  # per-step lists are a sorted multiset, not in decode order
-    drafted_exact: bool = True
-    vllm_counters: dict[str, Any] = field(default_factory=dict)  # the raw per-request deltas
+    step_order: str = "decode"  # vLLM's per-step arrays are in decode order
+    draft_probs_fallbacks: int = 0  # steps verified by vLLM's own sampler (no draft probs)
 
 
-# ---- counters ------------------------------------------------------------------------------------
-def spec_counters(metrics: Iterable) -> dict[str, Any]:
-    """Sum vLLM's spec-decode counters over engines: {drafts, draft_tokens, accepted, per_pos}.
+def steps_from_metrics(metrics, m: int) -> tuple[list[int], list[int]]:
+    """(drafted_per_step, accepted_per_step) from an output's `spec_decode_metrics`.
 
-    `metrics` is `llm.get_metrics()`: objects with .name and .value (Counter) or .values (Vector).
+    Raises ValueError when vLLM recorded no per-step arrays (summary level) or they contradict
+    each other.
     """
-    totals: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": []}
-    names = {name: key for key, name in SPEC_METRICS.items()}
-    for metric in metrics:
-        key = names.get(str(metric.name).removesuffix("_total"))
-        if key == "per_pos":
-            values = [int(v) for v in metric.values]
-            grow = len(values) - len(totals["per_pos"])
-            totals["per_pos"] += [0] * max(0, grow)
-            for j, value in enumerate(values):
-                totals["per_pos"][j] += value
-        elif key is not None:
-            totals[key] += int(metric.value)
-    return totals
-
-
-def counter_delta(before: dict, after: dict) -> dict[str, Any]:
-    per_pos = [
-        a - (before["per_pos"][j] if j < len(before["per_pos"]) else 0)
-        for j, a in enumerate(after["per_pos"])
-    ]
-    return {
-        "drafts": after["drafts"] - before["drafts"],
-        "draft_tokens": after["draft_tokens"] - before["draft_tokens"],
-        "accepted": after["accepted"] - before["accepted"],
-        "per_pos": per_pos,
-    }
-
-
-def steps_from_counters(delta: dict, m: int) -> tuple[list[int], list[int], bool]:
-    """(drafted_per_step, accepted_per_step, drafted_exact) from one request's counter deltas.
-
-    Accepted counts: the exact multiset, sorted descending. Raises ValueError when the counters
-    contradict each other (e.g. another request ran concurrently).
-    """
-    steps, drafted_total = int(delta["drafts"]), int(delta["draft_tokens"])
-    per_pos = [int(v) for v in delta["per_pos"][:m]] + [0] * max(0, m - len(delta["per_pos"]))
-    survivors = [steps, *per_pos, 0]  # survivors[k] = #steps accepting >= k
-    if any(b > a for a, b in pairwise(survivors)) or min(survivors) < 0:
-        raise ValueError(f"inconsistent spec-decode counters {delta}: per-position counts rise")
-    accepted: list[int] = []
-    for k in range(m, -1, -1):
-        accepted += [k] * (survivors[k] - survivors[k + 1])
-    if sum(accepted) != int(delta["accepted"]):
+    if metrics is None:
+        raise ValueError("vLLM returned no spec_decode_metrics for a speculative request")
+    drafted = [int(n) for n in metrics.per_step_drafted]
+    accepted = [int(k) for k in metrics.per_step_accepted]
+    if len(drafted) != len(accepted) or sum(metrics.histogram) != len(accepted):
         raise ValueError(
-            f"inconsistent spec-decode counters {delta}: per-position counts sum to "
-            f"{sum(accepted)}, accepted tokens to {delta['accepted']}"
+            f"vLLM's per-step spec-decode arrays ({len(drafted)} drafted, {len(accepted)} "
+            f"accepted) do not match its {sum(metrics.histogram)} verification steps; run with "
+            'per_request_spec_decode_metrics="detailed"'
         )
-    drafted = [m] * steps
-    shortfall = m * steps - drafted_total
-    if shortfall < 0:
-        raise ValueError(f"inconsistent spec-decode counters {delta}: more drafts than m per step")
-    for i in range(steps - 1, -1, -1):  # take drafts back from the steps that accepted least
-        cut = min(shortfall, drafted[i] - accepted[i])
-        drafted[i] -= cut
-        shortfall -= cut
-    if shortfall:
-        raise ValueError(f"inconsistent spec-decode counters {delta}: fewer drafts than accepts")
-    return drafted, accepted, drafted_total == m * steps
+    if any(not 0 <= k <= n <= m for k, n in zip(accepted, drafted, strict=True)):
+        raise ValueError(f"vLLM's per-step counts leave 0 <= accepted <= drafted <= m = {m}")
+    return drafted, accepted
 
 
 # ---- the decoder ---------------------------------------------------------------------------------
@@ -167,7 +109,7 @@ class VllmDecoder:
         params, stop = request.sampling, request.stop
         vllm_params = self.vllm_sampling(params, request.max_new_tokens, stop, request.seed)
         speculative = self.num_draft_tokens > 0
-        before = spec_counters(self.llm.get_metrics()) if speculative else None
+        before = draft_probs_fallbacks(self.llm) if speculative else None
         start = time.perf_counter()
         outputs = self.llm.generate(
             [{"prompt_token_ids": request.prompt_ids}], vllm_params, use_tqdm=False
@@ -203,22 +145,34 @@ class VllmDecoder:
                 accepted_per_step=[0] * n,
                 emitted_per_step=[1] * n,
             )
-        delta = counter_delta(before, spec_counters(self.llm.get_metrics()))
-        if len(output_ids) > 1 and delta["drafts"] == 0:
+        metrics = getattr(completion, "spec_decode_metrics", None)
+        if metrics is None and len(output_ids) > 1:
             raise RuntimeError(
-                "vLLM's spec-decode counters did not move for a speculative request: a second "
-                "vllm.LLM built later in this process unregisters the first one's metrics; "
-                "build the verifier-only engine first"
+                "vLLM returned no per-request spec-decode metrics for a speculative request; "
+                'build the engine with per_request_spec_decode_metrics="detailed" (engines.py)'
             )
-        drafted, accepted, exact = steps_from_counters(delta, self.num_draft_tokens)
+        drafted, accepted = (
+            steps_from_metrics(metrics, self.num_draft_tokens) if metrics else ([], [])
+        )
+        # vLLM records no entry for a step that verified no drafts (where none fit, at the end of
+        # max_model_len or max_tokens); each emitted one token: kept as drafted 0 / accepted 0,
+        # as the HF engine records them. The first output token comes from the prefill.
+        missing = len(output_ids) - 1 - sum(a + 1 for a in accepted)
+        drafted, accepted = drafted + [0] * max(0, missing), accepted + [0] * max(0, missing)
         return VllmRequestRecord(
             **common,
             drafted_per_step=drafted,
             accepted_per_step=accepted,
             emitted_per_step=[a + 1 for a in accepted],
-            drafted_exact=exact,
-            vllm_counters=delta,
+            draft_probs_fallbacks=draft_probs_fallbacks(self.llm) - before,
         )
+
+
+def draft_probs_fallbacks(llm) -> int:
+    """Steps the bridge gave to vLLM's own sampler so far, summed over the engine's workers."""
+    from cactus_bench.vllm.runner import REPORT_METHOD
+
+    return sum(r["draft_probs_fallbacks"] for r in llm.collective_rpc(REPORT_METHOD))
 
 
 def sampling_kwargs(params: SamplingParams, max_new_tokens, stop, seed, eos_token_ids) -> dict:

@@ -5,9 +5,11 @@
                     rule=("cactus", {"delta": 1.0}), dtype="float32", seed=0,
                     options=VllmOptions(enforce_eager=True, cpu_threads=1))
 
-The draft-model method samples drafts (`draft_sample_method="probabilistic"`), as the paper does.
-`disable_log_stats=False` keeps the spec-decode counters the decoder reads. Scripts that build
-an LLM need an `if __name__ == "__main__":` guard (vLLM starts its engine with spawn).
+The draft-model method samples drafts (`draft_sample_method="probabilistic"`), as the paper does;
+a speculative engine records per-request spec-decode metrics ("detailed": the decoder's per-step
+counts). Every engine runs on model runner V1 and is checked at start (cactus_bench.vllm.runner).
+Scripts that build an LLM need an `if __name__ == "__main__":` guard (vLLM starts its engine
+with spawn).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cactus_bench.vllm.acceptance import RULE_ENV, parse_rule_spec, rule_spec
+from cactus_bench.vllm.runner import EXTENSION, check_workers, force_v1
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
 GIB = 1 << 30
@@ -67,7 +70,7 @@ def llm_kwargs(
         "model": verifier_id,
         "dtype": "auto" if dtype == "auto" else dtype,
         "seed": int(seed),
-        "disable_log_stats": False,  # the spec-decode counters need stats on
+        "worker_extension_cls": EXTENSION,  # the start check's report (runner.py)
         "gpu_memory_utilization": options.gpu_memory_utilization,
         "enforce_eager": options.enforce_eager,
         "tensor_parallel_size": options.tensor_parallel_size,
@@ -80,11 +83,13 @@ def llm_kwargs(
         kwargs["revision"] = verifier_revision
     if drafter_id is not None:  # the verifier-only arm is an LLM without speculative_config
         kwargs["speculative_config"] = speculative_config(drafter_id, m, drafter_revision)
+        kwargs["per_request_spec_decode_metrics"] = "detailed"  # ordered per-step counts
     return kwargs
 
 
 def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwargs):
-    """A `vllm.LLM`; `rule=(name, params)` is exported to RULE_ENV before vLLM starts workers.
+    """A `vllm.LLM` on runner V1, checked; `rule=(name, params)` is exported to RULE_ENV before
+    vLLM starts workers.
 
     The variable stays set for this process (a verifier-only engine has no rejection sampler to
     patch, so it is harmless there). On vLLM's CPU platform the KV cache defaults to
@@ -92,10 +97,12 @@ def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwarg
     when less is free) and `options.cpu_threads` binds that many OpenMP threads to the first
     cores this process may use, unless VLLM_CPU_OMP_THREADS_BIND is set already.
     """
+    rule_name = None
     if rule is not None:
         text = rule_spec(*rule)
-        parse_rule_spec(text)  # a bad rule fails here, before any model loads
+        rule_name = parse_rule_spec(text).name  # a bad rule fails here, before any model loads
         os.environ[RULE_ENV] = text
+    force_v1()  # before vLLM reads its configuration (runner.py says why)
     from vllm import LLM
     from vllm.platforms import current_platform
 
@@ -117,7 +124,10 @@ def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwarg
         # prefills never discard (vLLM does the same on CPU for MLA models); vLLM then raises
         # the token budget to max_model_len.
         arguments["enable_chunked_prefill"] = False
-    return LLM(**arguments)
+    llm = LLM(**arguments)
+    speculative = "speculative_config" in arguments
+    check_workers(llm, rule_name if speculative else None)
+    return llm
 
 
 def cpu_bind(threads: int, allowed: Iterable[int] | None = None) -> str:

@@ -26,6 +26,7 @@ import torch
 
 LOG = logging.getLogger("cactus_bench.vllm")
 PROPOSER_MODULE = "vllm.v1.spec_decode.llm_base_proposer"
+DRAFT_LAW_FUNCTION = "compute_probs_and_sample_next_token"  # a module global of PROPOSER_MODULE
 V1_SAMPLER_MODULE = "vllm.v1.sample.rejection_sampler"
 SAMPLING_EPS = 1e-5  # vLLM's _SAMPLING_EPS: temperatures below it are greedy
 
@@ -83,9 +84,9 @@ def install_draft_law() -> bool:
         module = importlib.import_module(PROPOSER_MODULE)
     except ImportError:
         return False
-    if not hasattr(module, "compute_probs_and_sample_next_token"):
+    if not hasattr(module, DRAFT_LAW_FUNCTION):
         return False
-    module.compute_probs_and_sample_next_token = sample_processed_drafts
+    setattr(module, DRAFT_LAW_FUNCTION, sample_processed_drafts)
     return True
 
 

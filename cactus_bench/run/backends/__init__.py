@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from cactus_bench.run.identity import RunIdentity
 
 VLLM_HINT = (
-    "backend=vllm needs vLLM, which lives in its own environment: run `make setup-vllm`, then "
+    "backend=vllm needs vLLM, which lives in its own environment: run `make setup-vllm "
+    "TARGET=cpu` (or TARGET=gpu on a CUDA node), then "
     "run with .venv-vllm/bin/python; or use backend=hf here"
 )
 

@@ -1,0 +1,116 @@
+"""gpu_check's vLLM check: this side runs the HF engine, .venv-vllm runs vLLM (gpu_check_vllm.py).
+
+vLLM lives in its own environment (it pins an older transformers), so the check hands the worker
+a job on stdin and judges its answer here: the runner report and the V2 refusal, vLLM's greedy
+tokens against the HF engine's on the embedded verifier (up to near-ties, gpu_checks), the
+self-draft acceptance rate, and vLLM's own rejection sampler vs this project's sps at
+V = 151,936 (both must emit q; their time ratio is recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import torch
+from gpu_checks import GREEDY, compare_greedy, demo_prompts
+from gpu_checks_laws import P_VALUE_FLOOR, QWEN3_VOCAB, chi_square_p
+
+from cactus_bench.bench.sampling import PAPER_SAMPLING
+from cactus_bench.engine import AutoregressiveDecoder, RequestRecord
+
+SELF_DRAFT_FLOOR = 0.9  # a drafter that is the verifier: nearly every draft is accepted
+
+
+class Replayed:
+    """A decoder that replays outputs decoded elsewhere (for compare_greedy)."""
+
+    def __init__(self, outputs: list[list[int]]):
+        self.outputs = iter(outputs)
+
+    def generate(self, prompt, new_tokens, seed=None) -> RequestRecord:
+        return RequestRecord(prompt_ids=prompt, output_ids=list(next(self.outputs)))
+
+
+def vllm_check(args, device) -> dict:
+    from cactus_bench.models import load_pair
+    from cactus_bench.models.smollm2 import prepare_smollm2
+
+    if not args.vllm_python.exists():
+        target = "cpu" if args.dry else "gpu"
+        return {"error": f"no {args.vllm_python}: make setup-vllm TARGET={target}", "passed": False}
+    dtype = "float32" if args.dry else "bfloat16"
+    pair = load_pair("smollm2_135m", device=device, dtype=dtype)
+    prompts = demo_prompts(pair.tokenizer, 2 if args.dry else 4)
+    job = {
+        "verifier": str(prepare_smollm2()),
+        "prompts": prompts,
+        "new_tokens": args.new_tokens,
+        "m": args.m,
+        "dtype": dtype,
+        "paper_sampling": PAPER_SAMPLING.to_dict(),
+        "law_vocab": QWEN3_VOCAB,
+        "law_rows": 100 if args.dry else 1000,
+        "law_calls": 3 if args.dry else 5,
+        "law_support": 30,
+    }
+    env = {**os.environ, "PYTHONPATH": str(args.vllm_python.parents[2])}
+    if args.dry:
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(sorted(os.sched_getaffinity(0))[-1]))
+    done = subprocess.run(
+        [str(args.vllm_python), "scripts/gpu_check_vllm.py"],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=args.vllm_python.parents[2],
+        timeout=900,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        return {"error": f"vLLM worker failed: {done.stderr[-1500:]}", "passed": False}
+    out = json.loads(lines[-1].removeprefix("RESULT "))
+    return judge(out, pair, prompts, args.new_tokens, dtype, device)
+
+
+def judge(out: dict, pair, prompts, new_tokens: int, dtype: str, device) -> dict:
+    reference = AutoregressiveDecoder(
+        pair.verifier, pair.tokenizer, sampling=GREEDY, device=device, compile="off"
+    )
+    greedy = compare_greedy(
+        reference, Replayed(out["greedy"]), pair.verifier, prompts, new_tokens, dtype, device
+    )
+    drafted, accepted = out["self_draft"]["drafted"], out["self_draft"]["accepted"]
+    rate = accepted / max(drafted, 1)
+    sampler = out["sampler"]
+    q = torch.zeros(sampler["vocab"], dtype=torch.float64)
+    for token, prob in sampler["q"].items():
+        q[int(token)] = prob
+    p_values = {}
+    for name, counts in sampler["counts"].items():
+        observed = torch.zeros_like(q)
+        for token, count in counts.items():
+            observed[int(token)] = count
+        p_values[name] = round(chi_square_p(observed, q)[0], 6)
+    times = sampler["ms_per_call"]
+    runners_ok = all(r["v1"] and r["rule"] == "cactus" and r["draft_law"] for r in out["reports"])
+    refused = "VLLM_USE_V2_MODEL_RUNNER" in out["v2_refusal"]
+    law_ok = all(p > P_VALUE_FLOOR for p in p_values.values())
+    return {
+        "vllm_version": out["vllm_version"],
+        "runner_reports": out["reports"],
+        "v2_refused": out["v2_refusal"],
+        "greedy_vs_engine": greedy,
+        "self_draft_accept_rate": round(rate, 4),
+        "sampler": {
+            "draws": sampler["draws"],
+            "vocab": sampler["vocab"],
+            "p_values": p_values,
+            "ms_per_call": times,
+            "time_ratio": round(times["cactus_bench"] / times["vllm"], 2),
+        },
+        "passed": bool(
+            runners_ok and refused and greedy["passed"] and rate >= SELF_DRAFT_FLOOR and law_ok
+        ),
+    }

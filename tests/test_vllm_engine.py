@@ -1,0 +1,90 @@
+"""The real vLLM engine (vLLM's CPU build, `make test-vllm`): the start check on runner V1,
+decoding up to max_model_len (vLLM then calls the sampler with draft_probs=None), and vLLM's
+per-request step counts with two engines in one process.
+
+The embedded pair (SmolLM2-135M-Instruct, its drafter's full-vocabulary export), fp32,
+T 0.6 / top-p 0.95 / top-k 20, cactus (delta = 1), m = 3, max_model_len 48: every request runs
+into the limit unless it ends first, and a request whose context lands within m tokens of the
+limit gets vLLM's zeroed drafts without draft probabilities. ~3-4 min on a quiet 2-core CPU
+(engine start dominates).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm TARGET=cpu, then make test-vllm")
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parent
+M, MAX_MODEL_LEN, SEEDS = 3, 48, 8
+PROMPT = "Write a long story about a cat who travels the world and meets many friends."
+
+
+@pytest.fixture(scope="module")
+def result():
+    from cactus_bench.models.smollm2 import is_prepared, smollm2_dir
+    from cactus_bench.vllm.export import export_full_vocab_drafter
+
+    if not is_prepared():
+        pytest.skip("needs the SmolLM2 cache (make setup)")
+    job = {
+        "verifier": str(smollm2_dir()),
+        "drafter": str(export_full_vocab_drafter()),
+        "m": M,
+        "max_model_len": MAX_MODEL_LEN,
+        "seeds": SEEDS,
+        "prompt": PROMPT,
+        "sampling": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
+    }
+    core = sorted(os.sched_getaffinity(0))[-1]
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(HERE.parent)}
+    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
+    done = subprocess.run(
+        [sys.executable, str(HERE / "engine_worker.py")],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stderr[-4000:]
+    return json.loads(lines[-1].removeprefix("RESULT ")), done.stderr
+
+
+def test_engine_start_proves_runner_v1_with_the_rule(result):
+    out, log = result
+    (report,) = out["reports"]
+    assert report["v1"] and report["runner"].endswith("CPUModelRunner")
+    assert report["rule"] == "cactus" and report["draft_law"]
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in log  # the logged line
+
+
+def test_decoding_to_max_model_len_falls_back_and_counts(result):
+    out, _ = result
+    records = out["records"]
+    at_limit = [r for r in records if r["stop_reason"] == "length"]
+    assert at_limit, "no request reached max_model_len"
+    for r in at_limit:
+        assert r["prompt_len"] + len(r["output_ids"]) == MAX_MODEL_LEN
+    # vLLM's zeroed drafts near the limit reached the sampler without probabilities: counted
+    assert sum(r["draft_probs_fallbacks"] for r in at_limit) >= 1
+    assert all(r["draft_probs_fallbacks"] == 0 for r in records if r["stop_reason"] != "length")
+
+
+def test_per_request_step_counts_survive_a_second_engine(result):
+    out, _ = result
+    for r in [*out["records"], out["after"]]:
+        assert r["step_order"] == "decode" and r["drafted_per_step"]
+        steps = zip(r["accepted_per_step"], r["drafted_per_step"], strict=True)
+        assert all(0 <= a <= d <= M for a, d in steps)
+        # the first token comes from the prefill, then one step emits accepted + 1
+        assert sum(r["emitted_per_step"]) + 1 >= len(r["output_ids"])
+    assert len(out["after"]["output_ids"]) > 1  # decoded after the verifier-only engine was built
