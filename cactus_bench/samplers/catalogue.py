@@ -20,6 +20,7 @@ from cactus_bench.samplers.params import DELTA, DIVERGENCE_NAMES, Param, RuleInf
 from cactus_bench.samplers.rules import BUILDERS
 
 VERIFIER_ONLY = "verifier"  # the run configuration's "no speculation" choice (not a rule)
+_did_you_mean = did_you_mean  # the name the run's error messages import
 
 
 RULES: dict[str, RuleInfo] = {
