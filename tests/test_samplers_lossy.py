@@ -375,3 +375,36 @@ def test_engine_first_token_follows_the_exact_law(tiny_pair, name, params):
         processed = make_sampler(name, **params, test_law="processed").emitted_law(p, q)
         wrong = {(t,): float(processed[t]) for t in torch.nonzero(processed > 0).flatten()}
         assert chi_square_p_value(counts, wrong, n) < P_VALUE_FLOOR
+
+
+def test_the_vllm_bridge_runs_the_rules_through_its_generic_path():
+    """vLLM's rejection sampler hands over p and q only: every rule with test_law=processed runs
+    through `verify_ragged` unchanged (the rule's own tokens for one generator); a rule that
+    reads the temperature-1 laws stops with the one line naming the fix."""
+    from cactus_bench.vllm.bridge import verify_ragged
+
+    gen = torch.Generator().manual_seed(3)
+    vocab, n = 12, 4
+    p = torch.softmax(torch.randn(n, vocab, generator=gen) * 2, -1)
+    q = torch.softmax(torch.randn(n + 1, vocab, generator=gen) * 2, -1)
+    ids = torch.multinomial(p, 1, generator=gen).view(n)
+    for name, params in CASES:
+        rule = make_sampler(
+            name,
+            **params,
+            **(
+                {"test_law": "processed"}
+                if "alpha" in params or "tau" in params or "div" in params
+                else {}
+            ),
+        )
+        row, k = verify_ragged(
+            rule, [ids], [p], [q[:n]], [q[n]], [False], [torch.Generator().manual_seed(9)], n
+        )
+        alone = rule.verify(
+            ids.view(1, n), p.view(1, n, -1), q.view(1, n + 1, -1), torch.Generator().manual_seed(9)
+        )
+        assert torch.equal(row[0, : int(k[0]) + 1], alone.token_ids[0, : int(k[0]) + 1]), name
+        assert int(k[0]) == int(alone.num_accepted[0]), name
+    with pytest.raises(ValueError, match="test_law=processed"):
+        verify_ragged(make_sampler("tokenv3"), [ids], [p], [q[:n]], [q[n]], [False], [None], n)
