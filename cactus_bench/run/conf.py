@@ -20,7 +20,6 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from cactus_bench.frontier.conf import FrontierConf
 from cactus_bench.paper import PAPER
 
 BASELINE_MODES = ("interleave", "cached", "none")
@@ -104,7 +103,6 @@ class RunConf:
     data_dir: str | None = None  # offline data folder (default: env CACTUS_BENCH_DATA)
     results_dir: str = "results"
     threads: int | None = None  # torch CPU threads; None = torch's default (all cores)
-    frontier: FrontierConf | None = None  # set by experiment=frontier: run.py measures it instead
 
 
 SUBCONFS: dict[str, type] = {
