@@ -77,6 +77,8 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
     assert frame[(frame.rule == "sps") & (frame.statistic == "gain")].empty
     exact = frame[(frame.rule == "cactus_exact:kl") & (frame.statistic == "overshoot_draft_share")]
     assert (exact.value == 0).all()  # the exact rule never breaks its budget
+    definitions = (tmp_path / "tiny_random.definitions.md").read_text()
+    assert "thm3_violation_share" in definitions and "q_zero_share" in definitions
     meta = (tmp_path / "tiny_random.json").read_text()
     assert '"total_cpu_s"' in meta and '"positions"' in meta
     kinds = {path.name.split("_")[0] for path in outcome.figures}

@@ -40,6 +40,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     from cactus_bench.frontier.aggregate import bootstrap_weights
     from cactus_bench.frontier.arms import build_arms
     from cactus_bench.frontier.contexts import build_contexts, load_prompt_texts
+    from cactus_bench.frontier.definitions import write_definitions
     from cactus_bench.frontier.distribution import (
         distribution_rows,
         overshoot_cell_rows,
@@ -104,6 +105,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / conf.csv_name()
     frame[list(COLUMNS)].to_csv(csv_path, index=False, float_format="%.6g")
+    write_definitions(csv_path)
     timings["total_s"] = round(time.perf_counter() - start, 2)
     timings["total_cpu_s"] = round(time.process_time() - cpu_start, 2)
     positions, sequences = int(measured["lengths"].sum()), len(measured["lengths"])
