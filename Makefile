@@ -4,7 +4,7 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo frontier \
+.PHONY: help setup test test-fast lint bench tables plots drafter eval-drafter run demo frontier rules \
 	rehearse slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
@@ -118,3 +118,8 @@ else
 	@echo "frontier: no data folder (make frontier DATA_DIR=/path/like/shared/data): demo prompts only"
 	$(FRONTIER) --prompts demo
 endif
+
+# Every rule at its source's default and along its curve on the embedded pair (demo task, plus
+# the GSM8K slice with a data folder): results/rules/leaderboard.{csv,md} and its figure.
+rules:  ## the rules leaderboard: every acceptance rule side by side (docs/rules.md)
+	$(PYTHON) scripts/rules_board.py --tasks demo $(if $(strip $(DATA_DIR)),gsm8k --data-dir $(abspath $(DATA_DIR)))
