@@ -53,28 +53,15 @@ _SCHEMA: tuple[Column, ...] = (
     Column("delta", "float", "divergence budget (cactus, cactus_exact, mentored)", config=True),
     Column("divergence", "str", "f-divergence of the constraint, e.g. kl", config=True),
     Column("threshold", "float", "TAS posterior threshold epsilon, or FSD's T", config=True),
-    Column(
-        "alpha",
-        "float",
-        "TAS alpha, interp's weight on the drafter, or a speculative cascade's alpha",
-        config=True,
-    ),
+    Column("alpha", "float", "TAS alpha, interp's drafter weight, a cascade's alpha", config=True),
     Column("top_k_accept", "int", "k of the top-k acceptance baseline", config=True),
     Column("lenience_l", "float", "Leviathan's lenience l (lenience; 1 = SpS)", config=True),
     Column("tau", "float", "BiLD's rollback threshold tau_RB in nats (bild)", config=True),
     Column("fsd_div", "str", "FSD's divergence: js | kl | reverse_kl | tv", config=True),
     Column(
-        "test_law",
-        "str",
-        "law a cascade / FSD / BiLD test reads: unscaled (temperature 1) or processed",
-        config=True,
+        "test_law", "str", "unscaled | processed: law a cascade/FSD/BiLD test reads", config=True
     ),
-    Column(
-        "w",
-        "float",
-        "ensemble weight on the verifier (ensemble = interp, alpha = 1 - w)",
-        config=True,
-    ),
+    Column("w", "float", "ensemble weight on q (runs as interp, alpha = 1 - w)", config=True),
     Column(
         "sampler_params",
         "json",
