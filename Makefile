@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu test test-fast lint bench tables plots drafter eval-drafter run demo \
-	frontier rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
+	frontier rules rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -122,12 +122,20 @@ bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/ben
 		--out results/bench/vllm_cpu.csv
 	$(VLLM_PYTHON) scripts/bench_vllm_linear.py --out results/bench/vllm_linear.csv
 
-# fp32 laws: the committed results/frontier/ are a fact about the models, not about this CPU's
-# bf16 (model.dtype=auto would be bf16 on some CPUs and fp32 on others).
-frontier:  ## exact acceptance / divergence of every rule on real contexts (issue 13; 1 thread)
+# fp32 laws (the FrontierConf default): the committed results/frontier/ are a fact about the
+# models, not about this CPU's bf16. Held-out contexts first (with the engine check), then the
+# drafter's own training questions (GSM8K train) as the second, labelled set.
+FRONTIER = $(PYTHON) -m cactus_bench.frontier
+frontier:  ## every rule's exact acceptance / emitted-law divergence on real contexts (1 thread)
 ifneq ($(strip $(DATA_DIR)),)
-	$(PYTHON) run.py experiment=frontier model.dtype=float32 data_dir=$(abspath $(DATA_DIR))
+	$(FRONTIER) --data-dir $(abspath $(DATA_DIR)) --engine-check 256
+	$(FRONTIER) --data-dir $(abspath $(DATA_DIR)) --prompts gsm8k_train --num-gsm8k 108
 else
 	@echo "frontier: no data folder (make frontier DATA_DIR=/path/like/shared/data): demo prompts only"
-	$(PYTHON) run.py experiment=frontier model.dtype=float32 'frontier.prompts=[demo]'
+	$(FRONTIER) --prompts demo
 endif
+
+# Every rule at its source's default and along its curve on the embedded pair (demo task, plus
+# the GSM8K slice with a data folder): results/rules/leaderboard.{csv,md} and its figure.
+rules:  ## the rules leaderboard: every acceptance rule side by side (docs/rules.md)
+	$(PYTHON) scripts/rules_board.py --tasks demo $(if $(strip $(DATA_DIR)),gsm8k --data-dir $(abspath $(DATA_DIR)))

@@ -35,6 +35,7 @@ from cactus_bench.run import (
 
 CONFIG_ERROR_EXIT = 2
 RUN_ERROR_EXIT = 1
+FRONTIER_EXPERIMENT = "frontier"  # experiment=frontier runs cactus_bench.frontier's program
 LAUNCH_PID_ENV = "CACTUS_BENCH_LAUNCH_PID"  # the process that runs Hydra (not a submitit job)
 
 _failures: list[BaseException] = []  # jobs of this process that failed (printed already)
@@ -54,11 +55,10 @@ def to_run_conf(cfg: DictConfig) -> tuple[RunConf, SamplerChoice]:
 def main(cfg: DictConfig) -> None:
     try:
         conf, choice = to_run_conf(cfg)
-        if conf.frontier is not None:  # experiment=frontier: exact statistics, not a task run
-            from cactus_bench.frontier.__main__ import format_outcome as format_frontier
-            from cactus_bench.frontier.pipeline import run_frontier
+        if conf.experiment_name == FRONTIER_EXPERIMENT:  # its own program, not a task run
+            from cactus_bench.frontier.__main__ import run_from_run_conf
 
-            print(format_frontier(run_frontier(conf.frontier)), flush=True)
+            print(run_from_run_conf(conf), flush=True)
             return
         from cactus_bench.run import run  # after validation: a bad config never waits for torch
 

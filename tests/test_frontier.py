@@ -14,8 +14,14 @@ from cactus_bench.frontier.aggregate import (
     ratio_estimate,
 )
 from cactus_bench.frontier.al import expected_steps_and_accepts, simulate_al
-from cactus_bench.frontier.conf import DEFAULT_DELTAS, FrontierConf, FrontierConfigError
-from cactus_bench.frontier.stats import Arm, build_arms, chunk_statistics, entropy
+from cactus_bench.frontier.arms import Arm, build_arms
+from cactus_bench.frontier.conf import (
+    DEFAULT_DELTAS,
+    RULE_FAMILIES,
+    FrontierConf,
+    FrontierConfigError,
+)
+from cactus_bench.frontier.stats import chunk_statistics, entropy
 from cactus_bench.frontier.teacher import compact_support
 from cactus_bench.samplers import binary_divergence, full_divergence, taylor_gamma
 
@@ -64,21 +70,34 @@ def test_default_grid_is_log_spaced_from_001_to_8_with_the_named_budgets():
     ratios = [b / a for a, b in zip(deltas, deltas[1:], strict=False)]
     assert max(ratios) <= 2.0  # roughly log-spaced: no gap wider than a factor 2
     FrontierConf().check()
-    assert FrontierConf().prompt_set_name() == "demo20+gsm8k_train108"
+    assert FrontierConf().prompt_set_name() == "held_out:demo20+gsm8k_test60+ifeval40"
+    second = FrontierConf(prompts=["gsm8k_train"], num_gsm8k=108)
+    assert second.prompt_set_name() == "drafter_train:gsm8k_train108"
+    assert second.csv_name() == "smollm2_135m__drafter_train.csv"
 
 
 def test_arms_cover_the_grid_with_sps_first():
-    conf = FrontierConf(deltas=[0.5, 1.0], divergences=["kl", "tv"], tas_thresholds=[0.09],
-                        topk_ks=[5], interp_alphas=[0.5])  # fmt: skip
+    conf = FrontierConf(
+        deltas=[0.5, 1.0],
+        divergences=["kl", "tv"],
+        tas_thresholds=[0.09],
+        topk_ks=[5],
+        interp_alphas=[0.5],
+        rules=["sps", "cactus", "cactus_exact", "tas", "topk", "interp"],
+    )
     arms = build_arms(conf)
     assert arms[0] == Arm("sps")
     assert [(a.rule, a.parameter) for a in arms[1:4]] == [
-        ("cactus", "delta=0.5"), ("cactus", "delta=1"), ("cactus_exact:kl", "delta=0.5"),
-    ]  # fmt: skip
+        ("cactus", "delta=0.5"),
+        ("cactus", "delta=1"),
+        ("cactus_exact:kl", "delta=0.5"),
+    ]
     assert len(arms) == 1 + 2 + 4 + 1 + 1 + 1
     assert {a.parameter for a in arms if a.family in ("tas", "topk", "interp")} == {
-        "eps=0.09", "k=5", "alpha=0.5",
-    }  # fmt: skip
+        "eps=0.09",
+        "k=5",
+        "alpha=0.5",
+    }
 
 
 # ---- support compaction and per-arm statistics ---------------------------------------------------
@@ -97,18 +116,29 @@ def test_compact_support_keeps_every_mass_in_id_order():
 
 def test_statistics_on_the_compact_support_equal_the_full_vocabulary():
     p, q = _rows(20, 40, seed=1)
-    arms = build_arms(FrontierConf(deltas=[0.3, 2.0], tas_thresholds=[0.3], topk_ks=[2],
-                                   interp_alphas=[0.4], rules=["cactus", "cactus_exact", "tas",
-                                   "topk", "interp", "greedy"]))  # fmt: skip
+    conf = FrontierConf(
+        deltas=[0.3, 2.0],
+        tas_thresholds=[0.3],
+        topk_ks=[2],
+        interp_alphas=[0.4],
+        lenience_ls=[0.5],
+        cascade_alphas=[0.3],
+        fsd_thresholds=[0.2],
+        bild_taus=[2.0],
+        rules=[rule for rule in RULE_FAMILIES if rule != "sps"],
+    )
+    arms = build_arms(conf)
+    assert {arm.family for arm in arms} == set(RULE_FAMILIES)
     p_c, q_c = compact_support(p, q)
-    compact = chunk_statistics(p_c, q_c, arms, chunk_elements=10_000)
+    compact = chunk_statistics(p_c, q_c, arms, chunk_elements=10_000)[0]
     for index, arm in enumerate(arms):
         rule = arm.sampler()
         beta = rule.acceptance_probability(p, q)
         law = rule.emitted_law(p, q)
         torch.testing.assert_close(compact["beta"][index], beta, atol=1e-11, rtol=0)
-        torch.testing.assert_close(compact["tv"][index], full_divergence(law, q, "tv"),
-                                   atol=1e-11, rtol=0)  # fmt: skip
+        torch.testing.assert_close(
+            compact["tv"][index], full_divergence(law, q, "tv"), atol=1e-11, rtol=0
+        )
         kl = full_divergence(law, q, "kl").clamp(min=0)
         assert torch.equal(torch.isinf(compact["kl"][index]), torch.isinf(kl))
         finite = torch.isfinite(kl)
@@ -120,7 +150,7 @@ def test_taylor_overshoot_statistics_match_a_loop_over_drafts():
     p, q = _rows(25, 30, seed=2, keep=4)
     delta = 0.5
     arms = [Arm("sps"), Arm("cactus", delta, "kl"), Arm("cactus_exact", delta, "kl")]
-    stats = chunk_statistics(p, q, arms, chunk_elements=1_000)  # small: several row blocks
+    stats = chunk_statistics(p, q, arms, chunk_elements=1_000)[0]  # several row blocks
     for row in range(25):
         share = excess = 0.0
         broken = False
@@ -146,9 +176,12 @@ def test_target_rules_sit_on_the_coupling_bound_in_tv():
     equals the TV it costs (the coupling bound beta <= beta_SpS + TV(law, q) is tight);
     TAS, top-k and greedy pay more TV than they gain."""
     p, q = _rows(30, 40, seed=3)
-    arms = build_arms(FrontierConf(deltas=[0.1, 1.0], tas_thresholds=[0.09], topk_ks=[3],
-                                   interp_alphas=[0.5]))  # fmt: skip
-    stats = chunk_statistics(p, q, arms, chunk_elements=100_000)
+    old_rules = ["cactus", "cactus_exact", "tas", "topk", "interp"]
+    conf = FrontierConf(
+        deltas=[0.1, 1.0], tas_thresholds=[0.09], topk_ks=[3], interp_alphas=[0.5], rules=old_rules
+    )
+    arms = build_arms(conf)
+    stats = chunk_statistics(p, q, arms, chunk_elements=100_000)[0]
     gain = stats["beta"] - stats["beta"][0:1]
     for index, arm in enumerate(arms):
         if arm.family in ("sps", "cactus", "cactus_exact", "interp"):
@@ -237,7 +270,7 @@ def test_predicted_al_limits():
 def test_a_rule_with_higher_beta_has_higher_predicted_al():
     p, q = _rows(60, 30, seed=6)
     arms = [Arm("sps"), Arm("cactus", 1.0, "kl")]
-    beta = chunk_statistics(p, q, arms, 100_000)["beta"].view(2, 3, 20)
+    beta = chunk_statistics(p, q, arms, 100_000)[0]["beta"].view(2, 3, 20)
     accepted, steps = expected_steps_and_accepts(beta, torch.tensor([20, 20, 20]), max_m=4)
     al = accepted.sum(-1) / steps.sum(-1)  # [M, 2]
     assert torch.all(al[:, 1] > al[:, 0])
@@ -249,13 +282,21 @@ def test_summary_rows_split_by_prompt_source():
 
     p, q = _rows(12, 10, seed=7)
     arms = [Arm("sps"), Arm("cactus", 1.0, "kl")]
-    stats = chunk_statistics(p, q, arms, 100_000)
+    stats = chunk_statistics(p, q, arms, 100_000)[0]
     sequence = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 3])
     lengths = torch.tensor([3, 2, 4, 3])
     conf = FrontierConf(al_max_m=2)
-    rows = summary_rows(conf, arms, stats, entropy(q), sequence, lengths,
-                        bootstrap_weights(4, 50, seed=0), ["demo", "gsm8k_train", "demo",
-                        "gsm8k_train"], progress=False)  # fmt: skip
+    rows = summary_rows(
+        conf,
+        arms,
+        stats,
+        entropy(q),
+        sequence,
+        lengths,
+        bootstrap_weights(4, 50, seed=0),
+        ["demo", "gsm8k_train", "demo", "gsm8k_train"],
+        progress=False,
+    )
     found = {(r["rule"], r["statistic"]): r for r in rows}
     demo = torch.tensor([0, 2])[:, None] == sequence[None]  # positions of sequences 0 and 2
     expected = stats["beta"][1][demo.any(0)].mean().item()
@@ -283,3 +324,86 @@ def test_frontier_names_match_the_samplers():
 
     assert tuple(DIVERGENCE_NAMES) == tuple(DIVERGENCES)
     assert set(RULE_FAMILIES) <= set(SAMPLERS)
+
+
+# ---- frontier v2: distributions, Theorem 3, overshoot cells, paired rows ---------------------
+def _measured(arms, count=24, vocab=12, seed=11):
+    p, q = _rows(count, vocab, seed=seed, keep=4)
+    stats, cells = chunk_statistics(p, q, arms, 100_000)
+    sequence = torch.arange(count) // 4  # 6 sequences of 4 positions
+    return p, q, stats, cells, sequence, torch.full((count // 4,), 4)
+
+
+def test_distribution_rows_are_the_quantiles_max_and_share_above_delta():
+    from cactus_bench.frontier.distribution import distribution_rows
+
+    arms = [Arm("sps"), Arm("cactus", 0.3, "kl"), Arm("mentored", 0.05)]
+    p, q, stats, _, sequence, lengths = _measured(arms)
+    rows = distribution_rows(arms, stats, sequence, lengths, bootstrap_weights(6, 50, seed=0))
+    found = {(r["rule"], r["statistic"]): r for r in rows}
+    for index, arm in enumerate(arms):
+        values = stats["reverse_kl"][index]
+        finite = values[torch.isfinite(values)]
+        if len(finite) == len(values):
+            q90 = found[(arm.rule, "reverse_kl_q90")]["value"]
+            assert q90 == pytest.approx(torch.quantile(values, 0.9).item())
+        assert found[(arm.rule, "reverse_kl_max")]["value"] == values.max().item()
+    above = (stats["kl"][1] > 0.3 * (1 + 1e-9) + 1e-12).double().mean().item()
+    assert found[("cactus", "kl_share_above_delta")]["value"] == pytest.approx(above)
+    # mentored spends exactly its budget on KL(q || law): never above it
+    assert found[("mentored", "reverse_kl_share_above_delta")]["value"] == 0.0
+    assert ("sps", "kl_share_above_delta") not in found  # no budget
+
+
+def test_theorem3_excess_is_the_emitted_minus_the_drafter_divergence():
+    from cactus_bench.frontier.distribution import distribution_rows, theorem3_findings
+
+    arms = [Arm("sps"), Arm("cactus", 2.0, "kl"), Arm("cactus_exact", 0.5, "chi2")]
+    p, q, stats, _, sequence, lengths = _measured(arms)
+    for index, f in ((1, "kl"), (2, "chi2")):
+        law = arms[index].sampler().emitted_law(p, q)
+        own, bound = full_divergence(law, q, f), full_divergence(p, q, f)
+        expected = torch.where(own == bound, torch.zeros_like(own), own - bound)
+        torch.testing.assert_close(stats["thm3_excess"][index], expected, atol=1e-9, rtol=0)
+    assert torch.isnan(stats["thm3_excess"][0]).all()
+    rows = distribution_rows(arms, stats, sequence, lengths, bootstrap_weights(6, 50, seed=0))
+    fake = rows + [
+        {"rule": "x", "parameter": "d", "statistic": "thm3_violation_share", "value": 0.25},
+        {"rule": "x", "parameter": "d", "statistic": "thm3_max_excess", "value": 0.5},
+    ]
+    lines = theorem3_findings(fake)
+    assert lines[-1].startswith("finding: x d: D_f(law || q) > D_f(p || q) at 25.00% of positions")
+
+
+def test_overshoot_cells_sum_to_the_draft_mass_and_the_overshoot():
+    from cactus_bench.frontier.distribution import overshoot_cell_rows
+
+    arms = [Arm("sps"), Arm("cactus", 0.5, "kl"), Arm("cactus_exact", 0.5, "kl")]
+    p, q, stats, cells, _, _ = _measured(arms, seed=2)
+    assert cells[1, ..., 0].sum().item() == pytest.approx(p.shape[0])  # sum_t sum_n p_t(n)
+    assert cells[1, ..., 1].sum().item() == pytest.approx(stats["exceed"][1].sum().item())
+    assert cells[1, :, 0, 1].sum().item() == 0  # gamma <= 1/2: Taylor keeps KL <= delta
+    assert cells[2, ..., 1].sum().item() == 0  # the exact rule never overshoots
+    rows = overshoot_cell_rows(arms, cells)
+    masses = [r["value"] for r in rows if r["rule"] == "cactus" and "draft_mass" in r["statistic"]]
+    assert sum(masses) == pytest.approx(1.0)
+    assert not [r for r in rows if r["rule"] == "sps"]
+
+
+def test_paired_rows_are_mean_differences_at_the_same_delta():
+    from cactus_bench.frontier.distribution import paired_rows
+
+    arms = [
+        Arm("sps"),
+        Arm("cactus", 0.5, "kl"),
+        Arm("cactus_exact", 0.5, "kl"),
+        Arm("cactus_exact", 0.5, "reverse_kl"),
+        Arm("mentored", 0.5),
+    ]
+    _, _, stats, _, sequence, lengths = _measured(arms)
+    rows = paired_rows(arms, stats, sequence, lengths, bootstrap_weights(6, 200, seed=0))
+    found = {(r["rule"], r["statistic"]): r for r in rows}
+    row = found[("cactus_exact:kl", "paired_acceptance_vs:cactus")]
+    assert row["value"] == pytest.approx((stats["beta"][2] - stats["beta"][1]).mean().item())
+    assert row["ci_low"] <= row["value"] <= row["ci_high"]
+    assert ("mentored", "paired_acceptance_vs:cactus_exact:reverse_kl") in found

@@ -19,10 +19,25 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _conf(out_dir: Path, **changes) -> FrontierConf:
     settings = dict(
-        pair="tiny_random", prompts=["demo"], num_demo=5, max_new_tokens=32, batch_size=4,
-        deltas=[0.1, 1.0], tas_thresholds=[0.09, 0.3], topk_ks=[2, 5], interp_alphas=[0.5],
-        al_max_m=4, bootstrap=100, engine_check=30, out_dir=str(out_dir), progress=False,
-    )  # fmt: skip
+        pair="tiny_random",
+        prompts=["demo"],
+        num_demo=5,
+        max_new_tokens=32,
+        batch_size=4,
+        deltas=[0.1, 1.0],
+        tas_thresholds=[0.09, 0.3],
+        topk_ks=[2, 5],
+        interp_alphas=[0.5],
+        lenience_ls=[0.5],
+        cascade_alphas=[0.5],
+        fsd_thresholds=[0.2],
+        bild_taus=[2.0],
+        al_max_m=4,
+        bootstrap=100,
+        engine_check=30,
+        out_dir=str(out_dir),
+        progress=False,
+    )
     settings.update(changes)
     return FrontierConf(**settings)
 
@@ -31,15 +46,30 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
     outcome = run_frontier(_conf(tmp_path))
     frame = pd.read_csv(outcome.csv_path, keep_default_na=False, na_values=[""])
     assert list(frame.columns) == list(COLUMNS)
-    assert set(frame.pair) == {"tiny_random"} and set(frame.prompt_set) == {"demo5"}
+    assert set(frame.pair) == {"tiny_random"} and set(frame.prompt_set) == {"held_out:demo5"}
     assert outcome.num_positions == frame.query("statistic == 'positions'").value.iloc[0] > 50
     rules = set(frame.rule)
-    assert {"sps", "cactus", "tas", "topk", "interp", "verifier"} <= rules
+    assert {"sps", "cactus", "tas", "topk", "interp", "verifier", "mentored", "tokenv3"} <= rules
     assert {f"cactus_exact:{d}" for d in ("kl", "reverse_kl", "chi2", "hellinger", "tv")} <= rules
     stats = set(frame.statistic)
-    for name in ("acceptance", "gain", "kl", "tv", "budget_divergence", "q_zero_mass",
-                 "overshoot_draft_share", "al@m=4", "entropy", "engine_first_acceptance",
-                 "predicted_first_acceptance"):  # fmt: skip
+    for name in (
+        "acceptance",
+        "gain",
+        "kl",
+        "reverse_kl",
+        "tv",
+        "q_zero_share",
+        "kl_q99",
+        "kl_max",
+        "kl_share_above_delta",
+        "thm3_violation_share",
+        "paired_acceptance_vs:cactus",
+        "overshoot_draft_share",
+        "al@m=4",
+        "entropy",
+        "engine_first_acceptance",
+        "predicted_first_acceptance",
+    ):
         assert name in stats, name
     assert any(s.startswith("gain@H=") for s in stats)
     sps = frame[(frame.rule == "sps") & (frame.statistic == "acceptance")].iloc[0]
@@ -47,10 +77,12 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
     assert frame[(frame.rule == "sps") & (frame.statistic == "gain")].empty
     exact = frame[(frame.rule == "cactus_exact:kl") & (frame.statistic == "overshoot_draft_share")]
     assert (exact.value == 0).all()  # the exact rule never breaks its budget
+    definitions = (tmp_path / "tiny_random.definitions.md").read_text()
+    assert "thm3_violation_share" in definitions and "q_zero_share" in definitions
     meta = (tmp_path / "tiny_random.json").read_text()
     assert '"total_cpu_s"' in meta and '"positions"' in meta
     kinds = {path.name.split("_")[0] for path in outcome.figures}
-    assert kinds == {"frontier", "gain", "overshoot", "entropy", "al"}
+    assert kinds == {"frontier", "gamma", "gain", "overshoot", "entropy", "al"}
     assert all(path.stat().st_size > 0 for path in outcome.figures)
 
     # A rerun reuses the cached contexts (generation would fail) and reproduces every number.
@@ -68,18 +100,55 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
 
 def test_module_cli_and_plots_subcommand(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = ["--pair", "tiny_random", "--prompts", "demo", "--num-demo", "3", "--max-new-tokens",
-            "16", "--deltas", "1", "--rules", "cactus", "--bootstrap", "50", "--al-max-m", "2",
-            "--figures", "false", "--progress", "false", "--out-dir", str(tmp_path)]  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "cactus_bench.frontier", *args], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    args = [
+        "--pair",
+        "tiny_random",
+        "--prompts",
+        "demo",
+        "--num-demo",
+        "3",
+        "--max-new-tokens",
+        "16",
+        "--deltas",
+        "1",
+        "--rules",
+        "cactus",
+        "--bootstrap",
+        "50",
+        "--al-max-m",
+        "2",
+        "--figures",
+        "false",
+        "--progress",
+        "false",
+        "--out-dir",
+        str(tmp_path),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "cactus_bench.frontier", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "positions" in done.stdout and (tmp_path / "tiny_random.csv").is_file()
     plots = subprocess.run(
-        [sys.executable, "-m", "cactus_bench.frontier", "plots", "--csv",
-         str(tmp_path / "tiny_random.csv")], cwd=REPO, env=env, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "cactus_bench.frontier",
+            "plots",
+            "--csv",
+            str(tmp_path / "tiny_random.csv"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
-    )  # fmt: skip
+    )
     assert plots.returncode == 0, plots.stderr[-2000:]
     assert (tmp_path / "figures" / "gain_tiny_random.png").is_file()
     bad = subprocess.run(
@@ -98,24 +167,25 @@ def test_module_cli_and_plots_subcommand(tmp_path):
 
 def test_run_py_experiment_frontier(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "CACTUS_BENCH_DATA": ""}
-    common = ["experiment=frontier", "model=tiny_random", f"results_dir={tmp_path}",
-              f"hydra.run.dir={tmp_path}/hydra"]  # fmt: skip
-    small = [
-        "frontier.prompts=[demo]",
-        "frontier.num_demo=3",
-        "frontier.max_new_tokens=16",
-        "frontier.deltas=[1.0]",
-        "frontier.engine_check=10",
-        "frontier.bootstrap=50",
-        "frontier.al_max_m=2",
-        "frontier.figures=false",
-        "frontier.progress=false",
+    common = [
+        "experiment=frontier",
+        "model=tiny_random",
+        f"results_dir={tmp_path}",
+        f"hydra.run.dir={tmp_path}/hydra",
     ]
-    done = subprocess.run([sys.executable, "run.py", *common, *small], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    # No data folder: the demo prompts only; limit=2 takes two of them.
+    done = subprocess.run(
+        [sys.executable, "run.py", *common, "limit=2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     frame = pd.read_csv(tmp_path / "frontier" / "tiny_random.csv")
-    assert "engine_first_acceptance" in set(frame.statistic)
+    assert set(frame.prompt_set) == {"held_out:demo2"}
+    assert {"mentored", "fsd", "bild"} <= set(frame.rule)
     bad = subprocess.run(
         [sys.executable, "run.py", *common, "frontier.rules=[medusa]"],
         cwd=REPO,
@@ -125,4 +195,5 @@ def test_run_py_experiment_frontier(tmp_path):
         timeout=600,
     )
     assert bad.returncode == 2
-    assert len(bad.stderr.strip().splitlines()) == 1 and "frontier.rules" in bad.stderr
+    # The frontier's settings are not the run's: its grid is the module CLI's (--rules ...).
+    assert len(bad.stderr.strip().splitlines()) == 1 and "frontier" in bad.stderr

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cactus_bench.engine import SamplingParams
+from cactus_bench.frontier.arms import build_arms
 from cactus_bench.frontier.conf import FrontierConf
 from cactus_bench.frontier.contexts import build_contexts
 from cactus_bench.frontier.engine_check import (
@@ -18,7 +19,6 @@ from cactus_bench.frontier.engine_check import (
     wilson_interval,
 )
 from cactus_bench.frontier.pipeline import measure_positions
-from cactus_bench.frontier.stats import build_arms
 from cactus_bench.models import load_pair
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -26,8 +26,16 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    conf = FrontierConf(pair="tiny_random", prompts=["demo"], num_demo=6, max_new_tokens=40,
-                        rules=["cactus"], deltas=[1.0], progress=False, figures=False)  # fmt: skip
+    conf = FrontierConf(
+        pair="tiny_random",
+        prompts=["demo"],
+        num_demo=6,
+        max_new_tokens=40,
+        rules=["cactus"],
+        deltas=[1.0],
+        progress=False,
+        figures=False,
+    )
     pair = load_pair("tiny_random")
     contexts = build_contexts(conf, pair, tmp_path_factory.mktemp("contexts"), torch.device("cpu"))
     sampling = SamplingParams(conf.temperature, conf.top_p, conf.top_k)
@@ -46,8 +54,16 @@ def checked(measured):
     positions = sample_positions(contexts, 100, seed=0)
     out = {}
     for index in (0, 1):
-        outcomes = engine_first_acceptance(pair, contexts, positions, arms[index].sampler(),
-                                           sampling, seeds=4, seed=0, progress=False)  # fmt: skip
+        outcomes = engine_first_acceptance(
+            pair,
+            contexts,
+            positions,
+            arms[index].sampler(),
+            sampling,
+            seeds=4,
+            seed=0,
+            progress=False,
+        )
         beta = stats["stats"]["beta"][index, [g for _, _, g in positions]]
         out[index] = beta.mean().item(), wilson_interval(sum(outcomes), len(outcomes), z=Z_999)
     return out
@@ -74,3 +90,37 @@ def test_sample_positions_are_distinct_and_in_range(measured):
     for sequence, t, _ in positions:
         assert 0 <= t < len(contexts.tokens[sequence])
     assert len(sample_positions(contexts, 10**6, seed=1)) == contexts.num_positions
+
+
+@pytest.mark.slow
+def test_engine_matches_the_prediction_on_the_embedded_pair(tmp_path):
+    """The same check on SmolLM2-135M and its drafter (real truncated laws, the token map, the
+    chat template) for SpS, Cactus and two lossy rules of samplers/rules/."""
+    conf = FrontierConf(
+        pair="smollm2_135m",
+        prompts=["demo"],
+        num_demo=3,
+        max_new_tokens=48,
+        rules=["cactus", "mentored", "tokenv3"],
+        deltas=[1.0],
+        cascade_alphas=[0.5],
+        progress=False,
+        figures=False,
+    )
+    pair = load_pair("smollm2_135m", dtype="float32")
+    contexts = build_contexts(conf, pair, tmp_path, torch.device("cpu"))
+    sampling = SamplingParams(conf.temperature, conf.top_p, conf.top_k)
+    arms = build_arms(conf)
+    measured = measure_positions(conf, pair, contexts, arms, sampling)
+    positions = sample_positions(contexts, 40, seed=1)
+    assert [arm.rule for arm in arms] == ["sps", "cactus", "mentored", "tokenv3"]
+    rates = []
+    for index, arm in enumerate(arms):
+        outcomes = engine_first_acceptance(
+            pair, contexts, positions, arm.sampler(), sampling, seeds=2, seed=0, progress=False
+        )
+        predicted = measured["stats"]["beta"][index, [g for _, _, g in positions]].mean().item()
+        low, high = wilson_interval(sum(outcomes), len(outcomes), z=Z_999)
+        assert low <= predicted <= high, (arm.rule, predicted, low, high)
+        rates.append(predicted)
+    assert rates[1] > rates[0] + 0.05  # the lossy rules accept visibly more than SpS here

@@ -110,21 +110,34 @@ class SpeculativeDecoder(BaseDecoder):
         start = clock()
         draft_ids = torch.empty((1, num_drafts), dtype=torch.long, device=self.device)  # [1, m]
         draft_probs = None  # [1, m, V], allocated once V is known
+        # Rules whose test reads the temperature-1 untruncated laws (speculative cascades, FSD,
+        # BiLD: samplers/rules/) get them too; every other rule sees p and q only.
+        unscaled = {} if getattr(rule, "reads_unscaled", False) else None
         next_input = state.pending["drafter"]  # [1, 1] or [1, 2] vocabulary ids
         for j in range(num_drafts):
-            logits = self.drafter.forward(next_input, drafter_cache, all_logits=False)[:, -1]
-            probs = process_logits(self._restrict(logits), params)  # [1, V] the drafter's p_j
+            logits = self._restrict(
+                self.drafter.forward(next_input, drafter_cache, all_logits=False)[:, -1]
+            )
+            probs = process_logits(logits, params)  # [1, V] the drafter's p_j
             if draft_probs is None:
                 draft_probs = probs.new_empty((1, num_drafts, probs.shape[-1]))
+                if unscaled is not None:
+                    unscaled["unscaled_draft_probs"] = torch.empty_like(draft_probs)
             draft_probs[:, j] = probs
+            if unscaled is not None:
+                unscaled["unscaled_draft_probs"][:, j] = logits.float().softmax(-1)
             token = sample_token(probs, state.generator, greedy)  # [1, 1] n_j ~ p_j
             draft_ids[:, j : j + 1] = token
             next_input = self._to_vocab(token)
         drafted = clock()
 
         verify_input = torch.cat([state.pending["verifier"], self._to_vocab(draft_ids)], dim=1)
-        logits = self.verifier.forward(verify_input, verifier_cache, all_logits=True)
-        target_probs = process_logits(self._restrict(logits), params)  # [1, m + 1, V]: q_1..q_m+1
+        logits = self._restrict(
+            self.verifier.forward(verify_input, verifier_cache, all_logits=True)
+        )
+        target_probs = process_logits(logits, params)  # [1, m + 1, V]: q_1..q_m+1
+        if unscaled is not None:
+            unscaled["unscaled_target_probs"] = logits.float().softmax(-1)
         if target_probs.shape[-1] != draft_probs.shape[-1]:
             raise ValueError(
                 f"drafter gives {draft_probs.shape[-1]} probabilities, verifier "
@@ -132,7 +145,9 @@ class SpeculativeDecoder(BaseDecoder):
             )
         verified = clock()
 
-        out = rule.verify(draft_ids, draft_probs, target_probs, generator=state.generator)
+        out = rule.verify(
+            draft_ids, draft_probs, target_probs, generator=state.generator, **(unscaled or {})
+        )
         emitted_row = self._to_vocab(out.token_ids.clamp(min=0))  # [1, m + 1]; tail junk
         row = out.token_ids[0].tolist()  # the one sync of the step: -1 marks the unused tail
         num_accepted = sum(1 for token in row if token >= 0) - 1

@@ -69,11 +69,21 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, RuntimeError) as error:
-        print(f"error: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"error: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
+            file=sys.stderr,
+        )
         return 2 if isinstance(error, ValueError) else 1
     print(format_outcome(outcome))
     return 0
+
+
+def run_from_run_conf(run_conf) -> str:
+    """`python run.py experiment=frontier`: the frontier of the run's pair, data and sampling
+    (FrontierConf.from_run), reported as the module CLI reports it."""
+    from cactus_bench.frontier.pipeline import run_frontier
+
+    return format_outcome(run_frontier(FrontierConf.from_run(run_conf)))
 
 
 def format_outcome(outcome) -> str:

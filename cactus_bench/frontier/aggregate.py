@@ -65,8 +65,9 @@ def ratio_estimate(
     replicates = _weighted(weights, numerator) / _weighted(weights, denominator)
     # quantile interpolates (inf - inf is NaN): a finite stand-in for inf, mapped back after.
     huge = torch.finfo(torch.float64).max
-    replicates = torch.where(torch.isposinf(replicates), torch.full_like(replicates, huge),
-                             replicates)  # fmt: skip
+    replicates = torch.where(
+        torch.isposinf(replicates), torch.full_like(replicates, huge), replicates
+    )
     levels = torch.tensor([0.025, 0.975], dtype=torch.float64)
     low, high = torch.nanquantile(replicates, levels, dim=0)
     low, high = (torch.where(x >= huge / 2, torch.full_like(x, torch.inf), x) for x in (low, high))

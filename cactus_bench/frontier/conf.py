@@ -1,18 +1,47 @@
 """The frontier's configuration: one dataclass, its checks, and the rule grid it spans.
 
-`FrontierConf` is both the module CLI's options (`python -m cactus_bench.frontier --help`) and
-the `frontier:` node of `python run.py experiment=frontier` (configs/experiment/frontier.yaml).
+`FrontierConf` is the frontier program's own configuration, apart from a task run's `RunConf`:
+the module CLI's options (`python -m cactus_bench.frontier --help`), and what `python run.py
+experiment=frontier` builds from the run's shared settings (`from_run`: pair, dtype, data,
+sampling, seed, device, results folder). Sampling defaults are the paper's (`cactus_bench.paper`).
 Imports no torch: a bad value fails in milliseconds with one line naming the fix.
+
+Contexts are held out from the drafter's training by default (the demo prompts, GSM8K test,
+IFEval); GSM8K train, the embedded drafter's own training source, is a second set that is
+labelled as such (`prompt_set_label`) and written to its own CSV.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
-PROMPT_SOURCES = ("demo", "gsm8k_train", "gsm8k_test")
-RULE_FAMILIES = ("sps", "cactus", "cactus_exact", "tas", "topk", "interp", "greedy")
-DIVERGENCE_NAMES = ("kl", "reverse_kl", "chi2", "hellinger", "tv")  # samplers.DIVERGENCES
+from cactus_bench.paper import PAPER
+from cactus_bench.samplers.params import DIVERGENCE_NAMES
+
+PROMPT_SOURCES = ("demo", "gsm8k_test", "ifeval", "gsm8k_train")
+HELD_OUT = ("demo", "gsm8k_test", "ifeval")  # not in the embedded drafter's training data
+RULE_FAMILIES = (
+    "sps",
+    "cactus",
+    "cactus_exact",
+    "tas",
+    "topk",
+    "interp",
+    "greedy",
+    "mentored",
+    "lenience",
+    "chow",
+    "diff",
+    "opt",
+    "tokenv1",
+    "tokenv2",
+    "tokenv3",
+    "fsd",
+    "fsd_reducible",
+    "bild",
+)
 # Budgets from 0.01 to 8 nats, roughly log-spaced (at most a factor 2 apart) on round values
 # that include the paper's and the demo's (0.25, 0.5, 0.75, 1, 2).
 DEFAULT_DELTAS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
@@ -27,30 +56,38 @@ class FrontierConf:
     """Every setting of one frontier measurement (defaults: the embedded pair, paper sampling)."""
 
     pair: str = "smollm2_135m"  # a registered model pair (configs/model/<name>.yaml)
-    prompts: list[str] = field(default_factory=lambda: ["demo", "gsm8k_train"])  # sources
+    prompts: list[str] = field(default_factory=lambda: list(HELD_OUT))  # sources, in order
     num_demo: int = 20  # first prompts of the demo task (20 ship with the package)
-    num_gsm8k: int = 108  # first GSM8K questions of the split named in `prompts`
+    num_gsm8k: int = 60  # first GSM8K questions of each GSM8K split named in `prompts`
+    num_ifeval: int = 40  # first IFEval prompts
     data_dir: str | None = None  # folder laid out like shared/data (GSM8K); env CACTUS_BENCH_DATA
     max_new_tokens: int = 256  # tokens the verifier samples per prompt (stops at EOS)
     batch_size: int = 64  # rows per batched generation
-    temperature: float = 0.6  # paper: T = 0.6, top-p 0.95, top-k 20
-    top_p: float = 0.95
-    top_k: int | None = 20  # None or 0: off
-    seed: int = 1234
+    temperature: float = PAPER.temperature
+    top_p: float = PAPER.top_p
+    top_k: int | None = PAPER.top_k  # None or 0: off
+    seed: int = PAPER.seed
     device: str = "cpu"  # cpu | cuda | auto
-    dtype: str | None = None  # None: the pair's own dtype (bf16 for the paper's pairs)
+    dtype: str | None = "float32"  # None: the pair's own dtype (bf16 for the paper's pairs)
     threads: int | None = 1  # torch CPU threads (None: torch's default)
-    rules: list[str] = field(default_factory=lambda: ["sps", "cactus", "cactus_exact", "tas",
-                                                      "topk", "interp"])  # fmt: skip
+    rules: list[str] = field(  # every family but greedy (temperature 0 only)
+        default_factory=lambda: [rule for rule in RULE_FAMILIES if rule != "greedy"]
+    )
     deltas: list[float] = field(default_factory=lambda: list(DEFAULT_DELTAS))  # cactus rules
     divergences: list[str] = field(default_factory=lambda: list(DIVERGENCE_NAMES))
-    tas_thresholds: list[float] = field(default_factory=lambda: [0.01, 0.03, 0.05, 0.09, 0.15,
-                                                                 0.3, 0.5])  # fmt: skip
+    tas_thresholds: list[float] = field(
+        default_factory=lambda: [0.01, 0.03, 0.05, 0.09, 0.15, 0.3, 0.5]
+    )
     topk_ks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 10])
     interp_alphas: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5, 0.75, 0.9])
+    lenience_ls: list[float] = field(default_factory=lambda: [0.9, 0.7, 0.5, 0.3, 0.1])
+    cascade_alphas: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
+    fsd_thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.4, 0.8])
+    bild_taus: list[float] = field(default_factory=lambda: [1.0, 2.0, 3.0, 5.0])
     al_max_m: int = 20  # predicted AL(m) for m = 1..al_max_m
-    entropy_edges: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.25, 0.5, 1.0, 1.5,
-                                                                2.0, 3.0])  # fmt: skip
+    entropy_edges: list[float] = field(
+        default_factory=lambda: [0.0, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
+    )
     bootstrap: int = 1000  # resamples of the sequences for every 95 % interval
     chunk_elements: int = 2_000_000  # positions x grid x support per exact-statistics chunk
     engine_check: int = 0  # positions re-decoded by the engine (sps, cactus delta=1); 0 = skip
@@ -60,16 +97,48 @@ class FrontierConf:
     figures: bool = True
     progress: bool = True
 
+    @classmethod
+    def from_run(cls, run: Any) -> FrontierConf:
+        """The frontier of a run configuration's pair, data, sampling, seed and device (what
+        `python run.py experiment=frontier model=... data_dir=...` says); the rest default.
+        Without a data folder the contexts are the demo prompts only; `limit` caps the prompts
+        taken from each source."""
+        sizes = {}
+        if run.limit is not None:
+            sizes = {"num_demo": run.limit, "num_gsm8k": run.limit, "num_ifeval": run.limit}
+        return cls(
+            pair=run.model.name,
+            prompts=list(HELD_OUT) if run.data_dir else ["demo"],
+            dtype=run.model.dtype,
+            data_dir=run.data_dir,
+            temperature=run.temperature,
+            top_p=run.top_p,
+            top_k=run.top_k,
+            seed=run.seed,
+            device=run.device,
+            out_dir=f"{run.results_dir}/frontier",
+            **sizes,
+        )
+
     def check(self) -> None:
         """Raise FrontierConfigError (one line) for the first bad value."""
         _check_names("frontier.prompts", self.prompts, PROMPT_SOURCES)
         _check_names("frontier.rules", self.rules, RULE_FAMILIES)
         _check_names("frontier.divergences", self.divergences, DIVERGENCE_NAMES)
-        for name, lower in (
-            ("num_demo", 0), ("num_gsm8k", 0), ("max_new_tokens", 1), ("batch_size", 1),
-            ("al_max_m", 1), ("bootstrap", 10), ("chunk_elements", 1), ("engine_check", 0),
-            ("engine_check_seeds", 1), ("seed", 0),
-        ):  # fmt: skip
+        integers = {
+            "num_demo": 0,
+            "num_gsm8k": 0,
+            "num_ifeval": 0,
+            "max_new_tokens": 1,
+            "batch_size": 1,
+            "al_max_m": 1,
+            "bootstrap": 10,
+            "chunk_elements": 1,
+            "engine_check": 0,
+            "engine_check_seeds": 1,
+            "seed": 0,
+        }
+        for name, lower in integers.items():
             value = getattr(self, name)
             if isinstance(value, bool) or int(value) != value or value < lower:
                 _fail(f"frontier.{name} must be an integer >= {lower} (got {value!r})")
@@ -94,6 +163,17 @@ class FrontierConf:
             "tas": ("tas_thresholds", self.tas_thresholds, lambda v: 0 < v <= 1, "in (0, 1]"),
             "topk": ("topk_ks", self.topk_ks, lambda v: int(v) == v and v >= 1, "integers >= 1"),
             "interp": ("interp_alphas", self.interp_alphas, lambda v: 0 <= v <= 1, "in [0, 1]"),
+            "mentored": ("deltas", self.deltas, lambda v: v >= 0, ">= 0 (0 is SpS)"),
+            "lenience": ("lenience_ls", self.lenience_ls, lambda v: 0 < v <= 1, "in (0, 1]"),
+            **{
+                rule: ("cascade_alphas", self.cascade_alphas, lambda v: 0 <= v <= 1, "in [0, 1]")
+                for rule in ("chow", "diff", "opt", "tokenv1", "tokenv2", "tokenv3")
+            },
+            **{
+                rule: ("fsd_thresholds", self.fsd_thresholds, lambda v: v >= 0, ">= 0")
+                for rule in ("fsd", "fsd_reducible")
+            },
+            "bild": ("bild_taus", self.bild_taus, lambda v: v >= 0, ">= 0"),
         }
         for rule in self.rules:
             if rule not in grids:
@@ -116,12 +196,28 @@ class FrontierConf:
 
     def source_sizes(self) -> dict[str, int]:
         """Prompts taken from each source, in the order of `prompts`."""
-        sizes = {"demo": self.num_demo, "gsm8k_train": self.num_gsm8k, "gsm8k_test": self.num_gsm8k}
+        sizes = {
+            "demo": self.num_demo,
+            "gsm8k_train": self.num_gsm8k,
+            "gsm8k_test": self.num_gsm8k,
+            "ifeval": self.num_ifeval,
+        }
         return {source: sizes[source] for source in self.prompts}
 
+    @property
+    def prompt_set_label(self) -> str:
+        """held_out when no prompt comes from the drafter's training data, else drafter_train."""
+        return "held_out" if set(self.prompts) <= set(HELD_OUT) else "drafter_train"
+
+    def csv_name(self) -> str:
+        """<pair>.csv for held-out contexts, <pair>__drafter_train.csv for the second set."""
+        label = "" if self.prompt_set_label == "held_out" else f"__{self.prompt_set_label}"
+        return f"{self.pair}{label}.csv"
+
     def prompt_set_name(self) -> str:
-        """`demo20+gsm8k_train108`: the CSV's prompt-set column."""
-        return "+".join(f"{source}{size}" for source, size in self.source_sizes().items() if size)
+        """`held_out:demo20+gsm8k_test60+ifeval40`: the CSV's prompt-set column."""
+        sizes = "+".join(f"{source}{size}" for source, size in self.source_sizes().items() if size)
+        return f"{self.prompt_set_label}:{sizes}"
 
 
 def _check_names(key: str, values, known) -> None:

@@ -54,27 +54,31 @@ def load_prompt_texts(conf: FrontierConf) -> list[tuple[str, str]]:
         if source == "demo":
             with open(DEMO_PROMPTS_PATH) as fh:
                 rows = [json.loads(line)["prompt"] for line in fh if line.strip()]
+        elif source == "ifeval":
+            rows = _data_rows(conf.data_dir, "ifeval/input_data.jsonl", "prompt", "IFEval")
         else:
-            rows = _gsm8k_questions(conf.data_dir, source.removeprefix("gsm8k_"))
+            split = source.removeprefix("gsm8k_")
+            rows = _data_rows(conf.data_dir, f"gsm8k/{split}.jsonl", "question", f"GSM8K {split}")
         if len(rows) < size:
             raise FrontierConfigError(
-                f"{source} has {len(rows)} prompts but {size} were asked: lower num_demo/num_gsm8k"
+                f"{source} has {len(rows)} prompts but {size} were asked: lower num_demo, "
+                "num_gsm8k or num_ifeval"
             )
         texts.extend((source, text) for text in rows[:size])
     return texts
 
 
-def _gsm8k_questions(data_dir: str | None, split: str) -> list[str]:
+def _data_rows(data_dir: str | None, relative: str, key: str, what: str) -> list[str]:
     folder = data_dir or os.environ.get("CACTUS_BENCH_DATA")
-    path = Path(folder).expanduser() / "gsm8k" / f"{split}.jsonl" if folder else None
+    path = Path(folder).expanduser() / relative if folder else None
     if path is None or not path.is_file():
         where = f"{path} does not exist" if path else "no data folder is set"
         raise FrontierConfigError(
-            f"GSM8K {split} prompts need a data folder ({where}): pass data_dir=/path/like/"
-            "shared/data (or set $CACTUS_BENCH_DATA), or use frontier.prompts=[demo]"
+            f"{what} prompts need a data folder ({where}): pass data_dir=/path/like/"
+            "shared/data (or set $CACTUS_BENCH_DATA), or use --prompts demo"
         )
     with open(path) as fh:
-        return [json.loads(line)["question"] for line in fh if line.strip()]
+        return [json.loads(line)[key] for line in fh if line.strip()]
 
 
 def encode_prompts(texts: list[str], tokenizer, chat_template_kwargs: dict) -> list[list[int]]:
@@ -129,8 +133,9 @@ def build_contexts(conf: FrontierConf, pair, cache_dir: Path, device: torch.devi
         stored = torch.load(path, weights_only=True)
         if conf.progress:
             print(f"contexts: reusing {path}", flush=True)
-        return Contexts(prompt_ids, stored["tokens"], sources, stored.get("q_ids"),
-                        stored.get("q_probs"))  # fmt: skip
+        return Contexts(
+            prompt_ids, stored["tokens"], sources, stored.get("q_ids"), stored.get("q_probs")
+        )
     tokenizer = pair.tokenizer
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     sampling = SamplingParams(conf.temperature, conf.top_p, conf.top_k)
@@ -154,7 +159,8 @@ def build_contexts(conf: FrontierConf, pair, cache_dir: Path, device: torch.devi
         contexts.q_probs = [probs.float() for probs in samples.top_probs]
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
-    torch.save({"tokens": contexts.tokens, "q_ids": contexts.q_ids,
-                "q_probs": contexts.q_probs}, partial)  # fmt: skip
+    torch.save(
+        {"tokens": contexts.tokens, "q_ids": contexts.q_ids, "q_probs": contexts.q_probs}, partial
+    )
     partial.replace(path)
     return contexts

@@ -51,17 +51,29 @@ def wilson_interval(successes: float, trials: int, z: float = 1.959964) -> tuple
 
 
 def engine_first_acceptance(
-    pair, contexts: Contexts, positions, rule, sampling, seeds: int, seed: int,
+    pair,
+    contexts: Contexts,
+    positions,
+    rule,
+    sampling,
+    seeds: int,
+    seed: int,
     progress: bool = True,
-) -> list[int]:  # fmt: skip
+) -> list[int]:
     """0/1 per (position, seed): did the engine accept its single draft at that position?"""
     from cactus_bench.engine import SpeculativeDecoder
 
     device = next(pair.verifier.parameters()).device
     decoder = SpeculativeDecoder(
-        pair.drafter, pair.verifier, pair.tokenizer, rule, num_draft_tokens=1,
-        sampling=sampling, device=device, token_map=pair.token_map,
-    )  # fmt: skip
+        pair.drafter,
+        pair.verifier,
+        pair.tokenizer,
+        rule,
+        num_draft_tokens=1,
+        sampling=sampling,
+        device=device,
+        token_map=pair.token_map,
+    )
     outcomes = []
     label = f"engine check ({rule.name})"
     for sequence, t, index in tqdm(positions, desc=label, disable=not progress):

@@ -38,9 +38,16 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
 
     from cactus_bench.engine import SamplingParams
     from cactus_bench.frontier.aggregate import bootstrap_weights
+    from cactus_bench.frontier.arms import build_arms
     from cactus_bench.frontier.contexts import build_contexts, load_prompt_texts
+    from cactus_bench.frontier.definitions import write_definitions
+    from cactus_bench.frontier.distribution import (
+        distribution_rows,
+        overshoot_cell_rows,
+        paired_rows,
+        theorem3_findings,
+    )
     from cactus_bench.frontier.rows import COLUMNS, summary_rows
-    from cactus_bench.frontier.stats import build_arms
     from cactus_bench.models import load_pair
     from cactus_bench.models.loading import resolve_device
 
@@ -74,9 +81,20 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     lap("statistics")
     weights = bootstrap_weights(len(measured["lengths"]), conf.bootstrap, conf.seed)
     rows = summary_rows(
-        conf, arms, measured["stats"], measured["entropy"], measured["sequence"],
-        measured["lengths"], weights, measured["sources"], conf.progress,
-    )  # fmt: skip
+        conf,
+        arms,
+        measured["stats"],
+        measured["entropy"],
+        measured["sequence"],
+        measured["lengths"],
+        weights,
+        measured["sources"],
+        conf.progress,
+    )
+    per_position = (measured["stats"], measured["sequence"], measured["lengths"], weights)
+    rows += distribution_rows(arms, *per_position)
+    rows += paired_rows(arms, *per_position)
+    rows += overshoot_cell_rows(arms, measured["cells"])
     lap("aggregate")
     if conf.engine_check:
         rows += _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling)
@@ -85,24 +103,26 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     frame.insert(0, "prompt_set", conf.prompt_set_name())
     frame.insert(0, "pair", conf.pair)
     out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path = out_dir / f"{conf.pair}.csv"
+    csv_path = out_dir / conf.csv_name()
     frame[list(COLUMNS)].to_csv(csv_path, index=False, float_format="%.6g")
+    write_definitions(csv_path)
     timings["total_s"] = round(time.perf_counter() - start, 2)
     timings["total_cpu_s"] = round(time.process_time() - cpu_start, 2)
     positions, sequences = int(measured["lengths"].sum()), len(measured["lengths"])
-    _write_metadata(out_dir / f"{conf.pair}.json", conf, pair, timings, positions, sequences)
+    _write_metadata(csv_path.with_suffix(".json"), conf, pair, timings, positions, sequences)
     outcome = FrontierOutcome(csv_path, positions, sequences, timings)
     if conf.figures:
         from cactus_bench.frontier.plots import make_figures
 
         outcome.figures = make_figures(csv_path, out_dir / "figures")
-    outcome.highlights = highlights(frame)
+    outcome.highlights = highlights(frame) + theorem3_findings(rows)
     return outcome
 
 
 def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
     """Per-position statistics of every arm: {"stats": {name: [A, N]}, "entropy": [N],
-    "sequence": [N], "lengths": [S], "sources": [S]} over the sequences with a position."""
+    "sequence": [N], "lengths": [S], "sources": [S], "cells": [A, Qb, Gb, 2] overshoot cells}
+    over the sequences with a position."""
     import torch
 
     from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
@@ -115,17 +135,27 @@ def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
     stats = {name: torch.empty(len(arms), total, dtype=torch.float64) for name in STATISTICS}
     entropies = torch.empty(total, dtype=torch.float64)
     sequence = torch.empty(total, dtype=torch.long)
-    chunks = iter_chunks(pair, contexts, sampling, conf.chunk_elements, grid_size(arms),
-                         conf.progress)  # fmt: skip
+    chunks = iter_chunks(
+        pair, contexts, sampling, conf.chunk_elements, grid_size(arms), conf.progress
+    )
+    cells = 0
     for chunk in chunks:
         columns = slice(chunk.offset, chunk.offset + chunk.p.shape[0])
-        for name, values in chunk_statistics(chunk.p, chunk.q, arms, conf.chunk_elements).items():
-            stats[name][:, columns] = values
+        values, chunk_cells = chunk_statistics(chunk.p, chunk.q, arms, conf.chunk_elements)
+        for name, value in values.items():
+            stats[name][:, columns] = value
+        cells = cells + chunk_cells
         entropies[columns] = entropy(chunk.q).cpu()
         sequence[columns] = torch.tensor([renumber[int(s)] for s in chunk.sequence])
     sources = [contexts.sources[i] for i in kept]
-    return {"stats": stats, "entropy": entropies, "sequence": sequence, "lengths": lengths,
-            "sources": sources}  # fmt: skip
+    return {
+        "stats": stats,
+        "entropy": entropies,
+        "sequence": sequence,
+        "lengths": lengths,
+        "sources": sources,
+        "cells": cells,
+    }
 
 
 def _engine_check_arms(conf: FrontierConf, arms) -> list[int]:
@@ -135,8 +165,9 @@ def _engine_check_arms(conf: FrontierConf, arms) -> list[int]:
         return []
     found = []
     for family, value in CHECK_ARMS:
-        index = next((i for i, a in enumerate(arms) if a.family == family and a.value == value),
-                     None)  # fmt: skip
+        index = next(
+            (i for i, a in enumerate(arms) if a.family == family and a.value == value), None
+        )
         if index is None:
             raise FrontierConfigError(
                 f"frontier.engine_check needs the arm {family} {value or ''} in the grid: keep "
@@ -159,9 +190,15 @@ def _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, samplin
     for index in check_arms:
         arm = arms[index]
         outcomes = engine_first_acceptance(
-            pair, contexts, positions, arm.sampler(), sampling, conf.engine_check_seeds,
-            conf.seed, conf.progress,
-        )  # fmt: skip
+            pair,
+            contexts,
+            positions,
+            arm.sampler(),
+            sampling,
+            conf.engine_check_seeds,
+            conf.seed,
+            conf.progress,
+        )
         beta = measured["stats"]["beta"][index, [g for _, _, g in positions]]
         predicted = float(beta.mean())
         low, high = wilson_interval(sum(outcomes), len(outcomes))
@@ -175,8 +212,15 @@ def _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, samplin
                 "ci_high": high,
             }
         )
-        rows.append({**base, "statistic": "predicted_first_acceptance", "value": predicted,
-                     "ci_low": None, "ci_high": None})  # fmt: skip
+        rows.append(
+            {
+                **base,
+                "statistic": "predicted_first_acceptance",
+                "value": predicted,
+                "ci_low": None,
+                "ci_high": None,
+            }
+        )
     return rows
 
 
@@ -210,12 +254,17 @@ def highlights(frame) -> list[str]:
     lines = []
 
     def pick(rule, parameter, statistic):
-        hit = frame[(frame.rule == rule) & (frame.parameter == parameter)
-                    & (frame.statistic == statistic)]  # fmt: skip
+        hit = frame[
+            (frame.rule == rule) & (frame.parameter == parameter) & (frame.statistic == statistic)
+        ]
         return None if hit.empty else hit.iloc[0]
 
-    for rule, parameter in (("sps", ""), ("cactus", "delta=1"), ("cactus_exact:kl", "delta=1"),
-                            ("tas", "eps=0.09")):  # fmt: skip
+    for rule, parameter in (
+        ("sps", ""),
+        ("cactus", "delta=1"),
+        ("cactus_exact:kl", "delta=1"),
+        ("tas", "eps=0.09"),
+    ):
         acc, kl = pick(rule, parameter, "acceptance"), pick(rule, parameter, "kl")
         if acc is not None:
             lines.append(

@@ -2,14 +2,15 @@
 
 Columns: pair, prompt_set, rule, parameter, statistic, value, ci_low, ci_high, n_positions.
 rule is the sampler name (cactus_exact with its divergence: `cactus_exact:kl`), parameter its
-value (`delta=0.5`, `eps=0.09`, `k=5`, `alpha=0.25`, empty for sps). Statistics:
+value (`delta=0.5`, `eps=0.09`, `k=5`, `alpha=0.25`, empty for sps). Statistics (the per-position
+distributions, Theorem 3's check and the paired rows are in distribution.py):
 
     acceptance           mean beta_t (exact P(accept) of one draft)
-    gain                 mean beta_t - beta_t(SpS): the issue's Gamma(delta), acceptance gained
-    kl, tv               mean KL(law || q_t), TV(law, q_t) of the emitted token's law
-    budget_divergence    mean D_f(law || q_t) for the rule's own f (cactus rules)
-    q_zero_mass          mean law mass where q_t = 0; kl_infinite_share: share of positions
-                         where KL(law || q_t) = inf (that mass > 0)
+    gain                 mean beta_t - beta_t(SpS): the acceptance gained over SpS
+    <f>                  mean D_f(law || q_t) of the emitted token's law, f in kl reverse_kl
+                         chi2 hellinger tv (the paper's Gamma(delta) bounds it, Theorem 3)
+    q_zero_mass          mean law mass where q_t = 0; q_zero_share: share of positions where
+                         the law puts mass on q_t = 0 (there KL(law || q_t) = inf)
     overshoot_*          cactus rules: draft_share (P(d_f(h_n || q) > delta), n ~ p),
                          position_share (some draft breaks it), mean_excess (nats, per draft),
                          excess_given_overshoot (mean excess over the drafts that break it)
@@ -31,11 +32,19 @@ from cactus_bench.frontier.aggregate import (
     ratio_estimate,
 )
 from cactus_bench.frontier.al import expected_steps_and_accepts
+from cactus_bench.samplers import DIVERGENCES
 
 COLUMNS = (
-    "pair", "prompt_set", "rule", "parameter", "statistic", "value", "ci_low", "ci_high",
+    "pair",
+    "prompt_set",
+    "rule",
+    "parameter",
+    "statistic",
+    "value",
+    "ci_low",
+    "ci_high",
     "n_positions",
-)  # fmt: skip
+)
 
 
 def _rows(arms, statistic: str, estimate: Estimate, count, keep=None) -> list[dict]:
@@ -45,11 +54,17 @@ def _rows(arms, statistic: str, estimate: Estimate, count, keep=None) -> list[di
     for index, arm in enumerate(arms):
         if keep is not None and not bool(keep[index]):
             continue
-        rows.append({
-            "rule": arm.rule, "parameter": arm.parameter, "statistic": statistic,
-            "value": float(estimate.value[index]), "ci_low": float(estimate.low[index]),
-            "ci_high": float(estimate.high[index]), "n_positions": int(counts[index]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "rule": arm.rule,
+                "parameter": arm.parameter,
+                "statistic": statistic,
+                "value": float(estimate.value[index]),
+                "ci_low": float(estimate.low[index]),
+                "ci_high": float(estimate.high[index]),
+                "n_positions": int(counts[index]),
+            }
+        )
     return rows
 
 
@@ -69,22 +84,25 @@ def summary_rows(conf, arms, stats, entropy, sequence, lengths, weights, sources
     gain = beta - beta[0:1]  # arms[0] is sps
     rows = _rows(arms, "acceptance", mean(beta), total)
     rows += _rows(arms, "gain", mean(gain), total, [a.family != "sps" for a in arms])
-    for name in ("kl", "tv", "q_zero_mass"):
+    for name in (*DIVERGENCES, "q_zero_mass"):
         rows += _rows(arms, name, mean(stats[name]), total)
-    rows += _rows(arms, "kl_infinite_share", mean(torch.isinf(stats["kl"]).double()), total)
-    budgeted = [not bool(torch.isnan(stats["budget"][i]).all()) for i in range(len(arms))]
-    budget = torch.nan_to_num(stats["budget"], nan=0.0, posinf=torch.inf)
-    rows += _rows(arms, "budget_divergence", mean(budget), total, budgeted)
+    rows += _rows(arms, "q_zero_share", mean((stats["q_zero_mass"] > 0).double()), total)
     cactus = [a.family in ("cactus", "cactus_exact") for a in arms]
     exceed, excess = torch.nan_to_num(stats["exceed"]), torch.nan_to_num(stats["excess"])
     rows += _rows(arms, "overshoot_draft_share", mean(exceed), total, cactus)
-    rows += _rows(arms, "overshoot_position_share", mean(torch.nan_to_num(stats["exceed_any"])),
-                  total, cactus)  # fmt: skip
+    rows += _rows(
+        arms, "overshoot_position_share", mean(torch.nan_to_num(stats["exceed_any"])), total, cactus
+    )
     rows += _rows(arms, "overshoot_mean_excess", mean(excess), total, cactus)
     exceed_sums = per_sequence_sums(exceed, sequence, num_seq)
     given = ratio_estimate(per_sequence_sums(excess, sequence, num_seq), exceed_sums, weights)
-    rows += _rows(arms, "overshoot_excess_given_overshoot", given, total,
-                  [c and bool(exceed_sums[i].sum() > 0) for i, c in enumerate(cactus)])  # fmt: skip
+    rows += _rows(
+        arms,
+        "overshoot_excess_given_overshoot",
+        given,
+        total,
+        [c and bool(exceed_sums[i].sum() > 0) for i, c in enumerate(cactus)],
+    )
 
     bins = entropy_bins(entropy, conf.entropy_edges)
     for index in range(len(conf.entropy_edges) - 1):
@@ -94,11 +112,13 @@ def summary_rows(conf, arms, stats, entropy, sequence, lengths, weights, sources
             continue
         bin_counts = per_sequence_sums(inside, sequence, num_seq)
         label = bin_label(conf.entropy_edges, index)
-        estimate = ratio_estimate(per_sequence_sums(gain * inside, sequence, num_seq),
-                                  bin_counts, weights)  # fmt: skip
+        estimate = ratio_estimate(
+            per_sequence_sums(gain * inside, sequence, num_seq), bin_counts, weights
+        )
         rows += _rows(arms, f"gain@H={label}", estimate, in_bin, [a.family != "sps" for a in arms])
-        estimate = ratio_estimate(per_sequence_sums(beta[:1] * inside, sequence, num_seq),
-                                  bin_counts, weights)  # fmt: skip
+        estimate = ratio_estimate(
+            per_sequence_sums(beta[:1] * inside, sequence, num_seq), bin_counts, weights
+        )
         rows += _rows(arms[:1], f"acceptance@H={label}", estimate, in_bin)
 
     for source in dict.fromkeys(sources):  # per prompt source, when the set mixes several
@@ -107,8 +127,9 @@ def summary_rows(conf, arms, stats, entropy, sequence, lengths, weights, sources
         chosen = torch.tensor([name == source for name in sources])[sequence].double()  # [N]
         in_source = per_sequence_sums(chosen, sequence, num_seq)
         for statistic, values in (("acceptance", beta), ("gain", gain)):
-            estimate = ratio_estimate(per_sequence_sums(values * chosen, sequence, num_seq),
-                                      in_source, weights)  # fmt: skip
+            estimate = ratio_estimate(
+                per_sequence_sums(values * chosen, sequence, num_seq), in_source, weights
+            )
             keep = None if statistic == "acceptance" else [a.family != "sps" for a in arms]
             rows += _rows(arms, f"{statistic}@source={source}", estimate, int(chosen.sum()), keep)
     rows += al_rows(arms, beta, sequence, lengths, conf.al_max_m, weights, progress)
@@ -127,8 +148,9 @@ def al_rows(arms, beta, sequence, lengths, max_m, weights, progress=True) -> lis
     rows = []
     total = int(lengths.sum())
     for m in range(1, max_m + 1):
-        rows += _rows(arms, f"al@m={m}", ratio_estimate(accepted[m - 1], steps[m - 1], weights),
-                      total)  # fmt: skip
+        rows += _rows(
+            arms, f"al@m={m}", ratio_estimate(accepted[m - 1], steps[m - 1], weights), total
+        )
     return rows
 
 
@@ -136,9 +158,19 @@ def _verifier_rows(entropy, sequence, counts, weights, total, num_seq) -> list[d
     estimate = ratio_estimate(per_sequence_sums(entropy[None], sequence, num_seq), counts, weights)
     base = {"rule": "verifier", "parameter": "", "n_positions": total}
     return [
-        {**base, "statistic": "entropy", "value": float(estimate.value[0]),
-         "ci_low": float(estimate.low[0]), "ci_high": float(estimate.high[0])},
+        {
+            **base,
+            "statistic": "entropy",
+            "value": float(estimate.value[0]),
+            "ci_low": float(estimate.low[0]),
+            "ci_high": float(estimate.high[0]),
+        },
         {**base, "statistic": "positions", "value": float(total), "ci_low": None, "ci_high": None},
-        {**base, "statistic": "sequences", "value": float(num_seq), "ci_low": None,
-         "ci_high": None},
-    ]  # fmt: skip
+        {
+            **base,
+            "statistic": "sequences",
+            "value": float(num_seq),
+            "ci_low": None,
+            "ci_high": None,
+        },
+    ]

@@ -1,94 +1,46 @@
 """Exact per-position statistics of every rule on the grid, vectorised over positions and grid.
 
-An arm is one rule at one parameter value. For each arm and position t (p_t, q_t on their union
-support, `teacher.py`) this computes, with the rules' own exact functions
-(`AcceptanceRule.acceptance_probability` / `emitted_law`, or for the delta grids the same
-`samplers.exact` functions fed gamma for all budgets at once):
+An arm is one rule at one parameter value (`arms.py`). For each arm and position t (p_t, q_t on
+their union support, `teacher.py`) this computes, with the rules' own exact functions
+(`acceptance_probability` / `emitted_law`, or for the delta grids the same `samplers.exact`
+functions fed gamma for all budgets at once):
 
-    beta        sum_x p(x) P(accept x)                       exact acceptance probability
-    kl, tv      KL(law || q_t), TV(law, q_t)                 law = the emitted token's exact law
-    budget      D_f(law || q_t) for the rule's own divergence (cactus: KL; no budget: NaN)
-    q_zero_mass law's mass where q_t = 0 (where KL(law || q) is infinite)
-    exceed      sum_n p(n) 1[d_f(h_n || q) > delta]          drafts whose target breaks the budget
-    excess      sum_n p(n) max(0, d_f(h_n || q) - delta)     by how much (nats for KL)
-    exceed_any  1[some draft n with p(n) > 0 breaks it]       (Corollary 6; cactus rules only)
+    beta          sum_x p(x) P(accept x)                     exact acceptance probability
+    <f>           D_f(law || q_t) for f in kl reverse_kl chi2 hellinger tv: the emitted law's
+                  divergence (the quantity Theorem 3 bounds by min(Gamma(delta), D_f(p || q)))
+    q_zero_mass   law's mass where q_t = 0 (where KL(law || q) is infinite)
+    thm3_excess   D_f(law || q) - D_f(p || q) for the arm's budget f (Theorem 3's second bound;
+                  > 0 is a violation, reported as a finding)
+    exceed        sum_n p(n) 1[d_f(h_n || q) > delta]         drafts whose target breaks the budget
+    excess        sum_n p(n) max(0, d_f(h_n || q) - delta)    by how much (nats for KL)
+    exceed_any    1[some draft n with p(n) > 0 breaks it]      (Corollary 6; cactus rules only)
 
 and the verifier's entropy H(q_t). Cactus's target for draft n is h_n = (gamma_n at n, q
 rescaled elsewhere), so d_f(h_n || q) is the binary divergence d_f(gamma_n; q(n)) (Theorem 2).
+The cactus grids also return overshoot cells: sums over positions of the draft mass p(n) and of
+the overshooting draft mass, binned by q(n) and gamma_n (Corollary 6: KL <= delta is guaranteed
+only for gamma <= 1/2).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from cactus_bench.frontier.conf import FrontierConf
+from cactus_bench.frontier.arms import Arm
 from cactus_bench.samplers import (
+    DIVERGENCES,
     binary_divergence,
     exact_gamma,
     full_divergence,
-    make_sampler,
     taylor_gamma,
 )
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law
 
-STATISTICS = ("beta", "kl", "tv", "budget", "q_zero_mass", "exceed", "excess", "exceed_any")
+STATISTICS = ("beta", *DIVERGENCES, "q_zero_mass", "thm3_excess", "exceed", "excess", "exceed_any")
+Q_EDGES = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # overshoot cells: q(n) bins ...
+GAMMA_EDGES = (0.0, 0.5, 1.0)  # ... and gamma_n <= 1/2 or above (Corollary 6)
 _EXCEED_RTOL = 1e-9  # d_f > delta (1 + rtol) + atol: the exact solver's certified roots
 _EXCEED_ATOL = 1e-12  # sit on the boundary and must not count as overshoot by rounding
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One rule at one parameter value: the CSV's rule and parameter columns."""
-
-    family: str  # sps cactus cactus_exact tas topk interp greedy
-    value: float | None = None  # delta, threshold, k or alpha
-    divergence: str | None = None  # cactus_exact's f (cactus: its budget is KL)
-
-    @property
-    def rule(self) -> str:
-        return f"{self.family}:{self.divergence}" if self.family == "cactus_exact" else self.family
-
-    @property
-    def parameter(self) -> str:
-        key = {"cactus": "delta", "cactus_exact": "delta", "tas": "eps", "topk": "k",
-               "interp": "alpha"}.get(self.family)  # fmt: skip
-        if key is None:
-            return ""
-        return f"{key}={int(self.value) if key == 'k' else self.value:g}"
-
-    def sampler(self):
-        """The acceptance rule this arm runs (make_sampler's name and parameters)."""
-        params = {
-            "cactus": {"delta": self.value},
-            "cactus_exact": {"delta": self.value, "divergence": self.divergence},
-            "tas": {"threshold": self.value},
-            "topk": {"k": int(self.value) if self.value is not None else None},
-            "interp": {"alpha": self.value},
-        }.get(self.family, {})
-        return make_sampler(self.family, **params)
-
-
-def build_arms(conf: FrontierConf) -> list[Arm]:
-    """Every arm of the configured grid, sps first (every gain is measured against it)."""
-    arms = [Arm("sps")]
-    for family in conf.rules:
-        if family == "cactus":
-            arms += [Arm("cactus", float(d), "kl") for d in conf.deltas]
-        elif family == "cactus_exact":
-            arms += [
-                Arm("cactus_exact", float(d), f) for f in conf.divergences for d in conf.deltas
-            ]
-        elif family == "tas":
-            arms += [Arm("tas", float(e)) for e in conf.tas_thresholds]
-        elif family == "topk":
-            arms += [Arm("topk", float(k)) for k in conf.topk_ks]
-        elif family == "interp":
-            arms += [Arm("interp", float(a)) for a in conf.interp_alphas]
-        elif family == "greedy":
-            arms.append(Arm("greedy"))
-    return arms
 
 
 def grid_size(arms: list[Arm]) -> int:
@@ -99,23 +51,30 @@ def grid_size(arms: list[Arm]) -> int:
             (a.family, a.divergence) for a in arms if a.family in ("cactus", "cactus_exact")
         }
     ]
-    return max(sizes, default=1)  # fmt: skip
+    return max(sizes, default=1)
 
 
-def _law_statistics(law, q, budget_divergence: str | None) -> dict[str, torch.Tensor]:
-    """[..., K] law and q -> per-row kl, tv, budget, q_zero_mass (float64, rounding clamped)."""
-    kl = full_divergence(law, q, "kl").clamp(min=0)
-    budget = kl if budget_divergence in (None, "kl") else full_divergence(law, q, budget_divergence)
-    return {
-        "kl": kl,
-        "tv": full_divergence(law, q, "tv").clamp(min=0),
-        "budget": budget.clamp(min=0) if budget_divergence else torch.full_like(kl, torch.nan),
-        "q_zero_mass": (law * (q == 0)).sum(-1),
-    }
+def _law_statistics(law, q, pq: dict, budget: str | None) -> dict[str, torch.Tensor]:
+    """[..., K] law and q -> per-row D_f(law || q) for every f, q_zero_mass and, for an arm with
+    a budget f, Theorem 3's D_f(law || q) - D_f(p || q) (pq: {f: [C]} D_f(p || q))."""
+    stats = {f: full_divergence(law, q, f).clamp(min=0) for f in DIVERGENCES}
+    stats["q_zero_mass"] = (law * (q == 0)).sum(-1)
+    if budget is not None:
+        own = stats[budget]
+        stats["thm3_excess"] = torch.where(
+            own == pq[budget], torch.zeros_like(own), own - pq[budget]
+        )
+    return stats
 
 
-def _grid_statistics(p, q, arms: list[Arm]) -> dict[str, torch.Tensor]:
-    """One delta grid (cactus, or cactus_exact with one divergence): [D, C] per statistic."""
+def pair_divergences(p, q) -> dict[str, torch.Tensor]:
+    """{f: [C] D_f(p || q)}: Theorem 3's second bound at each position."""
+    return {f: full_divergence(p, q, f).clamp(min=0) for f in DIVERGENCES}
+
+
+def _grid_statistics(p, q, pq, arms: list[Arm]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """One delta grid (cactus, or cactus_exact with one divergence): [D, C] per statistic, and
+    the overshoot cells [D, len(Q_EDGES) - 1, len(GAMMA_EDGES) - 1, 2] (draft mass, overshoot)."""
     family, divergence = arms[0].family, arms[0].divergence
     deltas = torch.tensor([a.value for a in arms], dtype=torch.float64, device=p.device)
     grid = deltas[:, None, None]  # [D, 1, 1] against [C, K]
@@ -129,19 +88,32 @@ def _grid_statistics(p, q, arms: list[Arm]) -> dict[str, torch.Tensor]:
         gamma = q.expand(shape).clone()
         gamma[solve] = exact_gamma(q.expand(shape)[solve], grid.expand(shape)[solve], divergence)
     stats = {"beta": boosted_acceptance(p, gamma)}
-    stats.update(_law_statistics(boosted_law(p, q, gamma), q, divergence))
+    stats.update(_law_statistics(boosted_law(p, q, gamma), q, pq, divergence))
     target = binary_divergence(gamma, q, divergence)  # d_f(h_n || q) for every draft n
     breaks = (target > grid * (1 + _EXCEED_RTOL) + _EXCEED_ATOL) & (p > 0)
     stats["exceed"] = (p * breaks).sum(-1)
     stats["excess"] = (p * (target - grid).clamp(min=0) * breaks).sum(-1)
     stats["exceed_any"] = breaks.any(-1).double()
-    return stats
+    return stats, _overshoot_cells(p, q, gamma, breaks)
 
 
-def _arm_statistics(p, q, arm: Arm) -> dict[str, torch.Tensor]:
+def _overshoot_cells(p, q, gamma, breaks) -> torch.Tensor:
+    """[D, Qb, Gb, 2]: sum over positions and drafts n of p(n) and p(n) 1[breaks], by cell."""
+    q_bin = torch.bucketize(q, torch.tensor(Q_EDGES[1:-1], dtype=q.dtype), right=True)
+    g_bin = torch.bucketize(gamma, torch.tensor(GAMMA_EDGES[1:-1], dtype=q.dtype), right=False)
+    num_q, num_g = len(Q_EDGES) - 1, len(GAMMA_EDGES) - 1
+    cell = (q_bin * num_g + g_bin).expand_as(gamma).reshape(gamma.shape[0], -1)  # [D, C K]
+    weights = p.expand_as(gamma).reshape(gamma.shape[0], -1)
+    out = torch.zeros(gamma.shape[0], num_q * num_g, 2, dtype=torch.float64)
+    out[..., 0].scatter_add_(1, cell, weights)
+    out[..., 1].scatter_add_(1, cell, weights * breaks.reshape(gamma.shape[0], -1))
+    return out.view(gamma.shape[0], num_q, num_g, 2)
+
+
+def _arm_statistics(p, q, pq, arm: Arm) -> dict[str, torch.Tensor]:
     rule = arm.sampler()
     stats = {"beta": rule.acceptance_probability(p, q)}
-    stats.update(_law_statistics(rule.emitted_law(p, q), q, None))
+    stats.update(_law_statistics(rule.emitted_law(p, q), q, pq, arm.budget_divergence))
     return {name: value.unsqueeze(0) for name, value in stats.items()}  # [1, C]
 
 
@@ -150,12 +122,14 @@ def entropy(q: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(q, q).sum(-1)
 
 
-def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int) -> dict[str, torch.Tensor]:
-    """[C, K] p, q -> {statistic: [A, C] float64 (NaN where it does not apply)}."""
+def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int):
+    """[C, K] p, q -> ({statistic: [A, C] float64 (NaN where it does not apply)},
+    overshoot cells [A, Qb, Gb, 2] summed over the chunk (zero for arms without a grid))."""
     rows = p.shape[0]
     out = {
         name: torch.full((len(arms), rows), torch.nan, dtype=torch.float64) for name in STATISTICS
     }
+    cells = torch.zeros(len(arms), len(Q_EDGES) - 1, len(GAMMA_EDGES) - 1, 2, dtype=torch.float64)
     groups: dict[tuple, list[int]] = {}
     for index, arm in enumerate(arms):
         key = (arm.family, arm.divergence) if arm.family in ("cactus", "cactus_exact") else index
@@ -163,12 +137,14 @@ def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int) -> dict[str, to
     step = max(1, chunk_elements // max(1, p.shape[-1] * max(len(g) for g in groups.values())))
     for start in range(0, rows, step):  # O(step x K x D) memory whatever the chunk
         block = slice(start, start + step)
+        pq = pair_divergences(p[block], q[block])
         for indices in groups.values():
             members = [arms[i] for i in indices]
             if members[0].family in ("cactus", "cactus_exact"):
-                stats = _grid_statistics(p[block], q[block], members)
+                stats, grid_cells = _grid_statistics(p[block], q[block], pq, members)
+                cells[indices] += grid_cells
             else:
-                stats = _arm_statistics(p[block], q[block], members[0])
+                stats = _arm_statistics(p[block], q[block], pq, members[0])
             for name, value in stats.items():
                 out[name][indices, block] = value.to("cpu", torch.float64)
     for name in ("beta", "kl", "tv", "q_zero_mass"):  # defined for every arm: never NaN
@@ -176,4 +152,4 @@ def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int) -> dict[str, to
         if bad:
             arm = arms[bad[0]]
             raise RuntimeError(f"NaN in {name} of {arm.rule} {arm.parameter}: report this input")
-    return out
+    return out, cells

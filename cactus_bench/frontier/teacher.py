@@ -74,9 +74,13 @@ def _kept_law(contexts: Contexts, index: int, vocab: int, device) -> torch.Tenso
 
 
 def iter_chunks(
-    pair, contexts: Contexts, sampling: SamplingParams, chunk_elements: int, grid_size: int,
+    pair,
+    contexts: Contexts,
+    sampling: SamplingParams,
+    chunk_elements: int,
+    grid_size: int,
     progress: bool = True,
-) -> Iterator[Chunk]:  # fmt: skip
+) -> Iterator[Chunk]:
     """Teacher-forces the sequences in order and yields chunks of about chunk_elements numbers
     (positions x support width x grid_size, the largest parameter grid evaluated at once)."""
     pending_p: list[torch.Tensor] = []
@@ -92,11 +96,12 @@ def iter_chunks(
             [
                 torch.full((t.shape[0],), s, dtype=torch.long)
                 for t, s in zip(pending_p, pending_seq, strict=True)
-            ]  # fmt: skip
+            ]
         )
         p64, q64 = p.double(), q.double()
-        chunk = Chunk(p64 / p64.sum(-1, keepdim=True), q64 / q64.sum(-1, keepdim=True),
-                      sequence, offset)  # fmt: skip
+        chunk = Chunk(
+            p64 / p64.sum(-1, keepdim=True), q64 / q64.sum(-1, keepdim=True), sequence, offset
+        )
         pending_p.clear(), pending_q.clear(), pending_seq.clear()
         return chunk
 

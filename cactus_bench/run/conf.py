@@ -20,7 +20,6 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from cactus_bench.frontier.conf import FrontierConf
 from cactus_bench.paper import PAPER
 
 BASELINE_MODES = ("interleave", "cached", "none")
@@ -107,7 +106,6 @@ class RunConf:
     # An unfinished <think> block (budget ran out): "paper" scores its text, tag removed, as the
     # reference code does; "strict" never scores unfinished reasoning (tasks/paper_settings.py).
     think_filter: str = "paper"
-    frontier: FrontierConf | None = None  # set by experiment=frontier: run.py measures it instead
 
 
 SUBCONFS: dict[str, type] = {

@@ -2,8 +2,9 @@
 
 Configuration checks read this before anything heavy is imported, so a bad command line fails in
 milliseconds. Each rule class in this package takes exactly the parameters listed here (a test
-checks that every `make_sampler` rule's `__init__` and `params()` agree with its entry). To add
-a rule or a parameter: write the rule, list it here, add its YAML (README, "Acceptance rules").
+checks that every `make_sampler` rule's `__init__` and `params()` agree with its entry). The
+rules that verify against a target pi declare their entry in their own file under
+`samplers/rules/` (collected here), so adding one is that file plus its YAML (docs/rules.md).
 
 A parameter's CSV column is its own name unless `column` says otherwise (`k` would clash with
 nothing but reads badly next to the sampling top-k, so it is `top_k_accept`). Parameters without
@@ -12,82 +13,16 @@ a column of their own still reach every results row through the `sampler_params`
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-DIVERGENCE_NAMES = ("kl", "reverse_kl", "chi2", "hellinger", "tv")
+from cactus_bench.samplers.params import DELTA, DIVERGENCE_NAMES, Param, RuleInfo, did_you_mean
+from cactus_bench.samplers.rules import BUILDERS
+
 VERIFIER_ONLY = "verifier"  # the run configuration's "no speculation" choice (not a rule)
+_did_you_mean = did_you_mean  # the name the run's error messages import
 
 
-@dataclass(frozen=True)
-class Param:
-    """One hyper-parameter: its type, its allowed range or choices, and what it means."""
-
-    name: str
-    kind: type  # float | int | str
-    doc: str
-    low: float | None = None  # inclusive unless low_open
-    high: float | None = None  # inclusive
-    low_open: bool = False
-    choices: tuple[str, ...] = ()
-    column: str | None = None  # CSV column, when not `name`
-
-    @property
-    def csv_column(self) -> str:
-        return self.column or self.name
-
-    def coerce(self, rule: str, value: Any) -> Any:
-        """`value` as this parameter's type, or a one-line ValueError naming the fix."""
-        if self.kind is str:
-            if value not in self.choices:
-                hint = _did_you_mean(value, self.choices)
-                raise ValueError(
-                    f"{self.name} must be one of {', '.join(self.choices)} for {rule}{hint}; "
-                    f"got {value!r}"
-                )
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{self.name} must be a number for {rule} ({self.doc}); got {value!r}")
-        if self.kind is int:
-            if int(value) != value:
-                raise ValueError(f"{self.name} must be an integer for {rule}; got {value!r}")
-            value = int(value)
-        else:
-            value = float(value)
-        if value != value:  # NaN
-            raise ValueError(f"{self.name} must be a number for {rule}; got NaN")
-        too_low = self.low is not None and (
-            value <= self.low if self.low_open else value < self.low
-        )
-        too_high = self.high is not None and value > self.high
-        if too_low or too_high:
-            raise ValueError(
-                f"{self.name} must be {self.range_text()} for {rule} ({self.doc}); got {value}"
-            )
-        return value
-
-    def range_text(self) -> str:
-        """`in (0, 1]` for two bounds, `>= 0` or `> 0` for a lower bound alone."""
-        if self.high is None and self.low is not None:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
-        low = "-inf" if self.low is None else f"{self.low:g}"
-        high = "inf)" if self.high is None else f"{self.high:g}]"
-        return f"in {'(' if self.low_open or self.low is None else '['}{low}, {high}"
-
-
-@dataclass(frozen=True)
-class RuleInfo:
-    name: str
-    summary: str
-    params: tuple[Param, ...] = ()
-
-    def param(self, name: str) -> Param | None:
-        return next((p for p in self.params if p.name == name), None)
-
-
-DELTA = Param("delta", float, "divergence budget in nats, the paper's delta", low=0.0)
 RULES: dict[str, RuleInfo] = {
     rule.name: rule
     for rule in (
@@ -117,6 +52,17 @@ RULES: dict[str, RuleInfo] = {
             (Param("k", int, "top-k acceptance", low=1, column="top_k_accept"),),
         ),
         RuleInfo("greedy", "accept iff n = argmax q (temperature 0)"),
+        # The rules that verify against a target pi (samplers/rules/, one file each).
+        *(builder.info for builder in BUILDERS),
+        RuleInfo(
+            "ensemble",
+            "HF assistant_ensemble_weight / DIVERSED static: verify against w q + (1 - w) p",
+            (Param("w", float, "ensemble weight on the verifier (1 = SpS)", low=0.0, high=1.0),),
+            alias_of="interp",
+            # interp's h = alpha p + (1 - alpha) q is the same rule with alpha = 1 - w; rounded
+            # so that w = 0.7 names the run alpha = 0.3, not 0.30000000000000004.
+            to_target=lambda params: {"alpha": round(1.0 - params["w"], 12)} if params else {},
+        ),
     )
 }
 RULE_NAMES: tuple[str, ...] = tuple(RULES)
@@ -130,7 +76,7 @@ def rule_info(name: str) -> RuleInfo:
     """The catalogue entry of `name`, or a one-line ValueError listing the rules."""
     if name not in RULES:
         raise ValueError(
-            f"unknown sampler {name!r}{_did_you_mean(name, RULE_NAMES)}; "
+            f"unknown sampler {name!r}{did_you_mean(name, RULE_NAMES)}; "
             f"choose one of {', '.join((*RULE_NAMES, VERIFIER_ONLY))}"
         )
     return RULES[name]
@@ -146,7 +92,7 @@ def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
         if param is None:
             known = [p.name for p in info.params]
             raise ValueError(
-                f"sampler {name!r} does not take {key}{_did_you_mean(key, known)} "
+                f"sampler {name!r} does not take {key}{did_you_mean(key, known)} "
                 f"(it takes {takes}); remove sampler.{key}"
             )
         checked[key] = param.coerce(name, value)
@@ -162,8 +108,3 @@ def param_columns(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
         if param is not None and param.csv_column in columns:
             columns[param.csv_column] = value
     return columns
-
-
-def _did_you_mean(word: Any, choices) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""

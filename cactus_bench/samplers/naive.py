@@ -68,6 +68,10 @@ def naive_verify(
     elif name == "greedy":
         accepted = q[:, :m].argmax(-1) == ids
         recovery = None
+    elif hasattr(rule, "plan"):  # samplers/rules/: the builder's (a, r) at every position
+        accept, recovery = rule.plan(draft_probs, target_probs[:, :m])  # [B, m, V] float64
+        a_n = accept.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+        accepted = torch.rand((batch, m), generator=generator, device=ids.device) < a_n
     else:
         raise ValueError(f"naive_verify does not know rule {name!r}")
 
@@ -75,6 +79,8 @@ def naive_verify(
     rows = torch.arange(batch, device=ids.device)
     rejected = num_accepted < m
     bonus_row = q[:, m]  # [B, V]
+    if hasattr(rule, "plan"):  # the kernel draws the bonus from the float64 row as given
+        bonus_row = target_probs[:, m].double()
     argmax_at_k = q[rows, num_accepted].argmax(-1)
     if name == "greedy":
         last = argmax_at_k

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from cactus_bench.samplers.base import AcceptanceRule
-from cactus_bench.samplers.catalogue import RULE_NAMES, check_params, rule_info
+from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, check_params, rule_info
 from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
+from cactus_bench.samplers.kernel import PlanRule
+from cactus_bench.samplers.rules import BUILDERS
 from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
 
-SAMPLERS: dict[str, type[AcceptanceRule]] = {
+
+def _plan_rule(builder: type) -> Callable[..., AcceptanceRule]:
+    def make(**params) -> AcceptanceRule:
+        return PlanRule(builder(**params))
+
+    make.builder = builder  # the signature the catalogue test reads
+    return make
+
+
+def _alias(name: str) -> Callable[..., AcceptanceRule]:
+    info = RULES[name]
+
+    def make(**params) -> AcceptanceRule:
+        return make_sampler(info.alias_of, **info.to_target(params))
+
+    return make
+
+
+SAMPLERS: dict[str, Callable[..., AcceptanceRule]] = {
     "sps": SpS,
     "cactus": Cactus,
     "cactus_exact": CactusExact,
@@ -15,13 +37,16 @@ SAMPLERS: dict[str, type[AcceptanceRule]] = {
     "interp": Interpolation,
     "topk": TopK,
     "greedy": Greedy,
+    **{builder.info.name: _plan_rule(builder) for builder in BUILDERS},
+    **{name: _alias(name) for name, info in RULES.items() if info.alias_of},
 }
 assert tuple(SAMPLERS) == RULE_NAMES, "catalogue.RULES and SAMPLERS must list the same rules"
 
 
 def make_sampler(name: str, **params) -> AcceptanceRule:
     """Builds a rule by name. Parameters set to None are left at the rule's default; unknown
-    names and out-of-range values raise one line (the catalogue's checks)."""
+    names and out-of-range values raise one line (the catalogue's checks). An alias (ensemble)
+    builds the rule it names (interp)."""
     rule_info(name)
     given = check_params(name, {key: value for key, value in params.items() if value is not None})
     return SAMPLERS[name](**given)

@@ -1,0 +1,105 @@
+"""The frontier's arms: one rule at one parameter value, built from the configured grids.
+
+An arm's `rule` and `parameter` are the CSV's columns (`cactus_exact:kl`, `delta=0.5`). Rules
+of `samplers/rules/` whose test reads the temperature-1 laws run with test_law=processed here:
+the contexts keep only the processed laws p_t, q_t (on their union support), so their
+parameter column says so (`alpha=0.5,processed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cactus_bench.frontier.conf import FrontierConf
+from cactus_bench.samplers import make_sampler
+
+# family -> (FrontierConf grid field, the rule's parameter, the CSV label of its value)
+GRIDS = {
+    "cactus": ("deltas", "delta", "delta"),
+    "cactus_exact": ("deltas", "delta", "delta"),
+    "mentored": ("deltas", "delta", "delta"),
+    "tas": ("tas_thresholds", "threshold", "eps"),
+    "topk": ("topk_ks", "k", "k"),
+    "interp": ("interp_alphas", "alpha", "alpha"),
+    "lenience": ("lenience_ls", "l", "l"),
+    **{
+        rule: ("cascade_alphas", "alpha", "alpha")
+        for rule in ("chow", "diff", "opt", "tokenv1", "tokenv2", "tokenv3")
+    },
+    "fsd": ("fsd_thresholds", "threshold", "T"),
+    "fsd_reducible": ("fsd_thresholds", "threshold", "T"),
+    "bild": ("bild_taus", "tau", "tau"),
+}
+BUDGETED = ("cactus", "cactus_exact", "mentored")  # arms with a divergence budget delta
+# The f each budgeted family bounds: cactus KL(h || q); mentored KL(q || pi), the reverse KL.
+BUDGET_DIVERGENCE = {"cactus": "kl", "mentored": "reverse_kl"}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One rule at one parameter value: the CSV's rule and parameter columns."""
+
+    family: str  # sps, a key of GRIDS, or greedy
+    value: float | None = None  # the grid's value (delta, threshold, k, alpha, l, T, tau)
+    divergence: str | None = None  # cactus_exact's f (cactus: KL)
+
+    @property
+    def rule(self) -> str:
+        return f"{self.family}:{self.divergence}" if self.family == "cactus_exact" else self.family
+
+    @property
+    def budget_divergence(self) -> str | None:
+        """The f whose D_f(law || q) the arm's delta bounds per draft (None: no budget)."""
+        if self.family == "cactus_exact":
+            return self.divergence
+        return BUDGET_DIVERGENCE.get(self.family)
+
+    @property
+    def parameter(self) -> str:
+        if self.family not in GRIDS:
+            return ""
+        label = GRIDS[self.family][2]
+        text = f"{label}={int(self.value) if label == 'k' else self.value:g}"
+        return f"{text},processed" if self._reads_unscaled_by_default else text
+
+    @property
+    def _reads_unscaled_by_default(self) -> bool:
+        return self.family in (
+            "chow",
+            "diff",
+            "opt",
+            "tokenv1",
+            "tokenv2",
+            "tokenv3",
+            "fsd",
+            "fsd_reducible",
+            "bild",
+        )
+
+    def sampler(self):
+        """The acceptance rule this arm runs (make_sampler's name and parameters)."""
+        params = {}
+        if self.family in GRIDS:
+            name = GRIDS[self.family][1]
+            params[name] = int(self.value) if name == "k" else self.value
+        if self.family == "cactus_exact":
+            params["divergence"] = self.divergence
+        if self._reads_unscaled_by_default:
+            params["test_law"] = "processed"
+        return make_sampler(self.family, **params)
+
+
+def build_arms(conf: FrontierConf) -> list[Arm]:
+    """Every arm of the configured grid, sps first (every gain is measured against it)."""
+    arms = [Arm("sps")]
+    for family in conf.rules:
+        if family == "sps":
+            continue
+        if family == "greedy":
+            arms.append(Arm("greedy"))
+        elif family == "cactus_exact":
+            arms += [Arm(family, float(d), f) for f in conf.divergences for d in conf.deltas]
+        else:
+            values = getattr(conf, GRIDS[family][0])
+            arms += [Arm(family, float(v), "kl" if family == "cactus" else None) for v in values]
+    return arms

@@ -1,0 +1,102 @@
+"""Colors, markers, labels and the CSV readers shared by the frontier's figures."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+# One color and marker per rule family, the same as the task figures' (report/plots.py), kept
+# here so these figures do not depend on that module's internals.
+COLORS = {
+    "sps": "C0",
+    "tas": "C1",
+    "cactus": "C3",
+    "cactus_exact": "C4",
+    "interp": "C2",
+    "topk": "C5",
+    "greedy": "C6",
+    "mentored": "C7",
+    "lenience": "C8",
+    "chow": "#17becf",
+    "diff": "#aec7e8",
+    "opt": "#1f77b4",
+    "tokenv1": "#ffbb78",
+    "tokenv2": "#98df8a",
+    "tokenv3": "#2ca02c",
+    "fsd": "#c5b0d5",
+    "fsd_reducible": "#8c564b",
+    "bild": "#e377c2",
+}
+MARKERS = {
+    "sps": "o",
+    "tas": "s",
+    "cactus": "^",
+    "cactus_exact": "v",
+    "interp": "D",
+    "topk": "P",
+    "greedy": "X",
+    "mentored": "*",
+    "lenience": "h",
+}
+
+DIVERGENCE_STYLES = {
+    "kl": "-",
+    "reverse_kl": "--",
+    "chi2": "-.",
+    "hellinger": ":",
+    "tv": (0, (5, 1)),
+}
+HEADLINE = (
+    ("sps", ""),
+    ("cactus", "delta=1"),
+    ("cactus_exact:kl", "delta=1"),
+    ("tas", "eps=0.09"),
+    ("topk", "k=5"),
+)
+
+
+def rule_style(rule: str) -> dict:
+    family, _, divergence = rule.partition(":")
+    style = {"color": COLORS.get(family, "C9"), "marker": MARKERS.get(family, "o")}
+    if divergence:
+        style["linestyle"] = DIVERGENCE_STYLES.get(divergence, "-")
+        style["alpha"] = 1.0 if divergence == "kl" else 0.6
+    return style
+
+
+def rule_label(rule: str) -> str:
+    family, _, divergence = rule.partition(":")
+    names = {
+        "sps": "SpS",
+        "cactus": "Cactus (Taylor, KL)",
+        "tas": "TAS (ε)",
+        "topk": "top-k (k)",
+        "interp": "interpolation (α)",
+        "greedy": "greedy",
+        "mentored": "mentored (δ on KL(q‖π))",
+        "lenience": "lenience (l)",
+        "fsd": "FSD (T)",
+        "fsd_reducible": "FSD reducible (T)",
+        "bild": "BiLD (τ)",
+    }
+    return f"Cactus-exact ({divergence})" if divergence else names.get(family, family)
+
+
+def grid_value(parameter: str) -> float:
+    """`delta=0.5` or `alpha=0.3,processed` -> the grid value."""
+    return float(parameter.split(",")[0].split("=")[1]) if "=" in parameter else math.nan
+
+
+def stat_rows(frame: pd.DataFrame, statistic: str) -> pd.DataFrame:
+    rows = frame[frame.statistic == statistic].copy()
+    rows["x"] = rows.parameter.map(grid_value)
+    return rows
+
+
+def add_title(figure: Figure, frame: pd.DataFrame, what: str) -> None:
+    positions = frame[(frame.rule == "verifier") & (frame.statistic == "positions")]
+    count = f", {int(positions.value.iloc[0]):,} positions" if not positions.empty else ""
+    pair, prompts = frame.pair.iloc[0], frame.prompt_set.iloc[0]
+    figure.suptitle(f"{what}\n{pair}, prompts {prompts}{count}", fontsize=10)

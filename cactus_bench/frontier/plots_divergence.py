@@ -1,0 +1,119 @@
+"""The emitted law's divergence: the frontier per f and Gamma(delta) against delta.
+
+frontier      acceptance against D_f(law || q), one axis per f, one curve per rule; a rule
+              whose law puts mass where q = 0 says at what share of positions it does
+gamma         the emitted law's divergence against delta (what the paper's Gamma(delta)
+              bounds, Theorem 3): mean, 99th percentile and max over positions, per f
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from cactus_bench.frontier.plot_style import COLORS, add_title, rule_label, rule_style, stat_rows
+
+FRONTIER_AXES = (
+    ("kl", "KL(law ‖ q)", True),
+    ("reverse_kl", "KL(q ‖ law)", True),
+    ("chi2", "χ²(law ‖ q)", True),
+    ("hellinger", "Hellinger² (no ½)", True),
+    ("tv", "TV(law, q)", False),
+)
+
+
+def frontier_figure(frame: pd.DataFrame) -> Figure:
+    """Acceptance against the mean D_f(law || q), one axis per f; each rule's points joined in
+    the order of its parameter, so a curve is that rule's trade-off. A rule whose law puts mass
+    where q = 0 (or no mass where q > 0, for KL(q || law)) has an infinite mean there: the
+    legend gives the largest share of positions where its law puts mass on q = 0."""
+    figure = Figure(figsize=(20, 4.8), layout="constrained")
+    axes = figure.subplots(1, len(FRONTIER_AXES))
+    acceptance = stat_rows(frame, "acceptance")[["rule", "parameter", "value"]]
+    sps = acceptance[acceptance.rule == "sps"].value.iloc[0]
+    zero = stat_rows(frame, "q_zero_share").groupby("rule").value.max()
+    for ax, (divergence, name, log) in zip(axes, FRONTIER_AXES, strict=True):
+        spread = stat_rows(frame, divergence).merge(
+            acceptance, on=["rule", "parameter"], suffixes=("", "_acc")
+        )
+        drawn = False
+        for rule, rows in spread.groupby("rule", sort=False):
+            if rule == "sps":
+                continue
+            rows = rows.sort_values("x")
+            shown = rows[rows.value.apply(math.isfinite) & (rows.value > 0)]
+            label = rule_label(rule)
+            if zero.get(rule, 0) > 0:
+                label += f" (q = 0 mass at ≤{100 * zero[rule]:.0f}% of positions)"
+            ax.plot(shown.value, shown.value_acc, label=label, markersize=3, **rule_style(rule))
+            drawn = drawn or not shown.empty
+        ax.axhline(
+            sps,
+            color=COLORS["sps"],
+            linestyle="--",
+            linewidth=1,
+            label=f"SpS (lossless), {sps:.3f}",
+        )
+        if log and drawn:  # a log axis needs a positive value
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(f"mean {name}" + (" (log scale)" if log else ""))
+        ax.set_ylabel("mean acceptance β (exact)")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside right center", fontsize=7)
+    add_title(
+        figure,
+        frame,
+        "Acceptance against the emitted law's divergence, per f (up-left is "
+        "better; a rule missing from an axis is infinite there)",
+    )
+    return figure
+
+
+def gamma_figure(frame: pd.DataFrame) -> Figure:
+    """Theorem 3's quantity: D_f(law || q) against delta for the budgeted rules, per f. Solid:
+    the mean over positions; dashed: the 99th percentile; dotted: the max; grey: y = delta."""
+    figure = Figure(figsize=(20, 4.6), layout="constrained")
+    axes = figure.subplots(1, len(FRONTIER_AXES))
+    for ax, (divergence, name, _) in zip(axes, FRONTIER_AXES, strict=True):
+        rules = [f"cactus_exact:{divergence}"] + {"kl": ["cactus"], "reverse_kl": ["mentored"]}.get(
+            divergence, []
+        )
+        for rule in rules:
+            style = rule_style(rule)
+            for statistic, dash in (
+                (divergence, "-"),
+                (f"{divergence}_q99", "--"),
+                (f"{divergence}_max", ":"),
+            ):
+                line = stat_rows(frame[frame.rule == rule], statistic).sort_values("x")
+                line = line[line.value.apply(math.isfinite) & (line.value > 0)]
+                if line.empty:
+                    continue
+                ax.plot(
+                    line.x,
+                    line.value,
+                    color=style["color"],
+                    marker=style["marker"],
+                    linestyle=dash,
+                    markersize=3,
+                    label=f"{rule_label(rule)}: {statistic.removeprefix(divergence) or 'mean'}",
+                )
+        deltas = sorted(stat_rows(frame, "acceptance").query("rule == 'cactus'").x)
+        if deltas:
+            ax.plot(deltas, deltas, color="0.6", linewidth=1, label="δ")
+        if ax.lines:  # log axes need positive values (an empty grid draws an empty axis)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+        ax.set_xlabel("δ (budget)")
+        ax.set_ylabel(f"{name} of the emitted law")
+        ax.legend(fontsize=6)
+        ax.grid(alpha=0.3)
+    add_title(figure, frame, "Γ(δ): the emitted law's divergence against the budget (Theorem 3)")
+    return figure

@@ -1,0 +1,150 @@
+"""One verification kernel for the rules of `samplers/rules/`: a per-token acceptance, one residual.
+
+Every rule there decides, at one position, an acceptance probability a(v) for each token v the
+drafter could propose and ONE residual distribution r that does not depend on the drafted token
+(RULES.md §0). The chain is then the usual one:
+
+    u_j ~ U[0, 1)                  one draw per position, [B, m]
+    accepted_j = u_j < a_j(n_j)    (a in {0, 1} for the deterministic rules: FSD, BiLD)
+    k = number of leading accepts
+    token k ~ norm(r_k) if k < m  else  the bonus ~ q_m
+
+and the emitted token's law has the closed form (`exact.threshold_law`)
+
+    law = p a + (1 - sum_v p(v) a(v)) norm(r),      beta = sum_v p(v) a(v).
+
+"Verify against a target pi" (GenSpecSample; Narasimhan et al. 2025, Leviathan et al. 2023) is
+the case a = min(1, pi / p), r = (pi - p)+, for which law = pi exactly (`against_target`). A
+rule file supplies a builder: its catalogue entry, its parameters, and `plan(p, q, p_bar, q_bar)`
+returning (a, r) for rows of any leading shape. p_bar, q_bar are the laws the rule's tests read:
+the temperature-1 untruncated laws where the source reads those (`reads_unscaled`), else p, q.
+
+The bonus token (all m drafts accepted) is drawn from q, as in every reference implementation:
+the rules' pi needs the drafter's law at position m + 1, which the loop never computes.
+Random draws happen in the order of `base.AcceptanceRule.verify` (torch.rand [B, m], then one
+uniform per row), so a builder whose plan is SpS's returns SpS's tokens for one generator.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cactus_bench.samplers.base import (
+    AcceptanceRule,
+    VerifyOutput,
+    _check_shapes,
+    _draft_stats,
+    sample_categorical,
+)
+from cactus_bench.samplers.exact import normalised, threshold_law
+
+
+def against_target(p: torch.Tensor, pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a, r) of GenSpecSample for target pi: a = min(1, pi / p) (1 where p = 0), r = (pi - p)+."""
+    ratio = torch.where(p > 0, pi / torch.where(p > 0, p, torch.ones_like(p)), torch.ones_like(p))
+    return ratio.clamp(max=1.0), (pi - p).clamp(min=0)
+
+
+class PlanRule(AcceptanceRule):
+    """An acceptance rule from a builder of `samplers/rules/` (module doc)."""
+
+    def __init__(self, builder):
+        self.builder = builder
+        self.name = builder.info.name
+        self.deterministic_accept = getattr(builder, "deterministic_accept", False)
+
+    def params(self) -> dict:
+        return self.builder.params()
+
+    @property
+    def reads_unscaled(self) -> bool:
+        """True when the engine must pass the temperature-1 laws to `verify`."""
+        return self.builder.reads_unscaled
+
+    # ---- exact statistics ----------------------------------------------------------------------
+    def plan(self, p, q, p_bar=None, q_bar=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, r) [..., V] float64 from rows p, q (normalised here) and the test laws."""
+        p, q = normalised(p, q)
+        p_bar, q_bar = self._test_laws(p, q, p_bar, q_bar)
+        accept, residual = self.builder.plan(p, q, p_bar, q_bar)
+        # A residual with no mass is never used when nothing can be rejected; q keeps it valid.
+        empty = residual.sum(-1, keepdim=True) <= 0
+        return accept.clamp(0.0, 1.0), torch.where(empty, q, residual)
+
+    def acceptance_probability(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
+        accept, _ = self.plan(p, q, p_bar, q_bar)
+        return (normalised(p, q)[0] * accept).sum(-1)
+
+    def emitted_law(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
+        accept, residual = self.plan(p, q, p_bar, q_bar)
+        return threshold_law(normalised(p, q)[0], accept, residual)[1]
+
+    def output_distribution(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
+        """[V] float64: sum_n p(n) [1{x = n} a(n) + (1 - a(n)) norm(r)(x)], candidate by
+        candidate (the [V, V] reference the batched law is tested against)."""
+        if p.dim() != 1 or q.dim() != 1 or p.shape != q.shape:
+            raise ValueError(f"p and q must be 1-D of equal size; got {tuple(p.shape)}, {q.shape}")
+        accept, residual = self.plan(p, q, p_bar, q_bar)
+        p64 = normalised(p, q)[0]
+        recovery = residual / residual.sum()
+        law = torch.zeros_like(p64)
+        for n in torch.nonzero(p64 > 0).flatten().tolist():
+            law[n] += p64[n] * accept[n]
+            law += p64[n] * (1 - accept[n]) * recovery
+        return law
+
+    def _test_laws(self, p, q, p_bar, q_bar):
+        if not self.reads_unscaled:
+            return p, q
+        if p_bar is None or q_bar is None:
+            raise ValueError(
+                f"rule {self.name!r} reads the temperature-1 laws (test_law=unscaled), which this "
+                "caller does not pass; pass them or set sampler.test_law=processed"
+            )
+        return normalised(p_bar, q_bar)
+
+    # ---- the chain -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def verify(
+        self,
+        draft_token_ids: torch.Tensor,  # [B, m]
+        draft_probs: torch.Tensor,  # [B, m, V]
+        target_probs: torch.Tensor,  # [B, m + 1, V]
+        generator: torch.Generator | None = None,
+        unscaled_draft_probs: torch.Tensor | None = None,  # [B, m, V] temperature-1 laws
+        unscaled_target_probs: torch.Tensor | None = None,  # [B, m + 1, V]
+    ) -> VerifyOutput:
+        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs)
+        ids = draft_token_ids.long()
+        _draft_stats(ids, draft_probs, target_probs)  # the input checks, one line each
+        if self.reads_unscaled:
+            self._test_laws(draft_probs, target_probs, unscaled_draft_probs, unscaled_target_probs)
+
+        def plan_at(rows: torch.Tensor, position: torch.Tensor):
+            """(a, r) [R, V] at one position per batch row (one [R, V] temporary at a time)."""
+            p, q = draft_probs[rows, position], target_probs[rows, position]
+            if not self.reads_unscaled:
+                return self.plan(p, q)
+            return self.plan(
+                p, q, unscaled_draft_probs[rows, position], unscaled_target_probs[rows, position]
+            )
+
+        rows = torch.arange(batch, device=ids.device)
+        accept = torch.empty((batch, m), dtype=torch.float64, device=ids.device)
+        for j in range(m):
+            a, _ = plan_at(rows, torch.full_like(rows, j))
+            accept[:, j] = a.gather(-1, ids[:, j : j + 1]).squeeze(-1)
+        uniform = torch.rand((batch, m), generator=generator, device=ids.device)
+        num_accepted = (uniform < accept).long().cumprod(dim=1).sum(dim=1)  # [B]
+
+        rejected = num_accepted < m
+        _, residual = plan_at(rows, num_accepted.clamp(max=m - 1))  # [B, V]
+        bonus = target_probs[rows, num_accepted].to(torch.float64)
+        weights = torch.where(rejected.unsqueeze(-1), residual, bonus)
+        last_token = sample_categorical(weights, generator)
+
+        token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
+        keep = torch.arange(m, device=ids.device).unsqueeze(0) < num_accepted.unsqueeze(1)
+        token_ids[:, :m] = torch.where(keep, ids, token_ids[:, :m])
+        token_ids[rows, num_accepted] = last_token
+        return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)
