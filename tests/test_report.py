@@ -299,9 +299,9 @@ def test_rows_written_by_the_store_feed_the_report(tmp_path):
 def test_score_error_bars_are_the_binomial_standard_error():
     from cactus_bench.report.figure_parts import score_stderr
 
-    rows = pd.DataFrame({"score": [0.5, 0.9], "n_samples": [100, 400]})
+    rows = pd.DataFrame({"score": [0.5, 0.9], "n_prompts": [100, 400]})
     assert score_stderr(rows, 100.0) == pytest.approx([5.0, 1.5])  # 100 sqrt(p (1 - p) / n)
-    assert score_stderr(rows.drop(columns="n_samples"), 100.0) is None
+    assert score_stderr(rows.drop(columns="n_prompts"), 100.0) is None
 
 
 def test_score_vs_al_flat_scores_and_crowded_labels_stay_readable(agg):
@@ -342,7 +342,7 @@ def test_speedup_vs_m_draws_each_method_across_m(tmp_path, agg):
     assert not list(m_sweeps(agg))  # the fixture has one m per pair
     pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
     cactus = rows[(rows["sampler"] == "cactus") & (rows["task"] == "gsm8k")].head(1)
-    wider = cactus.assign(m=m + 4, speedup=cactus["speedup"] * 1.2)
+    wider = cactus.assign(m=m + 4, speedup_tokens=cactus["speedup_tokens"] * 1.2)
     swept = pd.concat([agg, wider], ignore_index=True)
     [(found_pair, task, found)] = list(m_sweeps(swept))
     assert (found_pair, task, sorted(found["m"].unique())) == ("qwen3_14b", "gsm8k", [m, m + 4])

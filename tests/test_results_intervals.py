@@ -58,7 +58,7 @@ def test_bootstrap_matches_a_hand_computation():
     # score means per resample: 2/3, 1, 2/3 -> sorted 2/3, 2/3, 1
     assert out["score_ci_low"] == pytest.approx(2 / 3)
     assert out["score_ci_high"] == pytest.approx(2 / 3 + 0.95 * (1 / 3))
-    assert out["speedup_ci_low"] is None  # no baseline, no speedup interval
+    assert out["speedup_tokens_ci_low"] is None  # no baseline, no speedup interval
 
 
 def test_the_identity_resample_gives_the_rows_point_estimates():
@@ -71,7 +71,7 @@ def test_the_identity_resample_gives_the_rows_point_estimates():
     assert ratio_of_sums(ones, a["emitted"], a["steps"])[0] == pytest.approx(row["tokens_per_step"])
     assert ratio_of_sums(ones, b["time"], a["time"])[0] == pytest.approx(row["speedup_walltime"])
     rate = ratio_of_sums(ones, a["gen"], a["time"]) / ratio_of_sums(ones, b["gen"], b["time"])
-    assert rate[0] == pytest.approx(row["speedup"])
+    assert rate[0] == pytest.approx(row["speedup_tokens"])
 
 
 def test_resample_counts_draw_n_prompts_with_replacement():
@@ -135,7 +135,7 @@ def test_pairing_cancels_the_prompt_to_prompt_spread():
     unpaired = {
         "speedup_walltime": ratio_of_sums(base_counts, b["time"], np.ones(40))
         / ratio_of_sums(spec_counts, a["time"], np.ones(40)),
-        "speedup": ratio_of_sums(spec_counts, a["gen"], a["time"])
+        "speedup_tokens": ratio_of_sums(spec_counts, a["gen"], a["time"])
         / ratio_of_sums(base_counts, b["gen"], b["time"]),
     }
     for stat, values in unpaired.items():
@@ -159,7 +159,7 @@ def test_row_columns_of_a_speculative_run_with_repeats():
     row = per_prompt_columns(spec, base, [0.5, 1.0], seed=5)
     assert set(row) == {"score_by_prompt", "prompts_hash", "ci_resamples", *interval_column_names()}
     assert row["score_by_prompt"] == [0.5, 1] and row["ci_resamples"] == BOOTSTRAP_RESAMPLES
-    for stat in ("score", "al", "tokens_per_step", "speedup", "speedup_walltime"):
+    for stat in ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime"):
         assert row[f"{stat}_ci_low"] <= row[f"{stat}_ci_high"], stat
     assert row == per_prompt_columns(spec, base, [0.5, 1.0], seed=5)  # reproducible
     with pytest.raises(ValueError, match="do not split into repeats"):
@@ -182,7 +182,9 @@ def test_one_prompt_or_no_drafts_leave_interval_cells_empty():
         [record([0, 0], 1.0, m=0), record([0], 1.0, m=0, prompt=1)], None, [1.0, 0.0], seed=0
     )
     assert verifier["score_ci_low"] == 0.0 and verifier["score_ci_high"] == 1.0
-    assert all(verifier[f"{s}_ci_low"] is None for s in ("al", "speedup", "speedup_walltime"))
+    assert all(
+        verifier[f"{s}_ci_low"] is None for s in ("al", "speedup_tokens", "speedup_walltime")
+    )
 
 
 def test_schema_holds_the_new_columns_and_error_rows_leave_them_empty():

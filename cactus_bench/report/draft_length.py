@@ -18,7 +18,7 @@ from cactus_bench.report.figure_parts import MARKERS, bars, sampler_color, save_
 from cactus_bench.report.tables import method_label, pair_title, task_title
 
 PANELS = (
-    ("speedup", "speedup over the verifier (tokens/s ratio, x)"),
+    ("speedup_tokens", "speedup over the verifier (tokens/s ratio, x)"),
     ("tokens_per_step", "tokens per verifier step (bonus included)"),
 )
 
@@ -57,7 +57,7 @@ def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
                 color=sampler_color(sampler),
                 label=label,
             )
-        if column == "speedup":
+        if column == "speedup_tokens":
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
         kinds = sorted(kind for kind in bar_kinds if kind)
         ax.set_ylabel(f"{ylabel}\n({'; '.join(kinds)})" if kinds else ylabel)

@@ -106,10 +106,10 @@ def interval_errors(rows: pd.DataFrame, column: str, scale: float = 1.0) -> np.n
 
 def score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
     """Binomial standard error sqrt(p (1 - p) / n) of each accuracy (n = prompts scored)."""
-    if "n_samples" not in rows or rows["n_samples"].isna().any():
+    if "n_prompts" not in rows or rows["n_prompts"].isna().any():
         return None
     p = rows["score"].astype(float)
-    return list(scale * (p * (1 - p) / rows["n_samples"].astype(float)) ** 0.5)
+    return list(scale * (p * (1 - p) / rows["n_prompts"].astype(float)) ** 0.5)
 
 
 def draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1.0) -> None:

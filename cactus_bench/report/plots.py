@@ -124,7 +124,7 @@ def speedup_vs_delta(rows, pair, m) -> Figure:
         pair,
         m,
         "Speedup over the verifier vs δ",
-        "speedup",
+        "speedup_tokens",
         "speedup (tokens/s ratio, x)",
         ("sps", "tas"),
         unity=True,

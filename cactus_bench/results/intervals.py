@@ -6,7 +6,7 @@ prompt come along) and recomputes every statistic the way the row's point estima
 
     al               = sum(accepted) / sum(steps)              ratio of sums, not mean of ratios
     tokens_per_step  = sum(emitted) / sum(steps)
-    speedup          = (sum(gen) / sum(time)) / (sum(gen_base) / sum(time_base))
+    speedup_tokens   = (sum(gen) / sum(time)) / (sum(gen_base) / sum(time_base))
     speedup_walltime = sum(time_base) / sum(time)
     score            = mean over prompts of the per-prompt score (averaged over repeats)
 
@@ -32,7 +32,7 @@ from cactus_bench.results.baseline_cache import prompts_hash
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 BOOTSTRAP_STREAM = 16_003  # mixed with the run seed: the bootstrap's own random stream
-INTERVAL_STATS = ("score", "al", "tokens_per_step", "speedup", "speedup_walltime")
+INTERVAL_STATS = ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime")
 
 
 def interval_column_names() -> list[str]:
@@ -130,7 +130,7 @@ def bootstrap_intervals(
     if spec is not None and base is not None:
         rate = _ratio(total["spec_gen"], total["spec_time"])  # [B] tokens/s of the run
         base_rate = _ratio(total["base_gen"], total["base_time"])
-        put("speedup", _ratio(rate, base_rate))
+        put("speedup_tokens", _ratio(rate, base_rate))
         put("speedup_walltime", _ratio(total["base_time"], total["spec_time"]))
     return out
 

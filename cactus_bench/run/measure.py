@@ -70,7 +70,7 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
             identity, result.records, lambda: evaluate(decoders.verifier_only(), None).records
         )
     row = {
-        "n_samples": result.n_samples,
+        "n_prompts": result.n_samples,
         "score_name": result.score_name,
         "score": result.score,
         "metrics_json": dict(result.metrics),
