@@ -142,13 +142,20 @@ def bars(sweep: pd.DataFrame, column: str, scale: float) -> tuple[object, str]:
     return None, ""
 
 
-def save_figure(figure: Figure, stem: Path, formats) -> list[Path]:
-    """Write `figure` as <stem>.<fmt> for each format; returns the paths. PDFs carry no creation
-    date, so redrawing the same CSV gives the same bytes (no git churn)."""
+def save_figure(figure: Figure, stem: Path, formats, description: str | None = None) -> list[Path]:
+    """Write `figure` as <stem>.<fmt> for each format; returns the paths.
+
+    Redrawing the same CSV gives the same bytes (no git churn, `make plots` testable): the files
+    carry no creation date and no matplotlib version. `description` (e.g. the machine the
+    timings come from) goes into the file's metadata: PNG Description, PDF Subject."""
+    metadata = {
+        "png": {"Software": None, "Description": description},
+        "pdf": {"CreationDate": None, "Creator": None, "Producer": None, "Subject": description},
+    }
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        figure.savefig(path, dpi=150, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        figure.savefig(path, dpi=150, metadata=metadata.get(fmt))
         paths.append(path)
     return paths
 
