@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cactus_bench.run.checks import ConfigError, run_conf_from_dict, sampler_choice, validate
+from cactus_bench.run.checks import (
+    ConfigError,
+    ignored_settings,
+    run_conf_from_dict,
+    sampler_choice,
+    validate,
+)
 from cactus_bench.run.conf import RunConf, register_configs
 from cactus_bench.run.console import RunOutcome, format_outcome
 from cactus_bench.run.errors import one_line_error
@@ -47,6 +53,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ignored_settings",
     "ConfigError",
     "RunConf",
     "RunIdentity",
