@@ -132,11 +132,7 @@ _SCHEMA: tuple[Column, ...] = (
     ),
     Column("speedup_tokens_ci_low", "float", "lower end of the 95% interval of speedup_tokens"),
     Column("speedup_tokens_ci_high", "float", "upper end of the 95% interval of speedup_tokens"),
-    Column(
-        "speedup_walltime",
-        "float",
-        "wall_time_baseline_s / wall_time_spec_s: the paper's speedup (total decode time)",
-    ),
+    Column("speedup_walltime", "float", "wall_time_baseline_s / wall_time_spec_s (the paper's)"),
     Column("speedup_walltime_ci_low", "float", "lower end of the 95% interval of speedup_walltime"),
     Column(
         "speedup_walltime_ci_high", "float", "upper end of the 95% interval of speedup_walltime"
@@ -279,11 +275,6 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
             raise ValueError(f"{low_name} = {low!r} is above its upper end {high!r}")
     cells = {name: format_cell(name, value) for name, value in row.items()}
     return [cells.get(name, "") for name in (columns or COLUMNS)]
-
-
-def current_names(header: list[str]) -> list[str]:
-    """A CSV header with renamed columns under their current names (RENAMED_COLUMNS)."""
-    return [RENAMED_COLUMNS.get(name, name) for name in header]
 
 
 def coerce_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -25,7 +25,6 @@ from cactus_bench.results.schema import (
     COLUMNS,
     RENAMED_COLUMNS,
     coerce_frame,
-    current_names,
     row_to_cells,
 )
 
@@ -125,7 +124,7 @@ class ResultStore:
             _append_bytes(self.csv_path, _csv_line(COLUMNS))
             return list(COLUMNS)
         header = self._read_header()
-        renamed = current_names(header)
+        renamed = [RENAMED_COLUMNS.get(name, name) for name in header]
         missing = [c for c in COLUMNS if c not in renamed]
         if not missing and renamed == header:
             return header
