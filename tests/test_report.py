@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import PIL.Image
 import pytest
 
 from cactus_bench.report import (
@@ -203,19 +204,23 @@ def test_a_missing_combination_gives_a_figure_that_says_so(agg):
     figure = FIGURES["al_vs_delta"](rows, pair, m)
     texts = [t.get_text() for ax in figure.axes for t in ax.texts]
     assert any("No Cactus δ sweep" in t for t in texts)
-    assert "tiny" in figure.get_suptitle() and "CPU" in figure.get_suptitle()
+    assert "tiny" in figure.get_suptitle() and "CPU" in figure.get_label()  # machine: metadata
 
 
 def test_figures_have_labelled_axes_and_are_written(tmp_path, agg):
     pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
     for kind, build in FIGURES.items():
         figure = build(rows, pair, m)
-        assert "NVIDIA A100" in figure.get_suptitle() and "m = 20" in figure.get_suptitle()
+        title = figure.get_suptitle()
+        assert title.startswith(f"{title.split(':')[0]}: qwen3_14b, m = 20"), title  # short
+        assert "NVIDIA A100" in figure.get_label() and "→" in figure.get_label()
         for ax in figure.axes:
             if ax.lines or ax.collections:  # a panel with data, not a "missing" note
                 assert ax.get_xlabel() and ax.get_ylabel(), kind
                 assert ax.get_legend() is not None, kind
     written = make_figures(agg, tmp_path, formats=("png",))
+    with PIL.Image.open(written[0]) as image:  # the machine travels in the file's metadata
+        assert "NVIDIA A100" in image.info["Description"] and "Software" not in image.info
     # the tiny block has no δ sweep (SpS and the verifier only): its δ figures are not drawn
     assert len(written) == 2 * len(FIGURES) - len(DELTA_FIGURES)
     assert not [p for p in written if "tiny" in p.name and "_vs_delta" in p.name]

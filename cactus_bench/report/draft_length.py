@@ -14,8 +14,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from cactus_bench.report.figure_parts import MARKERS, bars, sampler_color, save_figure
-from cactus_bench.report.tables import method_label, pair_title, task_title
+from cactus_bench.report.figure_parts import MARKERS, bars, describe, sampler_color, save_figure
+from cactus_bench.report.tables import method_label, task_title
 
 PANELS = (
     ("speedup_tokens", "speedup over the verifier (tokens/s ratio, x)"),
@@ -34,10 +34,8 @@ def m_sweeps(agg: pd.DataFrame):
 def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
     figure = Figure(figsize=(10.0, 4.2), layout="constrained")
     axes = figure.subplots(1, len(PANELS), squeeze=False)[0]
-    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
-    figure.suptitle(
-        f"Draft length m: {pair_title(rows, pair)}, {task_title(task)}\n{devices}", fontsize=10
-    )
+    figure.suptitle(f"Draft length m: {pair}, {task_title(task)}", fontsize=11)
+    describe(figure, rows, pair)
     methods = rows.assign(_label=[method_label(r) for _, r in rows.iterrows()])
     for ax, (column, ylabel) in zip(axes, PANELS, strict=True):
         bar_kinds = set()
