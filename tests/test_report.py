@@ -10,6 +10,7 @@ arithmetic is easy to check by hand):
   Cactus δ=2.0   status error: must not appear.
 """
 
+import json
 import re
 from pathlib import Path
 
@@ -234,20 +235,55 @@ def test_cli_all_writes_tables_and_figures(tmp_path):
     assert len(list((tmp_path / "figures").glob("*.pdf"))) == 2 * len(FIGURES) - len(DELTA_FIGURES)
 
 
-@pytest.mark.slow
-def test_notebook_runs_headless(monkeypatch):
+def _run_notebook(monkeypatch, results: str | None) -> list:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("CACTUS_RESULTS", FIXTURE)
+    if results is None:
+        monkeypatch.delenv("CACTUS_RESULTS", raising=False)  # the committed results/demo
+    else:
+        monkeypatch.setenv("CACTUS_RESULTS", results)
     notebook = nbformat.read("notebooks/analysis.ipynb", as_version=4)
     nbclient.NotebookClient(
         notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": "notebooks"}}
     ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    shown = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    return outputs
+
+
+def _shown(outputs, kind: str) -> str:
+    return "".join(str(o.get("data", {}).get(kind, "")) for o in outputs) + "".join(
+        o.get("text", "") for o in outputs if o.output_type == "stream"
+    )
+
+
+@pytest.mark.slow
+def test_notebook_shows_the_main_block_the_frontier_and_per_prompt_scores(monkeypatch):
+    outputs = _run_notebook(monkeypatch, None)
+    text = _shown(outputs, "text/plain")
+    assert "main block: smollm2_135m, m = 2, 16 arms" in text  # the δ sweep, not m = 1
+    assert "frontier: results/frontier/smollm2_135m.csv" in text
+    markdown = _shown(outputs, "text/markdown")
+    assert "Cactus-exact (δ = 2)" in markdown and "speedup (tokens/s)" in markdown
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # 2 block + frontier
+    html = _shown(outputs, "text/html")
+    assert "Demo: Cactus (δ = 1)" in html and ">14<" in html  # prompts 0..14 of the demo
+
+
+@pytest.mark.slow
+def test_notebook_runs_headless_on_other_csvs(monkeypatch):
+    outputs = _run_notebook(monkeypatch, FIXTURE)
+    shown = _shown(outputs, "text/markdown")
     assert "Cactus (δ = 0.75)" in shown and "-50.0%" in shown
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_the_committed_notebook_carries_its_outputs():
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read("notebooks/analysis.ipynb", as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.outputs for cell in code), "run the notebook and save it with its outputs"
+    assert "/work/" not in json.dumps([cell.outputs for cell in code])  # no machine paths
 
 
 def test_rows_written_by_the_store_feed_the_report(tmp_path):
