@@ -4,11 +4,12 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-gpu test test-fast lint bench tables plots drafter eval-drafter run demo \
-	frontier rules rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm bench-vllm
+.PHONY: help setup setup-gpu test test-fast lint bench tables plots frontier-figures drafter \
+	eval-drafter run demo frontier rules rehearse slurm-install slurm-up slurm-down gpu-check \
+	setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-17s %s\n", $$1, $$2}'
 
 setup:  ## .venv with CPU torch first (never a CUDA build here), the package + dev extras, SmolLM2 cache
 	test -x $(PYTHON) || python3 -m venv .venv
@@ -42,11 +43,22 @@ bench:  ## benchmarks: samplers, engine vs transformers, fast forward (results/b
 	$(PYTHON) scripts/bench_engine.py
 	$(PYTHON) scripts/bench_forward.py
 
-tables:  ## Table 1 layout and speedup table from results/*.csv (Markdown + LaTeX)
-	$(PYTHON) -m cactus_bench.report tables --csv 'results/*.csv' --out results
+# The report reads CSVs only. By default it rebuilds the committed demo outputs byte for byte;
+# after a sweep: make tables plots CSV='results/table1.csv' OUT=results/table1
+CSV ?= results/demo/*.csv
+OUT ?= results/demo
+FRONTIER_CSVS ?= $(wildcard results/frontier/*.csv)
+FRONTIER_OUT ?=
 
-plots:  ## figures from results/*.csv (PNG + PDF under results/figures/)
-	$(PYTHON) -m cactus_bench.report plots --csv 'results/*.csv' --out results
+tables:  ## Table 1 layout and speedup table (Markdown + LaTeX) from CSV into OUT/tables
+	$(PYTHON) -m cactus_bench.report tables --csv '$(CSV)' --out $(OUT)
+
+plots:  ## figures (PNG + PDF) from CSV into OUT/figures
+	$(PYTHON) -m cactus_bench.report plots --csv '$(CSV)' --out $(OUT)
+
+frontier-figures:  ## re-plot results/frontier/*.csv into results/frontier/figures (no model runs)
+	$(foreach csv,$(FRONTIER_CSVS),$(PYTHON) -m cactus_bench.frontier plots --csv $(csv) \
+		$(if $(FRONTIER_OUT),--out $(FRONTIER_OUT)) &&) true
 
 drafter:  ## distil the embedded pair's drafter (CPU, <= 3 h of one thread, resumable; weights land in the package)
 	$(PYTHON) scripts/train_drafter.py

@@ -27,9 +27,11 @@ from cactus_bench.run import (
     RunConf,
     SamplerChoice,
     format_outcome,
+    ignored_settings,
     one_line_error,
     pin_launch_context,
     register_configs,
+    sampler_choice,
     validate,
 )
 
@@ -55,6 +57,8 @@ def to_run_conf(cfg: DictConfig) -> tuple[RunConf, SamplerChoice]:
 def main(cfg: DictConfig) -> None:
     try:
         conf, choice = to_run_conf(cfg)
+        for line in ignored_settings(conf, choice):
+            print(line, file=sys.stderr, flush=True)
         if conf.experiment_name == FRONTIER_EXPERIMENT:  # its own program, not a task run
             from cactus_bench.frontier.__main__ import run_from_run_conf
 
@@ -72,6 +76,26 @@ def main(cfg: DictConfig) -> None:
         _failures.append(error)
         return
     print(format_outcome(outcome), flush=True)
+
+
+def print_effective_sampler(argv: list[str]) -> None:
+    """After `--cfg job`: the sampler node as the run will use it. Hydra prints the composed
+    YAML, where the `delta=` shortcut has not reached `sampler.delta` yet (checks.sampler_choice
+    applies it), so `delta: 0.75` would stand beside `sampler.delta: 1.0`."""
+    from hydra import compose, initialize_config_dir
+
+    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    configs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+    try:
+        with initialize_config_dir(config_dir=configs, version_base="1.3"):
+            choice = sampler_choice(to_run_conf(compose("config", overrides=overrides)))
+    except Exception:  # a bad or swept (a,b) value: Hydra's printout above is all there is
+        return
+    params = "".join(f"\n#   {name}: {value}" for name, value in choice.params.items())
+    print(
+        f"# the acceptance rule as the run uses it (delta= applied):\n#   name: {choice.name}"
+        + params
+    )
 
 
 def _is_config_error(error: BaseException) -> bool:
@@ -115,7 +139,9 @@ def cli() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
-        if "--cfg" in sys.argv or "-c" in sys.argv:
+        if {"--cfg", "-c"} & set(sys.argv) and "hydra" not in sys.argv:
+            if not {"-m", "--multirun"} & set(sys.argv):
+                print_effective_sampler(sys.argv[1:])
             print(sweep_note(sys.argv[1:]) or "", end="", flush=True)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

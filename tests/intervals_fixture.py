@@ -106,7 +106,7 @@ def fabricated_rows() -> list[dict]:
                     "verifier_id": "FABRICATED-verifier",
                     "backend": "hf",
                     "task": task,
-                    "n_samples": n,
+                    "n_prompts": n,
                     "sampler": sampler,
                     "delta": delta,
                     "threshold": 0.09 if sampler == "tas" else None,

@@ -10,10 +10,12 @@ arithmetic is easy to check by hand):
   Cactus δ=2.0   status error: must not appear.
 """
 
+import json
 import re
 from pathlib import Path
 
 import pandas as pd
+import PIL.Image
 import pytest
 
 from cactus_bench.report import (
@@ -203,19 +205,23 @@ def test_a_missing_combination_gives_a_figure_that_says_so(agg):
     figure = FIGURES["al_vs_delta"](rows, pair, m)
     texts = [t.get_text() for ax in figure.axes for t in ax.texts]
     assert any("No Cactus δ sweep" in t for t in texts)
-    assert "tiny" in figure.get_suptitle() and "CPU" in figure.get_suptitle()
+    assert "tiny" in figure.get_suptitle() and "CPU" in figure.get_label()  # machine: metadata
 
 
 def test_figures_have_labelled_axes_and_are_written(tmp_path, agg):
     pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
     for kind, build in FIGURES.items():
         figure = build(rows, pair, m)
-        assert "NVIDIA A100" in figure.get_suptitle() and "m = 20" in figure.get_suptitle()
+        title = figure.get_suptitle()
+        assert title.startswith(f"{title.split(':')[0]}: qwen3_14b, m = 20"), title  # short
+        assert "NVIDIA A100" in figure.get_label() and "→" in figure.get_label()
         for ax in figure.axes:
             if ax.lines or ax.collections:  # a panel with data, not a "missing" note
                 assert ax.get_xlabel() and ax.get_ylabel(), kind
                 assert ax.get_legend() is not None, kind
     written = make_figures(agg, tmp_path, formats=("png",))
+    with PIL.Image.open(written[0]) as image:  # the machine travels in the file's metadata
+        assert "NVIDIA A100" in image.info["Description"] and "Software" not in image.info
     # the tiny block has no δ sweep (SpS and the verifier only): its δ figures are not drawn
     assert len(written) == 2 * len(FIGURES) - len(DELTA_FIGURES)
     assert not [p for p in written if "tiny" in p.name and "_vs_delta" in p.name]
@@ -229,20 +235,55 @@ def test_cli_all_writes_tables_and_figures(tmp_path):
     assert len(list((tmp_path / "figures").glob("*.pdf"))) == 2 * len(FIGURES) - len(DELTA_FIGURES)
 
 
-@pytest.mark.slow
-def test_notebook_runs_headless(monkeypatch):
+def _run_notebook(monkeypatch, results: str | None) -> list:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
-    monkeypatch.setenv("CACTUS_RESULTS", FIXTURE)
+    if results is None:
+        monkeypatch.delenv("CACTUS_RESULTS", raising=False)  # the committed results/demo
+    else:
+        monkeypatch.setenv("CACTUS_RESULTS", results)
     notebook = nbformat.read("notebooks/analysis.ipynb", as_version=4)
     nbclient.NotebookClient(
         notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": "notebooks"}}
     ).execute()
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
-    shown = "".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    return outputs
+
+
+def _shown(outputs, kind: str) -> str:
+    return "".join(str(o.get("data", {}).get(kind, "")) for o in outputs) + "".join(
+        o.get("text", "") for o in outputs if o.output_type == "stream"
+    )
+
+
+@pytest.mark.slow
+def test_notebook_shows_the_main_block_the_frontier_and_per_prompt_scores(monkeypatch):
+    outputs = _run_notebook(monkeypatch, None)
+    text = _shown(outputs, "text/plain")
+    assert "main block: smollm2_135m, m = 2, 16 arms" in text  # the δ sweep, not m = 1
+    assert "frontier: results/frontier/smollm2_135m.csv" in text
+    markdown = _shown(outputs, "text/markdown")
+    assert "Cactus-exact (δ = 2)" in markdown and "speedup (tokens/s)" in markdown
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 3  # 2 block + frontier
+    html = _shown(outputs, "text/html")
+    assert "Demo: Cactus (δ = 1)" in html and ">14<" in html  # prompts 0..14 of the demo
+
+
+@pytest.mark.slow
+def test_notebook_runs_headless_on_other_csvs(monkeypatch):
+    outputs = _run_notebook(monkeypatch, FIXTURE)
+    shown = _shown(outputs, "text/markdown")
     assert "Cactus (δ = 0.75)" in shown and "-50.0%" in shown
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_the_committed_notebook_carries_its_outputs():
+    nbformat = pytest.importorskip("nbformat")
+    notebook = nbformat.read("notebooks/analysis.ipynb", as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.outputs for cell in code), "run the notebook and save it with its outputs"
+    assert "/work/" not in json.dumps([cell.outputs for cell in code])  # no machine paths
 
 
 def test_rows_written_by_the_store_feed_the_report(tmp_path):
@@ -299,9 +340,9 @@ def test_rows_written_by_the_store_feed_the_report(tmp_path):
 def test_score_error_bars_are_the_binomial_standard_error():
     from cactus_bench.report.figure_parts import score_stderr
 
-    rows = pd.DataFrame({"score": [0.5, 0.9], "n_samples": [100, 400]})
+    rows = pd.DataFrame({"score": [0.5, 0.9], "n_prompts": [100, 400]})
     assert score_stderr(rows, 100.0) == pytest.approx([5.0, 1.5])  # 100 sqrt(p (1 - p) / n)
-    assert score_stderr(rows.drop(columns="n_samples"), 100.0) is None
+    assert score_stderr(rows.drop(columns="n_prompts"), 100.0) is None
 
 
 def test_score_vs_al_flat_scores_and_crowded_labels_stay_readable(agg):
@@ -342,7 +383,7 @@ def test_speedup_vs_m_draws_each_method_across_m(tmp_path, agg):
     assert not list(m_sweeps(agg))  # the fixture has one m per pair
     pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
     cactus = rows[(rows["sampler"] == "cactus") & (rows["task"] == "gsm8k")].head(1)
-    wider = cactus.assign(m=m + 4, speedup=cactus["speedup"] * 1.2)
+    wider = cactus.assign(m=m + 4, speedup_tokens=cactus["speedup_tokens"] * 1.2)
     swept = pd.concat([agg, wider], ignore_index=True)
     [(found_pair, task, found)] = list(m_sweeps(swept))
     assert (found_pair, task, sorted(found["m"].unique())) == ("qwen3_14b", "gsm8k", [m, m + 4])

@@ -58,7 +58,7 @@ def test_bootstrap_matches_a_hand_computation():
     # score means per resample: 2/3, 1, 2/3 -> sorted 2/3, 2/3, 1
     assert out["score_ci_low"] == pytest.approx(2 / 3)
     assert out["score_ci_high"] == pytest.approx(2 / 3 + 0.95 * (1 / 3))
-    assert out["speedup_ci_low"] is None  # no baseline, no speedup interval
+    assert out["speedup_tokens_ci_low"] is None  # no baseline, no speedup interval
 
 
 def test_the_identity_resample_gives_the_rows_point_estimates():
@@ -71,7 +71,7 @@ def test_the_identity_resample_gives_the_rows_point_estimates():
     assert ratio_of_sums(ones, a["emitted"], a["steps"])[0] == pytest.approx(row["tokens_per_step"])
     assert ratio_of_sums(ones, b["time"], a["time"])[0] == pytest.approx(row["speedup_walltime"])
     rate = ratio_of_sums(ones, a["gen"], a["time"]) / ratio_of_sums(ones, b["gen"], b["time"])
-    assert rate[0] == pytest.approx(row["speedup"])
+    assert rate[0] == pytest.approx(row["speedup_tokens"])
 
 
 def test_resample_counts_draw_n_prompts_with_replacement():
@@ -135,7 +135,7 @@ def test_pairing_cancels_the_prompt_to_prompt_spread():
     unpaired = {
         "speedup_walltime": ratio_of_sums(base_counts, b["time"], np.ones(40))
         / ratio_of_sums(spec_counts, a["time"], np.ones(40)),
-        "speedup": ratio_of_sums(spec_counts, a["gen"], a["time"])
+        "speedup_tokens": ratio_of_sums(spec_counts, a["gen"], a["time"])
         / ratio_of_sums(base_counts, b["gen"], b["time"]),
     }
     for stat, values in unpaired.items():
@@ -159,7 +159,7 @@ def test_row_columns_of_a_speculative_run_with_repeats():
     row = per_prompt_columns(spec, base, [0.5, 1.0], seed=5)
     assert set(row) == {"score_by_prompt", "prompts_hash", "ci_resamples", *interval_column_names()}
     assert row["score_by_prompt"] == [0.5, 1] and row["ci_resamples"] == BOOTSTRAP_RESAMPLES
-    for stat in ("score", "al", "tokens_per_step", "speedup", "speedup_walltime"):
+    for stat in ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime"):
         assert row[f"{stat}_ci_low"] <= row[f"{stat}_ci_high"], stat
     assert row == per_prompt_columns(spec, base, [0.5, 1.0], seed=5)  # reproducible
     with pytest.raises(ValueError, match="do not split into repeats"):
@@ -182,7 +182,9 @@ def test_one_prompt_or_no_drafts_leave_interval_cells_empty():
         [record([0, 0], 1.0, m=0), record([0], 1.0, m=0, prompt=1)], None, [1.0, 0.0], seed=0
     )
     assert verifier["score_ci_low"] == 0.0 and verifier["score_ci_high"] == 1.0
-    assert all(verifier[f"{s}_ci_low"] is None for s in ("al", "speedup", "speedup_walltime"))
+    assert all(
+        verifier[f"{s}_ci_low"] is None for s in ("al", "speedup_tokens", "speedup_walltime")
+    )
 
 
 def test_schema_holds_the_new_columns_and_error_rows_leave_them_empty():
@@ -234,3 +236,43 @@ def test_an_old_csv_is_widened_and_its_rows_read_with_empty_intervals(tmp_path):
     assert old.isna()["score_by_prompt"] and old.isna()["repeats"]
     assert fresh["score_by_prompt"] == "[1,0.5]" and fresh["repeats"] == 2
     assert fresh["ci_resamples"] == BOOTSTRAP_RESAMPLES
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [15, 100])
+def test_scipy_bca_bootstrap_is_not_closer_to_95_percent(n):
+    """Why the project keeps its percentile bootstrap: scipy's BCa bootstrap (paired for the
+    ratio) covers no closer to 95% in the two coverage simulations above, at 15 prompts (both
+    undercover) and at 100. If a scipy release changes that, this fails: switch then."""
+    stats = pytest.importorskip("scipy.stats")
+    sets = 2000
+    counts = resample_counts(n, BOOTSTRAP_RESAMPLES, bootstrap_rng(0))
+
+    def bca(data, statistic, truth):
+        result = stats.bootstrap(
+            data,
+            statistic,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            paired=len(data) > 1,
+            vectorized=True,
+            axis=0,
+            method="BCa",
+            random_state=np.random.default_rng(0),
+            batch=100,
+        )
+        low, high = result.confidence_interval
+        return float(np.mean((low <= truth) & (truth <= high)))
+
+    rng = np.random.default_rng(2024)
+    scores = rng.normal(3.0, 2.0, size=(n, sets))  # [n, sets]
+    mean = (coverage(counts @ scores / n, 3.0), bca((scores,), np.mean, 3.0))
+    steps = 1 + np.random.default_rng(7).poisson(20, size=(n, sets))
+    accepted = np.random.default_rng(8).binomial(4 * steps, 0.3).astype(float)
+    ratio = (
+        coverage(ratio_of_sums(counts, accepted, steps), 1.2),
+        bca((accepted, steps.astype(float)), lambda a, s, axis: a.sum(axis) / s.sum(axis), 1.2),
+    )
+    for percentile, bca_coverage in (mean, ratio):
+        assert abs(bca_coverage - 0.95) >= abs(percentile - 0.95) - 0.01, (mean, ratio)
+        assert (0.89 if n == 15 else 0.93) <= percentile <= 0.97, (mean, ratio)
+    print(f"n = {n}: coverage (percentile, BCa) mean {mean}, ratio {ratio}")

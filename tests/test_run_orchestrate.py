@@ -72,7 +72,7 @@ def test_run_writes_one_row_and_records_then_resume_skips(tmp_path, capsys):
     assert outcome.csv_path == tmp_path / "results" / "runs.csv"
     (row,) = csv_rows(outcome.csv_path)
     assert (row["status"], row["sampler"], row["delta"], row["m"]) == ("ok", "cactus", "0.5", "3")
-    assert (row["model_pair"], row["task"], row["n_samples"]) == ("tiny_random", "demo", "2")
+    assert (row["model_pair"], row["task"], row["n_prompts"]) == ("tiny_random", "demo", "2")
     assert row["config_hash"] == outcome.config_hash and row["run_id"] == outcome.run_id
     for column in (
         "score",
@@ -80,7 +80,7 @@ def test_run_writes_one_row_and_records_then_resume_skips(tmp_path, capsys):
         "accept_rate",
         "tokens_per_s_spec",
         "tokens_per_s_baseline",
-        "speedup",
+        "speedup_tokens",
         "speedup_walltime",
         "git_sha",
         "torch_version",
@@ -145,14 +145,14 @@ def test_verifier_run_feeds_the_cached_baseline(tmp_path, capsys):
     verifier = run(tiny_conf(tmp_path, "sampler=verifier", "baseline=cached"))
     row = verifier.row
     assert row["sampler"] == "verifier" and row["m"] is None and row["drafter_id"] is None
-    assert row["al"] is None and row["speedup"] is None  # no speculation, no self-comparison
+    assert row["al"] is None and row["speedup_tokens"] is None  # no speculation, no self-comparison
     assert row["baseline_mode"] == "none"
     assert list((tmp_path / "results" / "baselines").glob("*.json"))  # its records, cached
 
     spec = run(tiny_conf(tmp_path, "sampler=sps", "baseline=cached"))
     assert "reusing the cached verifier-only decode" in capsys.readouterr().out
     assert spec.row["baseline_mode"] == "cached"
-    assert spec.row["speedup"] is not None
+    assert spec.row["speedup_tokens"] is not None
     assert spec.row["tokens_per_s_baseline"] == pytest.approx(verifier.row["tokens_per_s_spec"])
 
 

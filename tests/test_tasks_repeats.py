@@ -116,13 +116,13 @@ def test_a_run_with_repeats_writes_per_prompt_scores_and_intervals(tmp_path):
     validate(conf)
     outcome = run(conf)
     (row,) = csv_rows(outcome.csv_path)
-    assert (row["repeats"], row["n_samples"], row["ci_resamples"]) == ("2", "3", "2000")
+    assert (row["repeats"], row["n_prompts"], row["ci_resamples"]) == ("2", "3", "2000")
     per_prompt = json.loads(row["score_by_prompt"])
     assert len(per_prompt) == 3 and all(2 * v in (0, 1, 2) for v in per_prompt)
     assert float(row["score"]) == pytest.approx(sum(per_prompt) / 3)
     for name in interval_column_names():
         assert row[name] != "", name
-    for stat in ("score", "al", "tokens_per_step", "speedup", "speedup_walltime"):
+    for stat in ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime"):
         assert float(row[f"{stat}_ci_low"]) <= float(row[f"{stat}_ci_high"]), stat
     assert 0.0 <= float(row["score_ci_low"]) and float(row["score_ci_high"]) <= 1.0
     records = [

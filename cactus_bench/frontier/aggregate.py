@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cactus_bench.results.intervals import percentile_bounds
+
 
 @dataclass
 class Estimate:
@@ -68,8 +70,7 @@ def ratio_estimate(
     replicates = torch.where(
         torch.isposinf(replicates), torch.full_like(replicates, huge), replicates
     )
-    levels = torch.tensor([0.025, 0.975], dtype=torch.float64)
-    low, high = torch.nanquantile(replicates, levels, dim=0)
+    low, high = torch.from_numpy(percentile_bounds(replicates.numpy()))
     low, high = (torch.where(x >= huge / 2, torch.full_like(x, torch.inf), x) for x in (low, high))
     return Estimate(value, low, high)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from cactus_bench.models.devices import resolve_device
 from cactus_bench.models.hub import (
     HubModelUnavailable,
     explain_unavailable,
@@ -57,13 +58,6 @@ class LoadedPair:
     drafter_commit: str | None = None
     verifier_commit: str | None = None
     dtype: str = "float32"  # the dtype the models were loaded in, e.g. "bfloat16" (never "auto")
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"`` -> cuda when available, else cpu; anything else as given."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def resolve_dtype(

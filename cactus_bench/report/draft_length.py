@@ -14,11 +14,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from cactus_bench.report.figure_parts import MARKERS, bars, sampler_color, save_figure
-from cactus_bench.report.tables import method_label, pair_title, task_title
+from cactus_bench.report.figure_parts import MARKERS, bars, describe, sampler_color, save_figure
+from cactus_bench.report.tables import method_label, task_title
 
 PANELS = (
-    ("speedup", "speedup over the verifier (tokens/s ratio, x)"),
+    ("speedup_tokens", "speedup over the verifier (tokens/s ratio, x)"),
     ("tokens_per_step", "tokens per verifier step (bonus included)"),
 )
 
@@ -34,10 +34,8 @@ def m_sweeps(agg: pd.DataFrame):
 def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
     figure = Figure(figsize=(10.0, 4.2), layout="constrained")
     axes = figure.subplots(1, len(PANELS), squeeze=False)[0]
-    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
-    figure.suptitle(
-        f"Draft length m: {pair_title(rows, pair)}, {task_title(task)}\n{devices}", fontsize=10
-    )
+    figure.suptitle(f"Draft length m: {pair}, {task_title(task)}", fontsize=11)
+    describe(figure, rows, pair)
     methods = rows.assign(_label=[method_label(r) for _, r in rows.iterrows()])
     for ax, (column, ylabel) in zip(axes, PANELS, strict=True):
         bar_kinds = set()
@@ -57,7 +55,7 @@ def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
                 color=sampler_color(sampler),
                 label=label,
             )
-        if column == "speedup":
+        if column == "speedup_tokens":
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
         kinds = sorted(kind for kind in bar_kinds if kind)
         ax.set_ylabel(f"{ylabel}\n({'; '.join(kinds)})" if kinds else ylabel)

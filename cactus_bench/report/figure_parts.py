@@ -3,7 +3,6 @@ with their interval bands, and error bars from the rows' 95% intervals (see plot
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -67,18 +66,21 @@ def cell_value(row, column: str, scale: float = 1.0) -> float | None:
     return None if is_missing(row[column]) else float(row[column]) * scale
 
 
+def describe(figure: Figure, rows: pd.DataFrame, pair: str) -> None:
+    """What the short title leaves out, kept in the saved files' metadata (save_figure): the
+    checkpoints (drafter -> verifier) and the machine the timings come from."""
+    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
+    figure.set_label(f"{pair_title(rows, pair)}; timed on {devices}")
+
+
 def new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, list[Axes], list]:
+    """One panel per task under a short title (what, the pair's short name, m)."""
     tasks = sorted(rows["task"].unique(), key=task_sort_key)
     width = 4.6 * len(tasks) + 0.6
     figure = Figure(figsize=(width, 4.2), layout="constrained")
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]
-    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
-    # Long hub ids would run off the figure: wrap at ~12 characters per inch (fontsize 10).
-    # (non-breaking spaces keep "m = 2" on one line: textwrap splits on ASCII whitespace only)
-    m_text = f"m = {m if m else '—'}".replace(" ", "\u00a0")
-    title = textwrap.fill(f"{what}: {pair_title(rows, pair)}, {m_text}", int(width * 12))
-    title = title.replace("\u00a0", " ")
-    figure.suptitle(f"{title}\n{devices}", fontsize=10)
+    figure.suptitle(f"{what}: {pair}, m = {m if m else '—'}", fontsize=11)
+    describe(figure, rows, pair)
     return figure, list(axes), tasks
 
 
@@ -106,10 +108,10 @@ def interval_errors(rows: pd.DataFrame, column: str, scale: float = 1.0) -> np.n
 
 def score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
     """Binomial standard error sqrt(p (1 - p) / n) of each accuracy (n = prompts scored)."""
-    if "n_samples" not in rows or rows["n_samples"].isna().any():
+    if "n_prompts" not in rows or rows["n_prompts"].isna().any():
         return None
     p = rows["score"].astype(float)
-    return list(scale * (p * (1 - p) / rows["n_samples"].astype(float)) ** 0.5)
+    return list(scale * (p * (1 - p) / rows["n_prompts"].astype(float)) ** 0.5)
 
 
 def draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1.0) -> None:
@@ -143,12 +145,20 @@ def bars(sweep: pd.DataFrame, column: str, scale: float) -> tuple[object, str]:
 
 
 def save_figure(figure: Figure, stem: Path, formats) -> list[Path]:
-    """Write `figure` as <stem>.<fmt> for each format; returns the paths. PDFs carry no creation
-    date, so redrawing the same CSV gives the same bytes (no git churn)."""
+    """Write `figure` as <stem>.<fmt> for each format; returns the paths.
+
+    Redrawing the same CSV gives the same bytes (no git churn, `make plots` testable): the files
+    carry no creation date and no matplotlib version. The figure's label (`describe`: the
+    checkpoints and the machine) goes into the metadata: PNG Description, PDF Subject."""
+    description = figure.get_label() or None
+    metadata = {
+        "png": {"Software": None, "Description": description},
+        "pdf": {"CreationDate": None, "Creator": None, "Producer": None, "Subject": description},
+    }
     paths = []
     for fmt in formats:
         path = stem.with_name(f"{stem.name}.{fmt}")
-        figure.savefig(path, dpi=150, metadata={"CreationDate": None} if fmt == "pdf" else None)
+        figure.savefig(path, dpi=150, metadata=metadata.get(fmt))
         paths.append(path)
     return paths
 

@@ -2,7 +2,8 @@
 
 The report reads CSV files only (never a model, never the engine), so it runs anywhere the CSVs
 are, e.g. on a laptop after copying results/ from the cluster. Columns added after a CSV was
-written (the intervals, the per-prompt scores) read as empty, so older CSVs still report.
+written (the intervals, the per-prompt scores) read as empty, and renamed columns
+(schema.RENAMED_COLUMNS) get their current names, so older CSVs still report.
 
 Intervals of a cell that averages several seeds: the score's is recomputed by the same bootstrap
 from the seed-averaged per-prompt scores (the seeds act as repeats); the others are the means of
@@ -28,7 +29,7 @@ from cactus_bench.results.intervals import (
     percentile_interval,
     resample_counts,
 )
-from cactus_bench.results.schema import CONFIG_COLUMNS, coerce_frame
+from cactus_bench.results.schema import CONFIG_COLUMNS, RENAMED_COLUMNS, coerce_frame
 
 # Columns every report needs; a CSV without one was not written by ResultStore (or is truncated).
 REPORT_COLUMNS = (
@@ -56,7 +57,7 @@ REPORT_COLUMNS = (
     "generated_tokens",
     "tokens_per_s_spec",
     "tokens_per_s_baseline",
-    "speedup",
+    "speedup_tokens",
     "speedup_walltime",
     "baseline_mode",
     "device_name",
@@ -73,10 +74,10 @@ _MEAN_COLUMNS = (
     "accept_rate",
     "tokens_per_s_spec",
     "tokens_per_s_baseline",
-    "speedup",
+    "speedup_tokens",
     "speedup_walltime",
 )
-_SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens", "n_samples")
+_SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens", "n_prompts")
 INTERVAL_COLUMNS = tuple(interval_column_names())
 # Newer columns a CSV may lack; they read as empty cells.
 OPTIONAL_COLUMNS = (*INTERVAL_COLUMNS, "score_by_prompt", "prompts_hash", "repeats")
@@ -116,6 +117,7 @@ def read_results_csv(path: str | Path) -> pd.DataFrame:
         warnings.warn(f"{path}: ignoring a torn last line", stacklevel=2)
         text = text[: text.rfind("\n") + 1]
     frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    frame = frame.rename(columns=RENAMED_COLUMNS)  # an older CSV's names (n_samples, speedup)
     missing = [c for c in REPORT_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(

@@ -124,7 +124,7 @@ def speedup_vs_delta(rows, pair, m) -> Figure:
         pair,
         m,
         "Speedup over the verifier vs δ",
-        "speedup",
+        "speedup_tokens",
         "speedup (tokens/s ratio, x)",
         ("sps", "tas"),
         unity=True,
@@ -221,6 +221,9 @@ def _place_labels(ax: Axes, labels: list[tuple]) -> None:
             ha="left",
             # a faint leader line once a label had to move away from its marker
             arrowprops=None if pick == 0 else {"arrowstyle": "-", "lw": 0.4, "color": color},
+            # readable where an interval bar runs behind it
+            bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none", "alpha": 0.85},
+            zorder=5,
         )
 
 

@@ -1,10 +1,11 @@
-"""The results CSV schema: one row per (run, task), long format, the source of truth.
+"""The results CSV schema: one row per (run, task), one column per field, the source of truth.
 
 Every column has a kind that fixes how a Python value becomes a cell and how a cell is read back.
 A missing value is an EMPTY cell, never 0: a verifier-only run has no AL, an errored run has no
 timings. `row_to_cells` is the only way a row reaches disk, so a typo in a column name, a NaN
 disguised as a number or an error row carrying stale timings (a pitfall Spec-Bench hit) fails
-loudly before anything is written.
+loudly before anything is written. docs/results-schema.md is generated from this file
+(`python -m cactus_bench.results.schema_doc`); a test keeps the two equal.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ _SCHEMA: tuple[Column, ...] = (
     Column("backend", "str", "hf | vllm"),
     Column("dtype", "str", "dtype the models ran in"),
     Column("task", "str", "gsm8k | ifeval | gpqa | demo"),
-    Column("n_samples", "int", "number of prompts scored"),
+    Column("n_prompts", "int", "number of prompts scored (each decoded `repeats` times)"),
     Column(
         "sampler",
         "str",
@@ -127,10 +128,15 @@ _SCHEMA: tuple[Column, ...] = (
     Column("baseline_generated_tokens", "int", "output tokens of the baseline, all prompts"),
     Column("tokens_per_s_spec", "float", "generated_tokens / wall_time_spec_s"),
     Column("tokens_per_s_baseline", "float", "baseline_generated_tokens / wall_time_baseline_s"),
-    Column("speedup", "float", "tokens_per_s_spec / tokens_per_s_baseline"),
-    Column("speedup_ci_low", "float", "lower end of the 95% interval of speedup"),
-    Column("speedup_ci_high", "float", "upper end of the 95% interval of speedup"),
-    Column("speedup_walltime", "float", "wall_time_baseline_s / wall_time_spec_s"),
+    Column(
+        "speedup_tokens",
+        "float",
+        "tokens_per_s_spec / tokens_per_s_baseline: the speedup in tokens/s, robust to the arms "
+        "emitting answers of different lengths",
+    ),
+    Column("speedup_tokens_ci_low", "float", "lower end of the 95% interval of speedup_tokens"),
+    Column("speedup_tokens_ci_high", "float", "upper end of the 95% interval of speedup_tokens"),
+    Column("speedup_walltime", "float", "wall_time_baseline_s / wall_time_spec_s (the paper's)"),
     Column("speedup_walltime_ci_low", "float", "lower end of the 95% interval of speedup_walltime"),
     Column(
         "speedup_walltime_ci_high", "float", "upper end of the 95% interval of speedup_walltime"
@@ -152,6 +158,15 @@ _SCHEMA: tuple[Column, ...] = (
 )
 
 SCHEMA: dict[str, Column] = {c.name: c for c in _SCHEMA}
+
+# Columns renamed since CSVs were first written, old name -> current name. Every reader renames
+# them (ResultStore, the report, the W&B mirror), so older CSVs still resume and report.
+RENAMED_COLUMNS: dict[str, str] = {
+    "n_samples": "n_prompts",  # it always counted prompts, not decoded samples
+    "speedup": "speedup_tokens",  # easy to mistake for the paper's speedup_walltime
+    "speedup_ci_low": "speedup_tokens_ci_low",
+    "speedup_ci_high": "speedup_tokens_ci_high",
+}
 COLUMNS: list[str] = [c.name for c in _SCHEMA]
 REQUIRED_COLUMNS: tuple[str, ...] = ("run_id", "config_hash", "task", "sampler", "status")
 # One report cell / plotted point per distinct combination of these (seeds are averaged): the
@@ -268,8 +283,10 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
 
 
 def coerce_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """Give the columns of a CSV read as text their schema types (missing -> NA, never 0)."""
-    frame = frame.copy()
+    """Give the columns of a CSV read as text their schema types (missing -> NA, never 0).
+
+    Columns an older harness wrote under another name get their current one first."""
+    frame = frame.rename(columns=RENAMED_COLUMNS)
     for name in frame.columns:
         column = SCHEMA.get(name)
         text = frame[name].astype("string").replace("", pd.NA)

@@ -21,7 +21,12 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock
 
-from cactus_bench.results.schema import COLUMNS, coerce_frame, row_to_cells
+from cactus_bench.results.schema import (
+    COLUMNS,
+    RENAMED_COLUMNS,
+    coerce_frame,
+    row_to_cells,
+)
 
 LOCK_TIMEOUT_S = 600  # a peer holding the lock longer than this is stuck, not busy
 
@@ -119,12 +124,14 @@ class ResultStore:
             _append_bytes(self.csv_path, _csv_line(COLUMNS))
             return list(COLUMNS)
         header = self._read_header()
-        missing = [c for c in COLUMNS if c not in header]
-        if not missing:
+        renamed = [RENAMED_COLUMNS.get(name, name) for name in header]
+        missing = [c for c in COLUMNS if c not in renamed]
+        if not missing and renamed == header:
             return header
-        # An older harness wrote this file: rewrite it once with the new columns appended (old
-        # rows get empty cells), via a temporary file and an atomic rename.
-        widened = header + missing
+        # An older harness wrote this file: rewrite it once under the current column names with
+        # the new columns appended (old rows get empty cells), via a temporary file and an
+        # atomic rename.
+        widened = renamed + missing
         temporary = self.csv_path.with_name(self.csv_path.name + ".upgrade.tmp")
         with (
             open(self.csv_path, newline="", encoding="utf-8") as src,
@@ -169,6 +176,7 @@ class ResultStore:
                 f"{self.csv_path} does not look like a cactus-bench results CSV "
                 f"(header starts {list(frame.columns[:4])}); point the store at another file"
             )
+        frame = frame.rename(columns=RENAMED_COLUMNS)  # an older harness's names
         missing = [c for c in COLUMNS if c not in frame.columns]
         for name in missing:  # an older file read before any new append widened it
             frame[name] = ""

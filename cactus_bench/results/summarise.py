@@ -9,7 +9,7 @@ every request, so long generations weigh by their steps as in the reference code
     accept_rate_by_pos[j] = #steps with accepted > j / #steps with drafted > j   (j = 0..m-1)
     draft_tokens_rejected = sum(drafted - accepted)        every discarded draft token
     tokens_per_s     = generated tokens / summed total_time_s   (the same count for both arms)
-    speedup          = tokens_per_s_spec / tokens_per_s_baseline
+    speedup_tokens   = tokens_per_s_spec / tokens_per_s_baseline
     speedup_walltime = wall_time_baseline_s / wall_time_spec_s
 
 accept_rate_by_pos is the unconditional survival rate vLLM reports per position; when every step
@@ -145,7 +145,7 @@ def summarise(records: Iterable, baseline_records: Iterable | None = None) -> di
         "wall_time_baseline_s": None,
         "baseline_generated_tokens": None,
         "tokens_per_s_baseline": None,
-        "speedup": None,
+        "speedup_tokens": None,
         "speedup_walltime": None,
     }
     if baseline_records is None:
@@ -166,7 +166,7 @@ def summarise(records: Iterable, baseline_records: Iterable | None = None) -> di
         wall_time_baseline_s=base.times["total_time_s"],
         baseline_generated_tokens=base.generated,
         tokens_per_s_baseline=tokens_per_s_baseline,
-        speedup=(
+        speedup_tokens=(
             _ratio(row["tokens_per_s_spec"], tokens_per_s_baseline)
             if row["tokens_per_s_spec"] is not None and tokens_per_s_baseline
             else None

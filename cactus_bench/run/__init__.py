@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from cactus_bench.run.checks import (
     ConfigError,
     SamplerChoice,
+    ignored_settings,
     run_conf_from_dict,
     sampler_choice,
     validate,
@@ -53,6 +54,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ignored_settings",
     "ConfigError",
     "RunConf",
     "RunIdentity",

@@ -22,7 +22,7 @@ from cactus_bench.run.conf import (
     LOGGER_NAMES,
     RunConf,
 )
-from cactus_bench.samplers.catalogue import DELTA, VERIFIER_ONLY, check_params, rule_info
+from cactus_bench.samplers.catalogue import DELTA, RULES, VERIFIER_ONLY, check_params, rule_info
 from cactus_bench.tasks.specs import TASK_NAMES, THINK_FILTERS
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
@@ -93,6 +93,19 @@ def validate(conf: RunConf) -> SamplerChoice:
     _check_ranges(conf)
     _check_choices(conf)
     return choice
+
+
+def ignored_settings(conf: RunConf, choice: SamplerChoice) -> list[str]:
+    """Warnings (one line each) for settings the run accepts but cannot use: a divergence budget
+    (`delta=`) given to a rule without one. Printed by run.py; never an error, so that a sweep
+    such as `-m sampler=sps,cactus delta=0.5` still runs its SpS arm."""
+    if conf.delta is None or "delta" in choice.params:
+        return []
+    budgeted = [name for name, info in RULES.items() if info.param("delta") is not None]
+    return [
+        f"warning: sampler {choice.name!r} has no divergence budget, so delta={conf.delta} is "
+        f"ignored (rules with one: {', '.join(budgeted)})"
+    ]
 
 
 def _check_ranges(conf: RunConf) -> None:

@@ -41,12 +41,12 @@ def format_outcome(outcome: RunOutcome) -> str:
         f"{'acceptance rate (accepted / drafted)':<44} {_cell(row.get('accept_rate'), '.3f')}",
         f"{'tokens/s (run' + (' / verifier baseline)' if base else ')'):<44} "
         f"{_cell(row.get('tokens_per_s_spec'), '.2f')}" + (f" / {base:.2f}" if base else ""),
-        f"{'speedup (tokens/s ratio)':<44} {_with_interval(row, 'speedup', '.3f')}",
+        f"{'speedup (tokens/s ratio)':<44} {_with_interval(row, 'speedup_tokens', '.3f')}",
         f"{'speedup (wall time)':<44} {_with_interval(row, 'speedup_walltime', '.3f')}",
     ]
     if row.get("score_ci_low") is not None:
         lines.append("[low, high]: 95% paired bootstrap interval over prompts")
-    title = f"{row['model_pair']} / {row['task']} / {row['sampler']}  ({row['n_samples']} prompts)"
+    title = f"{row['model_pair']} / {row['task']} / {row['sampler']}  ({row['n_prompts']} prompts)"
     return "\n".join(
         [
             title,

@@ -70,6 +70,11 @@ def _not_in_struct_line(message: str) -> str:
     full_key = full.group(1) if full else name
     parent = full_key.rpartition(".")[0]
     keys = _schema_keys().get(parent, ())
+    dotted = re.search(r"Could not override '([^']+)'", message)
+    if dotted and dotted.group(1).replace(".", "_") in _schema_keys()[""]:
+        # `data.dir=/x` for `data_dir=/x`: the dotted spelling of a top-level key
+        wanted = dotted.group(1)
+        return f"unknown config key {wanted!r} (did you mean {wanted.replace('.', '_')!r}?)"
     if parent == "sampler" and name in keys:  # a real parameter, of another rule
         return (
             f"the chosen sampler takes no {name!r} (configs/sampler/<name>.yaml lists a rule's "

@@ -91,7 +91,7 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
 
         baseline_records = cached_baseline(identity, result.records, decode_baseline)
     row = {
-        "n_samples": result.n_samples,
+        "n_prompts": result.n_samples,
         "score_name": result.score_name,
         "score": result.score,
         "metrics_json": dict(result.metrics),

@@ -96,7 +96,7 @@ def run(conf: RunConf, choice: SamplerChoice | None = None) -> RunOutcome:
         from cactus_bench.run.wandb import mirror_to_wandb
 
         try:
-            mirror_to_wandb(identity, row, measured.records)
+            mirror_to_wandb(identity, row, measured.records, measured.baseline_records)
         except Exception as error:  # the CSV is the source of truth; a W&B hiccup is a warning
             print(f"warning: W&B mirror failed ({error_text(error)}); the CSV row is written")
     return RunOutcome("ok", identity.results_csv, identity.config_hash, run_id, row)

@@ -1,6 +1,8 @@
-"""logger=wandb: mirror a finished row and its per-step AL series to Weights & Biases.
+"""logger=wandb: mirror a finished row and its per-request records to Weights & Biases.
 
-The CSV stays the source of truth: a W&B failure is a warning, never a failed run.
+One W&B run per job, grouped by experiment (or by the results CSV a plain sweep appends to)
+and tagged `pair:<name>`, `task:<name>`, `rule:<name>`. The CSV stays the source of truth: a
+W&B failure is a warning, never a failed run.
 """
 
 from __future__ import annotations
@@ -12,7 +14,17 @@ from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import resolve_path
 
 
-def mirror_to_wandb(identity: RunIdentity, row: dict, records: list) -> None:
+def wandb_group(identity: RunIdentity, row: dict) -> str:
+    """The experiment's name (table1, delta_sweep, ...), else the CSV the sweep shares."""
+    return row.get("experiment") or identity.results_csv.stem
+
+
+def wandb_tags(identity: RunIdentity) -> list[str]:
+    conf = identity.conf
+    return [f"pair:{conf.model.name}", f"task:{conf.task.name}", f"rule:{identity.sampler}"]
+
+
+def mirror_to_wandb(identity: RunIdentity, row: dict, records: list, baseline_records=None):
     from cactus_bench.results.wandb_mirror import WandbMirror
 
     conf = identity.conf
@@ -21,10 +33,16 @@ def mirror_to_wandb(identity: RunIdentity, row: dict, records: list) -> None:
     config = identity.wandb_config(row["run_id"])
     with _environment(WANDB_MODE=mode, WANDB_ENTITY=conf.logger.entity):
         with WandbMirror(
-            conf.logger.project, run_name, config, dir=resolve_path(conf.results_dir)
+            conf.logger.project,
+            run_name,
+            config,
+            dir=resolve_path(conf.results_dir),
+            group=wandb_group(identity, row),
+            tags=wandb_tags(identity),
         ) as mirror:
             mirror.log_row(row)
-            mirror.log_al_series(records, task=conf.task.name)
+            mirror.log_records(records, row)
+            mirror.log_artifact(row, records, baseline_records)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,69 @@
+"""Hints that name the fix: a dotted top-level key, the effective sampler under `--cfg job`, a
+budget given to a rule without one, and `device=cuda` on a CPU build of torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_run_orchestrate import tiny_conf
+
+from cactus_bench.models.loading import resolve_device
+from cactus_bench.run import ignored_settings, validate
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_dotted_top_level_key_suggests_its_underscore_name():
+    done = _cli("data.dir=/x")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: unknown config key 'data.dir' (did you mean 'data_dir'?)"
+    ]
+
+
+def test_cfg_job_shows_the_budget_the_rule_will_use():
+    done = _cli("sampler=cactus_0.25", "delta=0.75", "--cfg", "job")
+    assert done.returncode == 0, done.stderr
+    assert "  delta: 0.25" in done.stdout  # the preset's YAML, as Hydra composed it
+    effective = done.stdout.split("delta= applied")[1]
+    assert "name: cactus" in effective and "delta: 0.75" in effective
+
+
+def _ignored(tmp_path, *overrides: str) -> list[str]:
+    conf = tiny_conf(tmp_path, *overrides)
+    return ignored_settings(conf, validate(conf))
+
+
+def test_a_budget_given_to_a_rule_without_one_warns_once(tmp_path):
+    (line,) = _ignored(tmp_path, "sampler=sps", "delta=0.5")
+    assert line.startswith("warning: sampler 'sps' has no divergence budget")
+    assert "delta=0.5 is ignored" in line and "cactus" in line
+    assert _ignored(tmp_path, "sampler=cactus", "delta=0.5") == []
+    assert _ignored(tmp_path, "sampler=sps") == []
+
+
+def test_cuda_on_a_cpu_build_of_torch_says_how_to_install_one(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(ValueError, match="is a CPU build; install a CUDA build") as error:
+        resolve_device("cuda")
+    assert "--index-url https://download.pytorch.org/whl/" in str(error.value)
+    assert "\n" not in str(error.value)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    with pytest.raises(ValueError, match="sees no GPU; check nvidia-smi"):
+        resolve_device("cuda:1")
+    assert resolve_device("auto") == torch.device("cpu")
