@@ -82,7 +82,9 @@ def collect(args, log, held_out: bool) -> None:
     seed = args.seed + (7919 if held_out else 0)
     settings = CollectSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch,
                                seed=seed)  # fmt: skip
-    total = collect_shards(verifier, tokenizer, prompts, run_dir, settings, target, log)
+    part, parts = args.part
+    total = collect_shards(verifier, tokenizer, prompts, run_dir, settings, target, log,
+                           part=part, parts=parts)  # fmt: skip
     log(f"collect ({'held-out' if held_out else 'train'}) done: {total} answer tokens")
 
 
@@ -172,6 +174,8 @@ def parse_args() -> argparse.Namespace:
     add("--batch", type=int, default=64)
     add("--max-new-tokens", type=int, default=256)
     add("--train-minutes", type=float, default=40.0, help="CPU minutes of training")
+    add("--part", type=int, nargs=2, default=(0, 1), metavar=("K", "N"),
+        help="collect: write only shards K mod N (N processes on N cores)")  # fmt: skip
     add("--lr", type=float, default=1e-3)
     add("--batch-tokens", type=int, default=4096, help="padded head positions per batch")
     add("--cost-repeats", type=int, default=21)

@@ -155,3 +155,18 @@ def test_training_improves_acceptance_and_resumes(pair, tmp_path):
     curve = [float(row.split(",")[-1]) for row in rows]
     assert [int(row.split(",")[0]) for row in rows][0] == 0  # the untrained point comes first
     assert max(curve[1:]) > curve[0] + 0.1  # the distillation loss moves acceptance up
+
+
+def test_collection_split_over_processes_writes_what_one_process_writes(pair, tmp_path):
+    _, verifier, tokenizer = pair
+    settings = CollectSettings(max_new_tokens=6, batch_size=3)
+    quiet = lambda _: None  # noqa: E731
+    collect_shards(verifier, tokenizer, PROMPTS, tmp_path / "one", settings, 10**9, quiet)
+    for part in (1, 0):  # the order the parts finish in does not matter
+        collect_shards(verifier, tokenizer, PROMPTS, tmp_path / "two", settings, 10**9, quiet,
+                       part=part, parts=2)  # fmt: skip
+    one, _ = load_records(tmp_path / "one")
+    two, totals = load_records(tmp_path / "two")
+    assert len(totals["names"]) == 4 and len(one) == len(two) == len(PROMPTS)
+    for a, b in zip(one, two, strict=True):
+        assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["q_idx"], b["q_idx"])

@@ -137,18 +137,26 @@ def collect_shards(
     target_tokens: int,
     log,
     sampling: SamplingParams = PAPER_SAMPLING,
+    part: int = 0,
+    parts: int = 1,
 ) -> int:
-    """Write shards until ``target_tokens`` answer tokens exist; return the number cached."""
+    """Write shards until ``target_tokens`` answer tokens exist; return the number cached.
+
+    With ``parts`` > 1 this process writes only the shards whose index is ``part`` modulo
+    ``parts`` (and stops at its share of the target), so that processes on separate cores fill
+    one folder without writing the same shard."""
     (run_dir / "shards").mkdir(parents=True, exist_ok=True)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     batches = plan_batches(tokenizer, prompts, settings.planning())
-    total = sum(s["num_tokens"] for s in iter_shards(run_dir))
-    log(f"collect: {len(batches)} batches planned, {total} answer tokens cached")
-    for index, rows in enumerate(batches):
-        path = shard_path(run_dir, index)
+    mine = [i for i in range(len(batches)) if i % parts == part]
+    done = [shard_path(run_dir, i) for i in mine if shard_path(run_dir, i).exists()]
+    total = sum(torch.load(path)["num_tokens"] for path in done)
+    log(f"collect: {len(mine)} of {len(batches)} batches, {total} answer tokens cached")
+    for index in mine:
+        rows, path = batches[index], shard_path(run_dir, index)
         if path.exists():
             continue
-        if total >= target_tokens:
+        if total * parts >= target_tokens:
             break
         wall, cpu = time.time(), time.process_time()
         gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + index)
@@ -167,20 +175,20 @@ def collect_shards(
     return total
 
 
-def iter_shards(run_dir: Path, limit: int | None = None):
-    """The cached shards in order (the first ``limit`` only, when given)."""
-    for path in sorted((run_dir / "shards").glob("shard_*.pt"))[:limit]:
-        yield torch.load(path)
+def shard_names(run_dir: Path) -> list[str]:
+    """File names of the cached shards, in index order."""
+    return sorted(path.name for path in (run_dir / "shards").glob("shard_*.pt"))
 
 
-def load_records(run_dir: Path, limit: int | None = None) -> tuple[list[dict], dict[str, float]]:
-    """The records of the first ``limit`` shards (default all) and the collection's totals
-    (answer tokens, wall and CPU seconds, shards)."""
-    records, totals = [], {"tokens": 0, "wall_s": 0.0, "cpu_s": 0.0, "shards": 0}
-    for shard in iter_shards(run_dir, limit):
+def load_records(run_dir: Path, names: list[str] | None = None) -> tuple[list[dict], dict]:
+    """The records of the shards ``names`` (default: all cached) and the collection's totals
+    (answer tokens, wall and CPU seconds, shard names)."""
+    names = shard_names(run_dir) if names is None else names
+    records, totals = [], {"tokens": 0, "wall_s": 0.0, "cpu_s": 0.0, "names": names}
+    for name in names:
+        shard = torch.load(run_dir / "shards" / name)
         records.extend(shard["records"])
         totals["tokens"] += shard["num_tokens"]
         totals["wall_s"] += shard["wall_s"]
         totals["cpu_s"] += shard["cpu_s"]
-        totals["shards"] += 1
     return records, totals

@@ -62,7 +62,7 @@ def write_report(args, results, unscaled, scale, grid, costs, collected, state, 
         "drafter's 8192 ids + bias",
         "teacher": {
             "answer_tokens": int(collected["tokens"]),
-            "shards": collected["shards"],
+            "shards": len(collected["names"]),
             "cpu_minutes": round(collected["cpu_s"] / 60, 1),
             "wall_minutes": round(collected["wall_s"] / 60, 1),
         },  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from cactus_bench.engine.sampling import SamplingParams
-from cactus_bench.feature_drafter.collect import PAPER_SAMPLING, load_records
+from cactus_bench.feature_drafter.collect import PAPER_SAMPLING, load_records, shard_names
 from cactus_bench.feature_drafter.head import FeatureHead
 from cactus_bench.models.drafter_distill import (
     make_batches,
@@ -131,7 +131,7 @@ def train_head(verifier, token_ids, run_dir: Path, s: HeadSettings, log) -> Feat
     params = head.trainable_parameters()
     optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=0.0, betas=(0.9, 0.98))
     state = {"step": 0, "epoch": 0, "offset": 0, "cpu_s": 0.0, "wall_s": 0.0}
-    state["shards"] = totals["shards"]
+    state["shards"] = totals["names"]
     if ckpt is not None:
         head.load_state_dict(ckpt["head"], strict=False)
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -147,10 +147,10 @@ def train_head(verifier, token_ids, run_dir: Path, s: HeadSettings, log) -> Feat
     if state["step"] == 0:
         point(head, val, lookup, state, ema, tokens, curve_path, log)
     while state["cpu_s"] < budget:
-        if state["offset"] == 0 and shard_count(data_dir) != state["shards"]:
+        if state["offset"] == 0 and shard_names(data_dir) != state["shards"]:
             records, totals = load_records(data_dir)  # a collection beside us wrote more
             train, val = split_records(records, s.val_every)
-            tokens, state["shards"] = sum(len(r["q_idx"]) for r in train), totals["shards"]
+            tokens, state["shards"] = sum(len(r["q_idx"]) for r in train), totals["names"]
             log(f"epoch {state['epoch']}: {len(train)} seqs / {tokens} answer tokens")
         batches = make_batches(train, s.batch_tokens, s.seed + state["epoch"])
         for indices in batches[state["offset"] :]:
@@ -187,10 +187,6 @@ def train_head(verifier, token_ids, run_dir: Path, s: HeadSettings, log) -> Feat
             state["offset"] = 0
     log(f"train done: {state['step']} steps, {state['cpu_s'] / 60:.1f} cpu min")
     return head
-
-
-def shard_count(data_dir: Path) -> int:
-    return len(list((data_dir / "shards").glob("shard_*.pt")))
 
 
 def head_size(params) -> int:
