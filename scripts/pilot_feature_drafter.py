@@ -102,7 +102,8 @@ def head_settings(args):
     from cactus_bench.feature_drafter.train import HeadSettings
 
     return HeadSettings(train_minutes=args.train_minutes, lr=args.lr,
-                        batch_tokens=args.batch_tokens, seed=args.seed)  # fmt: skip
+                        batch_tokens=args.batch_tokens, ckpt_minutes=args.ckpt_minutes,
+                        seed=args.seed)  # fmt: skip
 
 
 def train(args, log) -> None:
@@ -152,7 +153,10 @@ def evaluate(args, log) -> None:
     head.lm_head.logit_scale = 1.0
     unscaled = acc.summary(acc.head_acceptance(head, held_out, PAPER_SAMPLING), args.seed)
     head.lm_head.logit_scale = scale
-    probe = max((r for r in held_out if r["source"] == "gsm8k_test"), key=lambda r: len(r["ids"]))
+    # The step cost is timed at the position after --cost-context tokens of a held-out answer.
+    probe = next(r for r in held_out if len(r["ids"]) > args.cost_context + 1)
+    probe = {"ids": probe["ids"][: args.cost_context + 1],
+             "features": probe["features"][: args.cost_context]}  # fmt: skip
     costs = step_costs(head, drafter, verifier, probe, args.cost_repeats)
     log(f"step costs {costs}")
     val_drafter = acc.summary(acc.drafter_acceptance(drafter, val, PAPER_SAMPLING), args.seed)
@@ -170,7 +174,12 @@ def parse_args() -> argparse.Namespace:
     add("--seed", type=int, default=0)
     add("--train-tokens", type=int, default=200_000, help="training answer tokens to collect")
     add("--num-instruction", type=int, default=12_000, help="instruction prompts in the mix")
-    add("--held-out-gsm8k", type=int, default=64, help="GSM8K test questions held out")
+    add(
+        "--held-out-gsm8k",
+        type=int,
+        default=44,
+        help="GSM8K test questions held out (with the 20 demo prompts: one batch of 64)",
+    )
     add("--batch", type=int, default=64)
     add("--max-new-tokens", type=int, default=256)
     add("--train-minutes", type=float, default=40.0, help="CPU minutes of training")
@@ -178,7 +187,9 @@ def parse_args() -> argparse.Namespace:
         help="collect: write only shards K mod N (N processes on N cores)")  # fmt: skip
     add("--lr", type=float, default=1e-3)
     add("--batch-tokens", type=int, default=4096, help="padded head positions per batch")
-    add("--cost-repeats", type=int, default=21)
+    add("--ckpt-minutes", type=float, default=4.0, help="CPU minutes between curve points")
+    add("--cost-repeats", type=int, default=11)
+    add("--cost-context", type=int, default=128, help="context tokens before the timed step")
     add("--out", type=Path, default=Path("results/bench/feature_drafter_pilot.json"))
     add("--plot", type=Path, default=Path("results/bench/feature_drafter_pilot_curve.png"))
     return parser.parse_args()

@@ -87,11 +87,14 @@ def write_report(args, results, unscaled, scale, grid, costs, collected, state, 
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    plot_curve(args.run_dir / "curve.csv", args.plot, val_drafter["mean"], head_all)
+    drafter_all = results["drafter"]["all"]["mean"]
+    plot_curve(args.run_dir / "curve.csv", args.plot, val_drafter["mean"], head_all, drafter_all)
 
 
-def plot_curve(curve_csv: Path, out: Path, drafter_val: float, head_held_out: float) -> None:
-    """Val acceptance (held-out training-split prompts) against training CPU minutes."""
+def plot_curve(curve_csv: Path, out: Path, drafter_val: float, head_held_out: float,
+               drafter_held_out: float) -> None:  # fmt: skip
+    """Val acceptance (held-out training-split prompts) against training CPU minutes, and the
+    final held-out test acceptance of both drafters."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -109,11 +112,13 @@ def plot_curve(curve_csv: Path, out: Path, drafter_val: float, head_held_out: fl
     ax.axhline(GO_THRESHOLD, color="red", ls=":", label=f"go threshold ({GO_THRESHOLD})")
     ax.plot([minutes[-1]], [head_held_out], "s", color="black",
             label=f"feature head, held-out test, calibrated ({head_held_out:.3f})")  # fmt: skip
+    ax.plot([minutes[-1]], [drafter_held_out], "D", color="gray",
+            label=f"distilled drafter, held-out test ({drafter_held_out:.3f})")  # fmt: skip
     ax.set_xlabel("training CPU minutes (process time)")
     ax.set_ylabel("position-1 acceptance sum min(p, q)")
     ax.set_title("Feature-head pilot: SmolLM2-135M, T 0.6, top-k 20, top-p 0.95")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
