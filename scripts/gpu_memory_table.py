@@ -2,7 +2,7 @@
 
     python scripts/gpu_memory_table.py   # prints the Markdown table (a test checks the doc has it)
 
-Sizes from the checkpoints' published configs (cactus_bench.models.rehearsal.specs), the
+Sizes from the checkpoints' published configs (cactus_bench.rehearsal.specs), the
 arithmetic of cactus_bench.vllm.memory (the same the vLLM backend runs before loading), bf16,
 the paper's max_model_len 16,384, both engines of baseline=interleave in one process, and the
 run's default share of each card (backend.gpu_memory_utilization 0.85).
@@ -15,10 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cactus_bench.models.rehearsal.specs import hub_model  # noqa: E402
-
 from cactus_bench.models.registry import get_pair_spec  # noqa: E402
 from cactus_bench.paper import PAPER  # noqa: E402
+from cactus_bench.rehearsal.specs import hub_model  # noqa: E402
 from cactus_bench.vllm.memory import GIB, model_size, plan_memory  # noqa: E402
 
 PAIRS = ("qwen3_8b", "qwen3_14b", "qwen3_32b")
