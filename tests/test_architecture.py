@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "report": {"results"},
     "vllm": {"engine", "samplers", "models"},
     "drafter_training": {"engine", "models", "paper"},
+    "feature_drafter": {"drafter_training", "engine", "models", "paper", "results"},
     "bench": {"engine", "models", "samplers", "paper"},
     "rehearsal": {"models"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},

@@ -217,7 +217,9 @@ def test_identity_records_the_resolved_dtype(monkeypatch):
 
     def measured(flags, dtype="auto"):
         """What the identity says while the CPU has `flags` (its fields are computed lazily)."""
-        info = dataclasses.replace(cpu_kernels.cpu_info(), flags=frozenset(flags), onednn=True)
+        info = dataclasses.replace(
+            cpu_kernels.cpu_info(), flags=frozenset(flags), onednn=True, onednn_bf16=True
+        )
         monkeypatch.setattr(cpu_kernels, "cpu_info", lambda: info)
         identity = build_identity(compose_run_conf(["device=cpu", f"model.dtype={dtype}"]))[0]
         return (

@@ -61,6 +61,8 @@ class CpuInfo:
     flags: frozenset[str]  # /proc/cpuinfo flags (empty where there is no /proc/cpuinfo)
     capability: str  # torch.backends.cpu.get_cpu_capability(): ATen's kernel level, e.g. AVX512
     onednn: bool  # torch was built with oneDNN (mkldnn) and can use it
+    # torch's own probe: oneDNN runs bf16 products natively here (an AVX2-only CPU says no)
+    onednn_bf16: bool = False
 
     @property
     def x86(self) -> bool:
@@ -73,7 +75,7 @@ class CpuInfo:
             self.x86
             and self.onednn
             and any(flag in self.flags for flag in BF16_FLAGS)
-            and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+            and self.onednn_bf16
         )
 
     @property
@@ -95,7 +97,8 @@ def cpu_info() -> CpuInfo:
         if found := re.search(r"^flags\s*:\s*(.+)$", text, re.MULTILINE):
             flags = frozenset(found.group(1).split())
     onednn = torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
-    return CpuInfo(model, flags, torch.backends.cpu.get_cpu_capability(), onednn)
+    onednn_bf16 = onednn and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return CpuInfo(model, flags, torch.backends.cpu.get_cpu_capability(), onednn, onednn_bf16)
 
 
 def auto_cpu_dtype() -> torch.dtype:
