@@ -31,7 +31,6 @@ from cactus_bench.run import (
     one_line_error,
     pin_launch_context,
     register_configs,
-    sampler_choice,
     validate,
 )
 
@@ -78,17 +77,24 @@ def main(cfg: DictConfig) -> None:
     print(format_outcome(outcome), flush=True)
 
 
+def _command_line_overrides(argv: list[str]) -> list[str]:
+    return [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+
+
+def _compose(overrides: list[str], with_hydra: bool = False) -> DictConfig:
+    """The config as Hydra composes it for these overrides (outside a Hydra run)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(Path(__file__).parent / "configs"), version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=with_hydra)
+
+
 def print_effective_sampler(argv: list[str]) -> None:
     """After `--cfg job`: the sampler node as the run will use it. Hydra prints the composed
     YAML, where the `delta=` shortcut has not reached `sampler.delta` yet (checks.sampler_choice
     applies it), so `delta: 0.75` would stand beside `sampler.delta: 1.0`."""
-    from hydra import compose, initialize_config_dir
-
-    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
-    configs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
     try:
-        with initialize_config_dir(config_dir=configs, version_base="1.3"):
-            choice = sampler_choice(to_run_conf(compose("config", overrides=overrides)))
+        _, choice = to_run_conf(_compose(_command_line_overrides(argv)))
     except Exception:  # a bad or swept (a,b) value: Hydra's printout above is all there is
         return
     params = "".join(f"\n#   {name}: {value}" for name, value in choice.params.items())
@@ -108,14 +114,11 @@ def _is_config_error(error: BaseException) -> bool:
 def sweep_note(argv: list[str]) -> str | None:
     """A YAML comment under `--cfg job` naming every job when the config sweeps (a paper pair's
     cell runs one job per task; Hydra prints only the first job's config)."""
-    from hydra import compose, initialize_config_dir
-
-    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    overrides = _command_line_overrides(argv)
     swept = {arg.split("=", 1)[0]: arg.split("=", 1)[1] for arg in overrides if "," in arg}
     try:
-        with initialize_config_dir(str(Path(__file__).parent / "configs"), version_base="1.3"):
-            plain = [arg for arg in overrides if arg.split("=", 1)[0] not in swept]
-            cfg = compose("config", overrides=plain, return_hydra_config=True)
+        plain = [arg for arg in overrides if arg.split("=", 1)[0] not in swept]
+        cfg = _compose(plain, with_hydra=True)
     except Exception:  # the config itself failed: Hydra has said why already
         return None
     params = {**dict(cfg.hydra.sweeper.params or {}), **swept}
