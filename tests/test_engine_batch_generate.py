@@ -4,6 +4,8 @@ rows leaving the batch change no token, and the kept law of each step is the mod
 import pytest
 import torch
 
+from cactus_bench.engine.sampling import SamplingParams, process_logits
+
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
@@ -90,3 +92,22 @@ def test_kept_law_is_the_teacher_forced_law(tiny_pair):
         torch.testing.assert_close(kept, law, atol=2e-5, rtol=0)
         sampled = law.gather(-1, torch.tensor(tokens)[:, None])
         assert torch.all(sampled > 0)  # each token was drawn from its recorded law
+
+
+def test_draws_over_the_top_k_support_follow_the_processed_law():
+    """The batched sampler draws over the top-k support of the processed law: a chi-square
+    test of 40,000 draws from one row against that law (fixed seed)."""
+    from scipy.stats import chisquare
+
+    from cactus_bench.engine.batch_generate import _draw
+
+    generator = torch.Generator().manual_seed(0)
+    sampling = SamplingParams(temperature=1.0, top_p=0.9, top_k=8)
+    logits = torch.randn(1, 50, generator=generator)  # [1, V]
+    law = process_logits(logits, sampling)[0]  # [V], <= 8 ids with mass
+    tokens = _draw(law.expand(40_000, -1).contiguous(), sampling, generator)  # [N]
+    counts = torch.bincount(tokens, minlength=50).double()
+    support = law > 0
+    assert counts[~support].sum() == 0
+    expected = law[support].double() / law[support].double().sum() * counts.sum()
+    assert chisquare(counts[support].numpy(), expected.numpy()).pvalue > 1e-3
