@@ -25,6 +25,7 @@ ALLOWED: dict[str, set[str]] = {
     "results": set(),
     "report": {"results"},
     "vllm": {"engine", "samplers", "models"},
+    "feature_drafter": {"engine", "models", "paper", "results"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},
     "run": {"paper", "samplers", "engine", "models", "tasks", "results", "vllm", "frontier"},
     "__init__": set(),
