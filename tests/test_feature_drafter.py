@@ -170,3 +170,15 @@ def test_collection_split_over_processes_writes_what_one_process_writes(pair, tm
     assert len(totals["names"]) == 4 and len(one) == len(two) == len(PROMPTS)
     for a, b in zip(one, two, strict=True):
         assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["q_idx"], b["q_idx"])
+
+
+def test_decision_calls_a_low_result_no_go_only_at_the_planned_budget():
+    from types import SimpleNamespace
+
+    from cactus_bench.feature_drafter.report import GO_THRESHOLD, decision
+
+    plan = SimpleNamespace(train_tokens=200_000, train_minutes=40.0)
+    assert decision(GO_THRESHOLD, 10, 1.0, plan) == "go"  # a high result counts at any budget
+    assert decision(0.5, 190_000, 37.0, plan) == "no-go"
+    assert decision(0.5, 35_868, 40.0, plan).startswith("inconclusive")
+    assert decision(0.5, 200_000, 5.5, plan).startswith("inconclusive")

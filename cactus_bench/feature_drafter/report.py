@@ -83,12 +83,22 @@ def write_report(args, results, unscaled, scale, grid, costs, collected, state, 
         "drafter_on_train_split_val": val_drafter,
         "step_cost": costs,
         "go_threshold": GO_THRESHOLD,
-        "decision": "go" if head_all >= GO_THRESHOLD else "no-go",
+        "planned": {"train_tokens": args.train_tokens, "train_cpu_minutes": args.train_minutes},
+        "decision": decision(head_all, collected["tokens"], state["cpu_s"] / 60, args),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     drafter_all = results["drafter"]["all"]["mean"]
     plot_curve(args.run_dir / "curve.csv", args.plot, val_drafter["mean"], head_all, drafter_all)
+
+
+def decision(acceptance: float, tokens: int, cpu_minutes: float, args) -> str:
+    """go at or above the threshold; below it, no-go only when the planned data and training
+    budget were (90%) spent: a head trained on less says nothing against the full pilot."""
+    if acceptance >= GO_THRESHOLD:
+        return "go"
+    spent = tokens >= 0.9 * args.train_tokens and cpu_minutes >= 0.9 * args.train_minutes
+    return "no-go" if spent else "inconclusive: below the threshold, under the planned budget"
 
 
 def plot_curve(curve_csv: Path, out: Path, drafter_val: float, head_held_out: float,
