@@ -6,7 +6,7 @@ The time limit: Slurm's limits are whole minutes and its warning signal (submiti
 `signal_delay_s` before the limit) comes up to ~30 s early, so a fixed limit falls mid-cell only
 on a machine of a known speed. The test therefore submits with a long limit and, once the
 running job has journaled a request, lowers its limit to one minute (`scontrol update`): with
-the warning 58 s before the limit, Slurm sends it at its next time-limit check (~10 s here), in
+the warning 58 s before the limit, Slurm sends it at its next time-limit check (10-30 s here), in
 the middle of the cell (the cell must outlast that check; ~40 s of decoding here under load).
 After the requeue the test restores the 10 minutes. (submitit calls any warning signal of a job
 asking <= 10 minutes a time-out, as it is here.)
