@@ -86,3 +86,13 @@ def test_a_cuda_job_without_a_gpu_request_is_one_line():
 def test_slurm_launcher_without_slurm_says_so():
     with pytest.raises(ConfigError, match="needs Slurm's commands"):
         preflight.check_slurm("gpu", None, 1, ["cuda"])
+
+
+def test_cuda_asked_for_on_a_machine_without_it_is_one_line(tmp_path, no_model_loads):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    conf = conf_for("model=tiny_random", "task=demo", f"results_dir={tmp_path}", "device=cuda")
+    with pytest.raises(ConfigError, match="device=cuda but this machine has 0 visible CUDA"):
+        run(conf)

@@ -148,5 +148,6 @@ def test_failing_job_prints_one_line_and_sweep_goes_on(tmp_path):
     assert len(errors) == 1 and str(missing) in errors[0], done.stderr[-2000:]
     assert "Traceback" not in done.stderr and "Error executing job" not in done.stderr
     rows = csv_rows(tmp_path / "results" / "runs.csv")
-    assert [r["status"] for r in rows] == ["error", "ok"]  # the second job still ran
-    assert "\n" not in rows[0]["error"] and str(missing) in rows[0]["error"]
+    # The missing folder failed its job before any model loaded (preflight: no row); the
+    # second job still ran.
+    assert [r["status"] for r in rows] == ["ok"]

@@ -117,13 +117,22 @@ def test_run_writes_one_row_and_records_then_resume_skips(tmp_path, capsys):
     )
 
 
-def test_failed_run_appends_error_row_and_reraises(tmp_path):
+def test_failed_run_appends_error_row_and_reraises(tmp_path, monkeypatch):
+    # A missing data folder fails before any model loads (preflight), leaving no row at all.
     conf = tiny_conf(tmp_path, "sampler=sps", f"data_dir={tmp_path / 'no-such-folder'}")
     with pytest.raises(Exception, match="no-such-folder"):
         run(conf)
+    assert not (tmp_path / "results" / "runs.csv").exists()
+
+    def fails(identity, rule):  # a failure while measuring leaves an error row
+        raise RuntimeError("decoding failed: no-such-kernel\nsecond line")
+
+    monkeypatch.setattr(orchestrate, "measure", fails)
+    with pytest.raises(RuntimeError, match="no-such-kernel"):
+        run(tiny_conf(tmp_path, "sampler=sps"))
     (row,) = csv_rows(tmp_path / "results" / "runs.csv")
     assert row["status"] == "error"
-    assert "no-such-folder" in row["error"] and "\n" not in row["error"]
+    assert "no-such-kernel" in row["error"] and "\n" not in row["error"]
     assert all(row[column] == "" for column in MEASUREMENT_COLUMNS)  # no stale numbers
     assert row["sampler"] == "sps" and row["config_hash"] != ""
     # An errored run is not finished: the same config runs again.

@@ -5,9 +5,11 @@ twice. And a bad partition fails in one line before anything is submitted.
 The time limit: Slurm's limits are whole minutes and its warning signal (submitit's USR2,
 `signal_delay_s` before the limit) comes up to ~30 s early, so a fixed limit falls mid-cell only
 on a machine of a known speed. The test therefore submits with a long limit and, once the
-running job has journaled a request, lowers its limit to one minute (`scontrol update`) so that
-the limit falls inside the cell on any machine; after the requeue it restores the 10 minutes.
-(submitit calls any warning signal of a job asking <= 10 minutes a time-out, as it is here.)
+running job has journaled a request, lowers its limit to one minute (`scontrol update`): with
+the warning 58 s before the limit, Slurm sends it at its next time-limit check (10-30 s here), in
+the middle of the cell (the cell must outlast that check; ~40 s of decoding here under load).
+After the requeue the test restores the 10 minutes. (submitit calls any warning signal of a job
+asking <= 10 minutes a time-out, as it is here.)
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def slurm_command(tmp_path: Path, *extra: str) -> list[str]:
         "hydra.launcher.cpus_per_task=1",
         "hydra.launcher.mem_gb=1",
         "hydra.launcher.timeout_min=10",
-        "hydra.launcher.signal_delay_s=30",
+        "hydra.launcher.signal_delay_s=58",
         "hydra.launcher.max_num_timeout=2",
         *extra,
     ]
@@ -92,7 +94,7 @@ def test_a_timed_out_job_is_requeued_and_lands_the_uninterrupted_row(slurm_env, 
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline, job, shortened = time.monotonic() + 900, None, False
+    deadline, job, shortened, restored = time.monotonic() + 900, None, False, False
     while launcher.poll() is None and time.monotonic() < deadline:
         array = array_id(tmp_path)  # a one-job sweep is a plain job (12), not an array (12_0)
         jobs = {k: v for k, v in queue(slurm_env).items() if k.split("_")[0] == array}
@@ -100,8 +102,9 @@ def test_a_timed_out_job_is_requeued_and_lands_the_uninterrupted_row(slurm_env, 
         if not shortened and state == "RUNNING" and journal(tmp_path / "slurm"):
             scontrol(slurm_env, job, "1")  # the limit now falls inside the cell
             shortened = True
-        elif shortened and state == "PENDING":  # requeued: the next attempt gets the time
+        elif shortened and not restored and state == "PENDING":  # requeued: time for the rest
             scontrol(slurm_env, job, "10")
+            restored = True
         time.sleep(0.5)
     output, _ = launcher.communicate(timeout=60)
     assert launcher.returncode == 0, output[-3000:]

@@ -8,7 +8,10 @@ identity.py     RunIdentity: config hash, CSV identity columns, description, W&B
                 baseline-cache key, all from one place
 orchestrate.py  run(conf): resume check, measure, error rows, append the row
 measure.py      decode the task and its baseline with a backend's decoders, summarise
-baseline.py     the verifier-only baseline cache (baseline=cached)
+resume.py       journal every request as it ends; a rerun replays the journal, decodes the rest
+baseline.py     the verifier-only baseline, decoded once per sweep (baseline=cached)
+preflight.py    task data, checkpoints, Slurm settings: checked before any model loads
+slurm_launcher.py  every job of a Slurm sweep checked before any is submitted
 backends/       hf (this project's engine) and vllm: the decoders a run measures
 wandb.py        logger=wandb's mirror;  console.py: what a finished run prints
 

@@ -3,6 +3,7 @@ baseline), then summarise the records into the row's measured columns.
 
 The order inside a run: seed torch, pin threads, load the decoders, warm every decoder up, decode
 the task (the baseline interleaved prompt by prompt, or from the baseline cache), summarise.
+Every request is journaled as it ends, and a rerun replays the journal (`decode_journaled`).
 """
 
 from __future__ import annotations
@@ -65,23 +66,7 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
             think_filter=conf.think_filter,
         )
 
-    # Every request lands in a journal the moment it ends, and a rerun replays what is there.
-    if conf.baseline == "cached" and not identity.speculative:
-        # This run's decode IS the sweep's verifier-only baseline: into the shared journal.
-        with sweep_lock(identity):
-            run_decoder = JournaledDecoder(decoders.decoder, baseline_journal(identity), "baseline")
-            result = evaluate(run_decoder, None)
-        interleaved = None
-    else:
-        journal = run_journal(identity)
-        run_decoder = JournaledDecoder(decoders.decoder, journal, "spec")
-        interleaved = None
-        if decoders.interleaved is not None:
-            interleaved = JournaledDecoder(decoders.interleaved, journal, "baseline")
-        result = evaluate(run_decoder, interleaved)
-    resumed = report([run_decoder, interleaved])
-    if resumed:
-        print(resumed, flush=True)
+    result = decode_journaled(identity, decoders, evaluate)
     baseline_records = list(result.baseline_records) if decoders.interleaved is not None else None
     if conf.baseline == "cached":
 
@@ -103,6 +88,28 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
     if not decoders.per_phase_times:  # empty cells, never a 0 the backend did not measure
         row.update(dict.fromkeys(PHASE_TIME_COLUMNS))
     return Measured(row, list(result.records), baseline_records)
+
+
+def decode_journaled(identity: RunIdentity, decoders: Decoders, evaluate):
+    """`evaluate(decoder, interleaved_baseline)` with every request journaled the moment it
+    ends and a rerun's journaled requests replayed instead of decoded (run/resume.py)."""
+    if identity.conf.baseline == "cached" and not identity.speculative:
+        # This run's decode IS the sweep's verifier-only baseline: into the shared journal.
+        with sweep_lock(identity):
+            run_decoder = JournaledDecoder(decoders.decoder, baseline_journal(identity), "baseline")
+            result = evaluate(run_decoder, None)
+        interleaved = None
+    else:
+        journal = run_journal(identity)
+        run_decoder = JournaledDecoder(decoders.decoder, journal, "spec")
+        interleaved = None
+        if decoders.interleaved is not None:
+            interleaved = JournaledDecoder(decoders.interleaved, journal, "baseline")
+        result = evaluate(run_decoder, interleaved)
+    resumed = report([run_decoder, interleaved])
+    if resumed:
+        print(resumed, flush=True)
+    return result
 
 
 def warm_up(decoders: list, tokenizer, new_tokens: int = 8) -> None:

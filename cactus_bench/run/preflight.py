@@ -5,6 +5,7 @@ and each still fails in ONE line naming the fix, so that a run without its data,
 array with a bad partition, fails in seconds instead of after a 32B checkpoint has loaded (in
 every job of the array):
 
+- `check_device`: a CUDA device asked for is visible;
 - `check_task_data`: the data folder holds the task's files; without a folder, the hub can be
   reached or the dataset is in the local datasets cache;
 - `check_hub_models`: each hub checkpoint is reachable or cached (offline mode is switched on
@@ -28,9 +29,25 @@ SLURM_QUERY_TIMEOUT_S = 20
 
 
 def preflight(conf: RunConf) -> None:
-    """Task data, then the checkpoints' availability; raises with one line on the first gap."""
+    """The device, the task data, then the checkpoints; raises one line on the first gap."""
+    check_device(conf)
     check_task_data(conf)
     check_hub_models(conf)
+
+
+def check_device(conf: RunConf) -> None:
+    """A CUDA device asked for is visible (the paper's cell asks for device=cuda)."""
+    if not conf.device.startswith("cuda"):
+        return
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(conf.device.split(":", 1)[1]) if ":" in conf.device else 0
+    if index >= count:
+        raise ConfigError(
+            f"device={conf.device} but this machine has {count} visible CUDA device(s): run on a "
+            "GPU node (hydra/launcher=slurm requests one) or set device=cpu"
+        )
 
 
 # ---- task data ------------------------------------------------------------------------------
