@@ -25,10 +25,16 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 CPU = torch.device("cpu")
 X86_ONEDNN = cpu_kernels.cpu_info().x86 and cpu_kernels.cpu_info().onednn
 needs_onednn = pytest.mark.skipif(not X86_ONEDNN, reason="needs an x86 CPU and torch's oneDNN")
+ONEDNN_BF16 = X86_ONEDNN and cpu_kernels.cpu_info().onednn_bf16
+needs_onednn_bf16 = pytest.mark.skipif(
+    not ONEDNN_BF16, reason="oneDNN runs no bf16 products on this CPU (no AVX512-BW/VL/DQ)"
+)
 
 
 def fake_cpu(monkeypatch, flags: set[str], onednn: bool = True) -> None:
-    info = dataclasses.replace(cpu_kernels.cpu_info(), flags=frozenset(flags), onednn=onednn)
+    info = dataclasses.replace(
+        cpu_kernels.cpu_info(), flags=frozenset(flags), onednn=onednn, onednn_bf16=onednn
+    )
     monkeypatch.setattr(cpu_kernels, "cpu_info", lambda: info)
 
 
@@ -80,7 +86,9 @@ def test_linear_kernel_resolution_and_errors(monkeypatch):
 
 
 @needs_onednn
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.bfloat16, marks=needs_onednn_bf16)]
+)
 def test_packed_linear_matches_f_linear_fused_and_with_biases(dtype):
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(size, 48, generator=generator).to(dtype) for size in (32, 16, 16)]
@@ -121,7 +129,13 @@ def test_runner_picks_packs_by_dtype_and_row_count(tiny_pair, monkeypatch):
     assert runner._packs.faster_rows == frozenset()
     assert not any(runner.uses_packs(n) for n in (1, 2, 8, 9, 600))
     assert all(FastRunner(verifier, CPU, linear_kernel="onednn").uses_packs(n) for n in (1, 3))
-    assert all(FastRunner(copy.deepcopy(verifier).bfloat16(), CPU).uses_packs(n) for n in (1, 3))
+    half = copy.deepcopy(verifier).bfloat16()
+    if ONEDNN_BF16:  # bf16 always on the packs where oneDNN can run them, else never
+        assert all(FastRunner(half, CPU).uses_packs(n) for n in (1, 3))
+    else:
+        assert not any(FastRunner(half, CPU).uses_packs(n) for n in (1, 3))
+        with pytest.raises(ValueError, match="cannot pack bfloat16"):
+            FastRunner(half, CPU, linear_kernel="onednn")
     assert not FastRunner(verifier, CPU, linear_kernel="aten").uses_packs(9)
     assert FastRunner(verifier, CPU, linear_kernel="onednn").uses_packs(600)
     # Larger ones are timed once per model; the choice is a subset of 1..8 (timings vary).
@@ -170,7 +184,10 @@ def test_bench_draw_times_the_draw_and_both_heads_per_dtype():
         drafters[name] = build_drafter(verifier, [0], subset)
     results = bench_draw(drafters, repeats=8)
     expected = {("draw", "float32", "torch.multinomial"), ("draw", "float32", "sample_token")}
-    expected |= {("head", d, way) for d in drafters for way in ("module", "packed")}
+    expected |= {("head", d, "module") for d in drafters}
+    expected |= {("head", "float32", "packed")}
+    if ONEDNN_BF16:  # bf16 packs only where oneDNN runs bf16 products
+        expected.add(("head", "bfloat16", "packed"))
     assert set(results) == expected
     for median, q25, q75 in results.values():
         assert 0 <= q25 <= median <= q75

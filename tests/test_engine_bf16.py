@@ -20,13 +20,23 @@ import pytest
 import torch
 from test_engine_laws import P_VALUE_FLOOR, chi_square_p_value, next_token_law
 
-from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
+from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder, runtime
+from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
 from cactus_bench.engine.runtime import make_runner
 from cactus_bench.samplers import make_sampler
 
 pytestmark = pytest.mark.usefixtures("single_thread", "forward_path")
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = ([72, 101, 108, 108, 111], [286, 84, 82, 68, 81, 198, 41])
+
+
+@pytest.fixture(autouse=True)
+def bf16_packs_or_skip(forward_path):
+    """The all-oneDNN path needs oneDNN's bf16 products (AVX512-BW/VL/DQ or AVX-NE-CONVERT);
+    elsewhere the fast forward keeps bf16 on ATen, which the other paths test."""
+    on_packs = runtime.DEFAULT_LINEAR_KERNEL == "onednn"
+    if on_packs and resolve_linear_kernel("auto", torch.device("cpu"), torch.bfloat16) != "onednn":
+        pytest.skip("oneDNN cannot pack bfloat16 weights on this CPU")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ evicts the drafter's weights, so there each costs more):
   `sample_token` (one uniform, inverse CDF on a CPU), on the paper's processed law (T 0.6,
   top-p 0.95, top-k 20) over the full vocabulary.
 - head: the drafter's `SubsetLMHead` as a module (`F.linear` on plain weights, then the scatter to
-  the full vocabulary) against the fast forward's packed head (oneDNN, same scatter), per dtype.
+  the full vocabulary) against the fast forward's packed head (oneDNN, same scatter), per dtype
+  where oneDNN can pack that dtype on this CPU (`resolve_linear_kernel`).
 Medians and interquartile ranges of `repeats` calls, CPU ms (scripts/bench_draw.py, and
 bench_forward.py's "draw" section).
 """
@@ -20,6 +21,7 @@ import torch
 
 from cactus_bench.bench.sampling import PAPER_SAMPLING
 from cactus_bench.bench.timing import spread_ms
+from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
 from cactus_bench.engine.packed_model import packed_model
 from cactus_bench.engine.sampling import process_logits, sample_token
 
@@ -43,8 +45,12 @@ def bench_draw(drafters: dict[str, torch.nn.Module], repeats: int) -> dict[tuple
                 results["draw", name, "sample_token"] = spread_ms(
                     partial(sample_token, probs, generator, greedy=False), repeats
                 )
-            head, packed = drafter.lm_head, packed_model(drafter).head
+            head = drafter.lm_head
             results["head", name, "module"] = spread_ms(partial(head, hidden), repeats)
+            dtype = drafter.model.embed_tokens.weight.dtype
+            if resolve_linear_kernel("auto", torch.device("cpu"), dtype) != "onednn":
+                continue  # e.g. bf16 on a CPU without AVX512-BW: oneDNN cannot pack it
+            packed = packed_model(drafter).head
             if packed is not None:
                 results["head", name, "packed"] = spread_ms(partial(packed, hidden), repeats)
     return results

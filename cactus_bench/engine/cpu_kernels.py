@@ -61,7 +61,8 @@ class CpuInfo:
     flags: frozenset[str]  # /proc/cpuinfo flags (empty where there is no /proc/cpuinfo)
     capability: str  # torch.backends.cpu.get_cpu_capability(): ATen's kernel level, e.g. AVX512
     onednn: bool  # torch was built with oneDNN (mkldnn) and can use it
-    # torch's own probe: oneDNN runs bf16 products natively here (an AVX2-only CPU says no)
+    # torch's own probe: oneDNN can run bf16 products at all here (it needs AVX512-BW/VL/DQ or
+    # AVX-NE-CONVERT; an AVX2-only CPU says no, and packing bf16 weights then raises)
     onednn_bf16: bool = False
 
     @property
@@ -151,6 +152,8 @@ def resolve_linear_kernel(kernel: str, device: torch.device, dtype: torch.dtype)
         reason = f"torch has no usable oneDNN on this {platform.machine()} CPU"
     elif dtype not in (torch.float32, torch.bfloat16):
         reason = f"oneDNN packing is used for float32 and bfloat16 weights, not {dtype}"
+    elif dtype == torch.bfloat16 and not info.onednn_bf16:
+        reason = "oneDNN cannot pack bfloat16 weights on this CPU (no AVX512-BW/VL/DQ)"
     if kernel == "onednn" and reason is not None:
         raise ValueError(f"linear kernel 'onednn' cannot run: {reason}; use 'auto' or 'aten'")
     if kernel == "auto":
