@@ -85,6 +85,7 @@ def run_arms(tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir) 
     from omegaconf import OmegaConf
 
     from cactus_bench.run import format_outcome, run, run_conf_from_dict
+    from cactus_bench.samplers import RULES, make_sampler
 
     model = OmegaConf.to_container(OmegaConf.load(REPO / "configs/model/smollm2_135m.yaml"))
     seen: set[str] = set()
@@ -92,6 +93,8 @@ def run_arms(tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir) 
         if defaults_only and name in seen:
             continue
         seen.add(name)
+        if not RULES[name].alias_of:  # a run names every parameter: the rule's defaults fill in
+            params = {**make_sampler(name, **params).params(), **params}
         for task in tasks:
             conf = run_conf_from_dict(
                 {
