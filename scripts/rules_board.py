@@ -73,7 +73,8 @@ verifier, its distilled drafter), m and sampling as in the run (scripts/rules_bo
 - `accept_rate`: accepted drafts / drafted tokens, measured by the engine
 - `al`, `al_ci_low`, `al_ci_high`: accepted drafts per verification step (no bonus)
 - `speedup`, `speedup_ci_low`, `speedup_ci_high`: tokens/s against the verifier alone
-  (baseline as the run says in results/rules/rules.csv: `baseline_mode`)
+  (baseline as the run says in results/rules/rules.csv: `baseline_mode`; on a shared CPU the
+  machine's load moves it between runs, so compare acceptance and AL first)
 - `frontier_acceptance`, `frontier_kl`: the exact mean acceptance and mean KL(law || q) of the
   emitted law for this arm on the frontier's held-out contexts (results/frontier/<pair>.csv),
   where the frontier has the arm; inf when the law puts mass where q = 0; empty otherwise
@@ -84,6 +85,7 @@ def run_arms(tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir) 
     from omegaconf import OmegaConf
 
     from cactus_bench.run import format_outcome, run, run_conf_from_dict
+    from cactus_bench.samplers import RULES, make_sampler
 
     model = OmegaConf.to_container(OmegaConf.load(REPO / "configs/model/smollm2_135m.yaml"))
     seen: set[str] = set()
@@ -91,6 +93,8 @@ def run_arms(tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir) 
         if defaults_only and name in seen:
             continue
         seen.add(name)
+        if not RULES[name].alias_of:  # a run names every parameter: the rule's defaults fill in
+            params = {**make_sampler(name, **params).params(), **params}
         for task in tasks:
             conf = run_conf_from_dict(
                 {
@@ -187,6 +191,7 @@ def report(out_dir: Path, frontier_csv: Path) -> list[Path]:
         ax.set_title(f"{task}: score against acceptance, one curve per rule", fontsize=10)
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     return save_figure(figure, out_dir / "figures" / "score_vs_acceptance", ("png", "pdf"))
 
 
