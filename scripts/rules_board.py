@@ -67,12 +67,13 @@ One row per (rule, parameters, task) of results/rules/rules.csv, the embedded pa
 verifier, its distilled drafter), m and sampling as in the run (scripts/rules_board.py).
 
 - `rule`, `params`: the sampler and its parameters (docs/rules.md); `ensemble` runs as interp
-- `task`, `n_samples`: the task and the prompts scored
+- `task`, `n_prompts`: the task and the prompts scored
 - `score`, `score_ci_low`, `score_ci_high`: headline task score and its 95 % interval
   (bootstrap over prompts, results/intervals.py)
 - `accept_rate`: accepted drafts / drafted tokens, measured by the engine
 - `al`, `al_ci_low`, `al_ci_high`: accepted drafts per verification step (no bonus)
-- `speedup`, `speedup_ci_low`, `speedup_ci_high`: tokens/s against the verifier alone
+- `speedup_tokens`, `speedup_tokens_ci_low`, `speedup_tokens_ci_high`: tokens/s against the
+  verifier alone
   (baseline as the run says in results/rules/rules.csv: `baseline_mode`; on a shared CPU the
   machine's load moves it between runs, so compare acceptance and AL first)
 - `frontier_acceptance`, `frontier_kl`: the exact mean acceptance and mean KL(law || q) of the
@@ -117,15 +118,23 @@ def run_arms(tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir) 
             print(format_outcome(run(conf)), flush=True)
 
 
+def part_machines(rows, task: str) -> set[str]:
+    """The CPUs or GPUs a task's rows were timed on (the results' device_name column)."""
+    return set(rows[rows.task == task].device_name.dropna().astype(str)) or {"unknown machine"}
+
+
 def report(out_dir: Path, frontier_csv: Path) -> list[Path]:
     import json
 
     import pandas as pd
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
 
     from cactus_bench.report.figure_parts import save_figure
+    from cactus_bench.results.schema import RENAMED_COLUMNS
 
-    rows = pd.read_csv(out_dir / "rules.csv")
+    # rows written before the renames (n_samples, speedup) read under today's names
+    rows = pd.read_csv(out_dir / "rules.csv").rename(columns=RENAMED_COLUMNS)
     rows = rows[rows.status == "ok"].copy()
     rows["params"] = rows.sampler_params.map(lambda text: json.dumps(json.loads(text)))
     frontier = pd.read_csv(frontier_csv) if frontier_csv.is_file() else None
@@ -152,7 +161,7 @@ def report(out_dir: Path, frontier_csv: Path) -> list[Path]:
         "sampler",
         "params",
         "task",
-        "n_samples",
+        "n_prompts",
         "score",
         "score_ci_low",
         "score_ci_high",
@@ -160,9 +169,9 @@ def report(out_dir: Path, frontier_csv: Path) -> list[Path]:
         "al",
         "al_ci_low",
         "al_ci_high",
-        "speedup",
-        "speedup_ci_low",
-        "speedup_ci_high",
+        "speedup_tokens",
+        "speedup_tokens_ci_low",
+        "speedup_tokens_ci_high",
         "frontier_acceptance",
         "frontier_kl",
     ]
@@ -174,21 +183,25 @@ def report(out_dir: Path, frontier_csv: Path) -> list[Path]:
     figure = Figure(figsize=(7 * len(board.task.unique()), 5), layout="constrained")
     axes = figure.subplots(1, len(board.task.unique()), squeeze=False)[0]
     for ax, (task, part) in zip(axes, board.groupby("task"), strict=True):
-        for rule, line in part.groupby("rule"):
+        palette = colormaps["tab20"]  # 16+ rules: the default 10-colour cycle would repeat
+        for index, (rule, line) in enumerate(part.groupby("rule")):
             line = line.sort_values("accept_rate")
             err = [line.score - line.score_ci_low, line.score_ci_high - line.score]
             ax.errorbar(
                 line.accept_rate,
                 line.score,
                 yerr=err,
-                marker="o",
+                marker="osD^v<>P"[index % 8],
+                color=palette(index % 20),
                 capsize=2,
                 label=rule,
                 markersize=4,
             )
         ax.set_xlabel("measured acceptance rate (accepted / drafted)")
         ax.set_ylabel("task score (95 % interval)")
+        machines = ", ".join(sorted(part_machines(rows, task)))
         ax.set_title(f"{task}: score against acceptance, one curve per rule", fontsize=10)
+        figure.supxlabel(f"measured on {machines}", fontsize=8)
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
