@@ -21,12 +21,11 @@ import torch
 
 from cactus_bench.drafter_training.distill import (
     make_batches,
-    processed_student,
     split_records,
     subset_lookup,
 )
 from cactus_bench.drafter_training.train import learning_rate
-from cactus_bench.engine.sampling import SamplingParams
+from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.feature_drafter.collect import PAPER_SAMPLING, load_records, shard_names
 from cactus_bench.feature_drafter.head import FeatureHead
 
@@ -90,7 +89,7 @@ def head_logits(head: FeatureHead, batch: dict) -> torch.Tensor:
 def acceptance_terms(student: torch.Tensor, batch: dict, sampling: SamplingParams):
     """[N] sum_x min(p(x), q(x)) with p the head's processed law over its subset."""
     sub = batch["q_sub"]
-    p_at = processed_student(student, sampling).gather(1, sub.clamp(min=0)) * (sub >= 0)
+    p_at = process_logits(student, sampling).gather(1, sub.clamp(min=0)) * (sub >= 0)
     return torch.minimum(batch["q_prob"], p_at).sum(-1)
 
 
