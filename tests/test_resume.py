@@ -23,7 +23,7 @@ LIMIT = 6  # demo prompts; each decoded by both arms (baseline=interleave)
 # Everything a row measures except timings (wall times, phase times, tokens/s, speedups).
 COUNTED = [
     "config_hash",
-    "n_samples",
+    "n_prompts",
     "score",
     "score_ci_low",
     "score_ci_high",
