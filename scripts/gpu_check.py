@@ -63,10 +63,10 @@ def cuda_problem(device: str) -> str | None:
         return None
     if torch.version.cuda is None:
         return (
-            f"torch {torch.__version__} is a CPU build (a CPU wheel was installed); install a "
-            f"CUDA build into this venv: .venv/bin/pip install --force-reinstall "
-            f"torch=={TORCH_VERSION} --index-url https://download.pytorch.org/whl/cu128 "
-            "(or the cuXXX index matching your driver, see pytorch.org), then make gpu-check"
+            f"torch {torch.__version__} is a CPU build; on the GPU node run make setup-gpu "
+            "(PyPI's CUDA 13 build, driver >= 580), or for an older driver .venv/bin/pip install "
+            f"--force-reinstall torch=={TORCH_VERSION} --index-url "
+            "https://download.pytorch.org/whl/cu126 (docs/gpu.md), then make gpu-check"
         )
     if not torch.cuda.is_available():
         return (
