@@ -63,10 +63,10 @@ def cuda_problem(device: str) -> str | None:
         return None
     if torch.version.cuda is None:
         return (
-            f"torch {torch.__version__} is a CPU build (a CPU wheel was installed); install a "
-            f"CUDA build into this venv: .venv/bin/pip install --force-reinstall "
-            f"torch=={TORCH_VERSION} --index-url https://download.pytorch.org/whl/cu128 "
-            "(or the cuXXX index matching your driver, see pytorch.org), then make gpu-check"
+            f"torch {torch.__version__} is a CPU build; on the GPU node run make setup-gpu "
+            "(PyPI's CUDA 13 build, driver >= 580), or for an older driver .venv/bin/pip install "
+            f"--force-reinstall torch=={TORCH_VERSION} --index-url "
+            "https://download.pytorch.org/whl/cu126 (docs/gpu.md), then make gpu-check"
         )
     if not torch.cuda.is_available():
         return (
@@ -185,6 +185,8 @@ def main() -> int:
         return 2
     import torch
 
+    if args.dry:  # tiny models on a shared CPU: one thread is ~10-50x faster than two fighting
+        torch.set_num_threads(1)
     torch.set_float32_matmul_precision("highest")  # fp32 equality means fp32 matmuls, not TF32
     torch.backends.cudnn.allow_tf32 = False
     started = time.perf_counter()

@@ -131,3 +131,49 @@ def test_gpu_check_passes_on_a_gpu(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert json.loads(out.read_text())["passed"]
+
+
+def test_vllm_check_judges_the_workers_answer():
+    """gpu_checks_vllm.judge on a made-up worker answer: passes, then fails on each fault."""
+    import copy
+
+    import gpu_checks_vllm
+    from gpu_checks import GREEDY
+
+    from cactus_bench.engine import AutoregressiveDecoder
+    from cactus_bench.models import load_pair
+
+    pair = load_pair("tiny_random", device="cpu", dtype="float32")
+    prompts = [pair.tokenizer.encode("The answer is")]
+    reference = AutoregressiveDecoder(pair.verifier, pair.tokenizer, sampling=GREEDY)
+    greedy = [reference.generate(prompts[0], 4, seed=0).output_ids]
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.multinomial(torch.tensor([0.6, 0.4]), 2000, True, generator=generator)
+    counts = {"3": int((draws == 0).sum()), "7": int((draws == 1).sum())}
+    answer = {
+        "vllm_version": "0.32.0",
+        "reports": [{"v1": True, "rule": "cactus", "draft_law": True, "runner": "R"}],
+        "v2_refusal": "VLLM_USE_V2_MODEL_RUNNER=1 asks for ...",
+        "greedy": greedy,
+        "self_draft": {"drafted": 100, "accepted": 97},
+        "sampler": {
+            "vocab": 10,
+            "draws": 2000,
+            "q": {"3": 0.6, "7": 0.4},
+            "counts": {"vllm": counts, "cactus_bench": counts},
+            "ms_per_call": {"vllm": 2.0, "cactus_bench": 5.0},
+        },
+    }
+    args = (pair, prompts, 4, "float32", torch.device("cpu"))
+    judged = gpu_checks_vllm.judge(answer, *args)
+    assert judged["passed"] and judged["sampler"]["time_ratio"] == 2.5
+    faults = [
+        ("reports", [{"v1": False, "rule": "cactus", "draft_law": True, "runner": "R"}]),
+        ("v2_refusal", ""),
+        ("self_draft", {"drafted": 100, "accepted": 50}),
+    ]
+    for key, value in faults:
+        assert not gpu_checks_vllm.judge({**answer, key: value}, *args)["passed"], key
+    wrong = copy.deepcopy(answer)
+    wrong["sampler"]["counts"]["vllm"] = {"3": 1000, "7": 1000}  # not q's 0.6 / 0.4
+    assert not gpu_checks_vllm.judge(wrong, *args)["passed"]
