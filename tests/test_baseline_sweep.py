@@ -56,4 +56,6 @@ def test_table1_shaped_sweep_decodes_each_baseline_once(tmp_path):
     assert done.stdout.count("reusing the cached verifier-only decode") == 3 * n_tasks
     assert done.stdout.count(f"resume: {LIMIT} requests replayed") == n_tasks  # the verifier row
     spec = rows[rows["sampler"] != "verifier"]
-    assert spec["speedup_tokens"].notna().all() and spec["wall_time_baseline_s"].nunique() == n_tasks
+    assert (
+        spec["speedup_tokens"].notna().all() and spec["wall_time_baseline_s"].nunique() == n_tasks
+    )
