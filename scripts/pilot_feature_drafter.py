@@ -80,11 +80,11 @@ def collect(args, log, held_out: bool) -> None:
     verifier, tokenizer = load_verifier()
     # Held-out answers get their own seed stream, so they never repeat a training shard's draws.
     seed = args.seed + (7919 if held_out else 0)
-    settings = CollectSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch,
-                               seed=seed)  # fmt: skip
+    settings = CollectSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch, seed=seed)
     part, parts = args.part
-    total = collect_shards(verifier, tokenizer, prompts, run_dir, settings, target, log,
-                           part=part, parts=parts)  # fmt: skip
+    total = collect_shards(
+        verifier, tokenizer, prompts, run_dir, settings, target, log, part=part, parts=parts
+    )
     log(f"collect ({'held-out' if held_out else 'train'}) done: {total} answer tokens")
 
 
@@ -101,9 +101,13 @@ def subset_ids() -> torch.Tensor:
 def head_settings(args):
     from cactus_bench.feature_drafter.train import HeadSettings
 
-    return HeadSettings(train_minutes=args.train_minutes, lr=args.lr,
-                        batch_tokens=args.batch_tokens, ckpt_minutes=args.ckpt_minutes,
-                        seed=args.seed)  # fmt: skip
+    return HeadSettings(
+        train_minutes=args.train_minutes,
+        lr=args.lr,
+        batch_tokens=args.batch_tokens,
+        ckpt_minutes=args.ckpt_minutes,
+        seed=args.seed,
+    )
 
 
 def train(args, log) -> None:
@@ -155,13 +159,16 @@ def evaluate(args, log) -> None:
     head.lm_head.logit_scale = scale
     # The step cost is timed at the position after --cost-context tokens of a held-out answer.
     probe = next(r for r in held_out if len(r["ids"]) > args.cost_context + 1)
-    probe = {"ids": probe["ids"][: args.cost_context + 1],
-             "features": probe["features"][: args.cost_context]}  # fmt: skip
+    probe = {
+        "ids": probe["ids"][: args.cost_context + 1],
+        "features": probe["features"][: args.cost_context],
+    }
     costs = step_costs(head, drafter, verifier, probe, args.cost_repeats)
     log(f"step costs {costs}")
     val_drafter = acc.summary(acc.drafter_acceptance(drafter, val, PAPER_SAMPLING), args.seed)
-    write_report(args, results, unscaled, scale, grid, costs, collected, state, val_drafter,
-                 held_out)  # fmt: skip
+    write_report(
+        args, results, unscaled, scale, grid, costs, collected, state, val_drafter, held_out
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -183,8 +190,14 @@ def parse_args() -> argparse.Namespace:
     add("--batch", type=int, default=64)
     add("--max-new-tokens", type=int, default=256)
     add("--train-minutes", type=float, default=40.0, help="CPU minutes of training")
-    add("--part", type=int, nargs=2, default=(0, 1), metavar=("K", "N"),
-        help="collect: write only shards K mod N (N processes on N cores)")  # fmt: skip
+    add(
+        "--part",
+        type=int,
+        nargs=2,
+        default=(0, 1),
+        metavar=("K", "N"),
+        help="collect: write only shards K mod N (N processes on N cores)",
+    )
     add("--lr", type=float, default=1e-3)
     add("--batch-tokens", type=int, default=4096, help="padded head positions per batch")
     add("--ckpt-minutes", type=float, default=4.0, help="CPU minutes between curve points")

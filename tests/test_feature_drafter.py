@@ -69,8 +69,9 @@ def test_collected_features_and_laws_match_a_full_forward(pair, records):
             hidden = verifier.model(input_ids=seq[:, :-1]).last_hidden_state[0]  # [S - 1, H]
         torch.testing.assert_close(r["features"].float(), hidden, atol=2e-3, rtol=1e-3)
         q = process_logits(verifier.lm_head(hidden[r["prompt_len"] - 1 :]), PAPER_SAMPLING)
-        torch.testing.assert_close(q.gather(-1, r["q_idx"].long()), r["q_prob"], atol=1e-5,
-                                   rtol=1e-4)  # fmt: skip
+        torch.testing.assert_close(
+            q.gather(-1, r["q_idx"].long()), r["q_prob"], atol=1e-5, rtol=1e-4
+        )
         torch.testing.assert_close(r["q_prob"].sum(-1), torch.ones(len(r["q_idx"])))
         # Every answer token was sampled from the law cached for it.
         answer = r["ids"][r["prompt_len"] :].long()
@@ -141,8 +142,9 @@ def test_acceptance_summary_interval_and_paired_difference():
 def test_training_improves_acceptance_and_resumes(pair, tmp_path):
     _, verifier, tokenizer = pair
     settings = CollectSettings(max_new_tokens=10, batch_size=4)
-    collect_shards(verifier, tokenizer, PROMPTS, tmp_path / "train", settings, 10**9,
-                   lambda _: None)  # fmt: skip
+    collect_shards(
+        verifier, tokenizer, PROMPTS, tmp_path / "train", settings, 10**9, lambda _: None
+    )
     ids = torch.arange(verifier.config.vocab_size)
     s = HeadSettings(train_minutes=0.02, ckpt_minutes=0.005, val_every=5)
     train_head(verifier, ids, tmp_path, s, lambda _: None)
@@ -163,8 +165,17 @@ def test_collection_split_over_processes_writes_what_one_process_writes(pair, tm
     quiet = lambda _: None  # noqa: E731
     collect_shards(verifier, tokenizer, PROMPTS, tmp_path / "one", settings, 10**9, quiet)
     for part in (1, 0):  # the order the parts finish in does not matter
-        collect_shards(verifier, tokenizer, PROMPTS, tmp_path / "two", settings, 10**9, quiet,
-                       part=part, parts=2)  # fmt: skip
+        collect_shards(
+            verifier,
+            tokenizer,
+            PROMPTS,
+            tmp_path / "two",
+            settings,
+            10**9,
+            quiet,
+            part=part,
+            parts=2,
+        )
     one, _ = load_records(tmp_path / "one")
     two, totals = load_records(tmp_path / "two")
     assert len(totals["names"]) == 4 and len(one) == len(two) == len(PROMPTS)

@@ -25,8 +25,9 @@ from cactus_bench.results.intervals import (
 )
 
 
-def acceptance_at(logits: torch.Tensor, q_idx: torch.Tensor, q_prob: torch.Tensor,
-                  sampling: SamplingParams) -> torch.Tensor:  # fmt: skip
+def acceptance_at(
+    logits: torch.Tensor, q_idx: torch.Tensor, q_prob: torch.Tensor, sampling: SamplingParams
+) -> torch.Tensor:
     """[G, V] drafter logits, [G, k] q's ids and probabilities -> [G] sum_x min(p(x), q(x))."""
     p = process_logits(logits, sampling)  # [G, V]
     return torch.minimum(p.gather(-1, q_idx.long()), q_prob.float()).sum(-1)
@@ -63,12 +64,17 @@ def summary(per_answer: list[list[float]], seed: int, resamples: int = 2000) -> 
     tokens = np.array([len(values) for values in per_answer], dtype=float)
     counts = resample_counts(len(per_answer), resamples, bootstrap_rng(seed))
     low, high = percentile_interval(ratio_of_sums(counts, sums, tokens))
-    return {"mean": float(sums.sum() / tokens.sum()), "ci95": [low, high],
-            "tokens": int(tokens.sum()), "answers": len(per_answer)}  # fmt: skip
+    return {
+        "mean": float(sums.sum() / tokens.sum()),
+        "ci95": [low, high],
+        "tokens": int(tokens.sum()),
+        "answers": len(per_answer),
+    }
 
 
-def paired_difference(first: list[list[float]], second: list[list[float]], seed: int,
-                      resamples: int = 2000) -> dict:  # fmt: skip
+def paired_difference(
+    first: list[list[float]], second: list[list[float]], seed: int, resamples: int = 2000
+) -> dict:
     """Mean acceptance of ``first`` minus ``second`` on the same tokens, with a paired bootstrap
     interval (the same answer resamples for both)."""
     if [len(a) for a in first] != [len(b) for b in second]:

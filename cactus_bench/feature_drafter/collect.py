@@ -79,9 +79,12 @@ def answer_batch(
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = DynamicCache()
     hidden, logits = _verifier_step(
-        verifier, input_ids=input_ids, attention_mask=mask, position_ids=positions,
+        verifier,
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
         cache=cache,
-    )  # fmt: skip
+    )
     features = [[hidden[row, width - len(e) :].half()] for row, e in enumerate(encoded)]
     generated: list[list[int]] = [[] for _ in range(batch)]
     q_idx: list[list[torch.Tensor]] = [[] for _ in range(batch)]
@@ -106,9 +109,12 @@ def answer_batch(
             mask, next_pos = mask[keep_rows], next_pos[keep_rows]
         mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
         hidden, logits = _verifier_step(
-            verifier, input_ids=token[:, None], attention_mask=mask,
-            position_ids=next_pos[:, None], cache=cache,
-        )  # fmt: skip
+            verifier,
+            input_ids=token[:, None],
+            attention_mask=mask,
+            position_ids=next_pos[:, None],
+            cache=cache,
+        )
         for a, row in enumerate(active.tolist()):
             features[row].append(hidden[a].half())
         next_pos = next_pos + 1
@@ -170,8 +176,10 @@ def collect_shards(
         torch.save(shard, path.with_suffix(".tmp"))
         path.with_suffix(".tmp").rename(path)
         total += num_tokens
-        log(f"collect shard {index}: {num_tokens} tok in {wall:.0f} s wall / {cpu:.0f} s cpu, "
-            f"total {total}")  # fmt: skip
+        log(
+            f"collect shard {index}: {num_tokens} tok in {wall:.0f} s wall / {cpu:.0f} s cpu, "
+            f"total {total}"
+        )
     return total
 
 

@@ -43,8 +43,9 @@ def git_commit() -> str:
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def write_report(args, results, unscaled, scale, grid, costs, collected, state, val_drafter,
-                 held_out) -> None:  # fmt: skip
+def write_report(
+    args, results, unscaled, scale, grid, costs, collected, state, val_drafter, held_out
+) -> None:
     """The JSON record (--out) and the curve plot (--plot)."""
     head_all = results["head"]["all"]["mean"]
     report = {
@@ -56,7 +57,7 @@ def write_report(args, results, unscaled, scale, grid, costs, collected, state, 
             "temperature": PAPER.temperature,
             "top_k": PAPER.top_k,
             "top_p": PAPER.top_p,
-        },  # fmt: skip
+        },
         "head": "EAGLE-1 style: fc([embedding; last hidden state]) -> 1 Llama layer (width 576, "
         "init from verifier layer 29) -> norm -> verifier head rows for the distilled "
         "drafter's 8192 ids + bias",
@@ -65,17 +66,17 @@ def write_report(args, results, unscaled, scale, grid, costs, collected, state, 
             "shards": len(collected["names"]),
             "cpu_minutes": round(collected["cpu_s"] / 60, 1),
             "wall_minutes": round(collected["wall_s"] / 60, 1),
-        },  # fmt: skip
+        },
         "training": {
             "cpu_minutes": round(state["cpu_s"] / 60, 1),
             "steps": state["step"],
             "epochs_started": state["epoch"] + 1,
             "wall_minutes": round(state["wall_s"] / 60, 1),
-        },  # fmt: skip
+        },
         "held_out_prompts": {
             "gsm8k_test": sum(r["source"] == "gsm8k_test" for r in held_out),
             "demo": sum(r["source"] == "demo" for r in held_out),
-        },  # fmt: skip
+        },
         "head_logit_scale": scale,
         "head_logit_scale_grid_val": {str(k): v for k, v in grid.items()},
         "acceptance_position_1": results,
@@ -101,8 +102,9 @@ def decision(acceptance: float, tokens: int, cpu_minutes: float, args) -> str:
     return "no-go" if spent else "inconclusive: below the threshold, under the planned budget"
 
 
-def plot_curve(curve_csv: Path, out: Path, drafter_val: float, head_held_out: float,
-               drafter_held_out: float) -> None:  # fmt: skip
+def plot_curve(
+    curve_csv: Path, out: Path, drafter_val: float, head_held_out: float, drafter_held_out: float
+) -> None:
     """Val acceptance (held-out training-split prompts) against training CPU minutes, and the
     final held-out test acceptance of both drafters."""
     import matplotlib
@@ -114,16 +116,30 @@ def plot_curve(curve_csv: Path, out: Path, drafter_val: float, head_held_out: fl
         rows = list(csv.DictReader(fh))
     minutes = [float(r["cpu_min"]) for r in rows]
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    ax.plot(minutes, [float(r["val_acceptance"]) for r in rows], "o-",
-            label="feature head, val (train-split held-out, logit scale 1)")  # fmt: skip
+    ax.plot(
+        minutes,
+        [float(r["val_acceptance"]) for r in rows],
+        "o-",
+        label="feature head, val (train-split held-out, logit scale 1)",
+    )
     ax.axhline(
         drafter_val, color="gray", ls="--", label=f"distilled drafter, val ({drafter_val:.3f})"
     )
     ax.axhline(GO_THRESHOLD, color="red", ls=":", label=f"go threshold ({GO_THRESHOLD})")
-    ax.plot([minutes[-1]], [head_held_out], "s", color="black",
-            label=f"feature head, held-out test, calibrated ({head_held_out:.3f})")  # fmt: skip
-    ax.plot([minutes[-1]], [drafter_held_out], "D", color="gray",
-            label=f"distilled drafter, held-out test ({drafter_held_out:.3f})")  # fmt: skip
+    ax.plot(
+        [minutes[-1]],
+        [head_held_out],
+        "s",
+        color="black",
+        label=f"feature head, held-out test, calibrated ({head_held_out:.3f})",
+    )
+    ax.plot(
+        [minutes[-1]],
+        [drafter_held_out],
+        "D",
+        color="gray",
+        label=f"distilled drafter, held-out test ({drafter_held_out:.3f})",
+    )
     ax.set_xlabel("training CPU minutes (process time)")
     ax.set_ylabel("position-1 acceptance sum min(p, q)")
     ax.set_title("Feature-head pilot: SmolLM2-135M, T 0.6, top-k 20, top-p 0.95")

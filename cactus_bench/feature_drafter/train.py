@@ -174,8 +174,12 @@ def train_head(verifier, token_ids, run_dir: Path, s: HeadSettings, log) -> Feat
             if done or state["cpu_s"] - last_val > s.ckpt_minutes * 60:
                 point(head, val, lookup, state, ema, tokens, curve_path, log)
                 trained = {k: v for k, v in head.state_dict().items() if "embed_tokens" not in k}
-                ckpt = {"head": trained, "optimizer": optimizer.state_dict(), "state": state,
-                        "token_ids": token_ids}  # fmt: skip
+                ckpt = {
+                    "head": trained,
+                    "optimizer": optimizer.state_dict(),
+                    "state": state,
+                    "token_ids": token_ids,
+                }
                 torch.save(ckpt, ckpt_path.with_suffix(".tmp"))
                 ckpt_path.with_suffix(".tmp").rename(ckpt_path)
                 last_val = state["cpu_s"]
@@ -195,8 +199,15 @@ def head_size(params) -> int:
 def point(head, val, lookup, state, loss, tokens, curve_path: Path, log) -> None:
     """Append one held-out (training-split) acceptance point to the curve and the log."""
     acc = val_acceptance(head, val, lookup)
-    row = [state["step"], state["epoch"], f"{state['cpu_s'] / 60:.2f}",
-           f"{state['wall_s'] / 60:.2f}", tokens, f"{loss:.4f}", f"{acc:.4f}"]  # fmt: skip
+    row = [
+        state["step"],
+        state["epoch"],
+        f"{state['cpu_s'] / 60:.2f}",
+        f"{state['wall_s'] / 60:.2f}",
+        tokens,
+        f"{loss:.4f}",
+        f"{acc:.4f}",
+    ]
     with open(curve_path, "a") as fh:
         fh.write(",".join(map(str, row)) + "\n")
     log(
