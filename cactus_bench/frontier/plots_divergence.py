@@ -25,17 +25,24 @@ FRONTIER_AXES = (
 )
 
 
+def measured_axes(frame: pd.DataFrame) -> list[tuple[str, str, bool]]:
+    """The divergences the CSV holds (a CSV written before a divergence was measured has none
+    of its rows: no empty panel for it)."""
+    return [axis for axis in FRONTIER_AXES if not stat_rows(frame, axis[0]).empty]
+
+
 def frontier_figure(frame: pd.DataFrame) -> Figure:
     """Acceptance against the mean D_f(law || q), one axis per f; each rule's points joined in
     the order of its parameter, so a curve is that rule's trade-off. A rule whose law puts mass
     where q = 0 (or no mass where q > 0, for KL(q || law)) has an infinite mean there: the
     legend gives the largest share of positions where its law puts mass on q = 0."""
-    figure = Figure(figsize=(20, 4.8), layout="constrained")
-    axes = figure.subplots(1, len(FRONTIER_AXES))
+    panels = measured_axes(frame)
+    figure = Figure(figsize=(4 * len(panels) + 4, 4.8), layout="constrained")
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
     acceptance = stat_rows(frame, "acceptance")[["rule", "parameter", "value"]]
     sps = acceptance[acceptance.rule == "sps"].value.iloc[0]
     zero = stat_rows(frame, "q_zero_share").groupby("rule").value.max()
-    for ax, (divergence, name, log) in zip(axes, FRONTIER_AXES, strict=True):
+    for ax, (divergence, name, log) in zip(axes, panels, strict=True):
         spread = stat_rows(frame, divergence).merge(
             acceptance, on=["rule", "parameter"], suffixes=("", "_acc")
         )
@@ -76,16 +83,21 @@ def frontier_figure(frame: pd.DataFrame) -> Figure:
     return figure
 
 
+def gamma_rules(frame: pd.DataFrame, divergence: str) -> list[str]:
+    """The budgeted rules whose budget is this divergence, where the CSV holds their rows."""
+    extra = {"kl": ["cactus"], "reverse_kl": ["mentored"]}.get(divergence, [])
+    rules = [f"cactus_exact:{divergence}", *extra]
+    return [rule for rule in rules if not stat_rows(frame[frame.rule == rule], divergence).empty]
+
+
 def gamma_figure(frame: pd.DataFrame) -> Figure:
     """Theorem 3's quantity: D_f(law || q) against delta for the budgeted rules, per f. Solid:
     the mean over positions; dashed: the 99th percentile; dotted: the max; grey: y = delta."""
-    figure = Figure(figsize=(20, 4.6), layout="constrained")
-    axes = figure.subplots(1, len(FRONTIER_AXES))
-    for ax, (divergence, name, _) in zip(axes, FRONTIER_AXES, strict=True):
-        rules = [f"cactus_exact:{divergence}"] + {"kl": ["cactus"], "reverse_kl": ["mentored"]}.get(
-            divergence, []
-        )
-        for rule in rules:
+    panels = [axis for axis in measured_axes(frame) if gamma_rules(frame, axis[0])]
+    figure = Figure(figsize=(4 * len(panels) + 1, 4.6), layout="constrained")
+    axes = figure.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (divergence, name, _) in zip(axes, panels, strict=True):
+        for rule in gamma_rules(frame, divergence):
             style = rule_style(rule)
             for statistic, dash in (
                 (divergence, "-"),
