@@ -11,6 +11,13 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm, then make test-vllm")
 
+from cactus_bench.engine.cpu_kernels import cpu_info  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not cpu_info().onednn_bf16,
+    reason="oneDNN runs no bf16 products on this CPU (no AVX512-BW/VL/DQ): nothing to compare",
+)
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_vllm_linear.py"
 
 
