@@ -250,4 +250,4 @@ def test_a_hub_update_of_main_does_not_reuse_the_cached_baseline(tmp_path, monke
     (repo / "snapshots" / ("d" * 40)).symlink_to(repo / "snapshots" / old)  # main moves
     (repo / "refs" / "main").write_text("d" * 40)
     run(tiny_conf(tmp_path, *qwen, "sampler=tas"))
-    assert "no cached verifier-only decode of these prompts" in capsys.readouterr().out
+    assert "baseline: not cached for these prompts; decoding it once" in capsys.readouterr().out
