@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cactus_bench.results.schema import (
     COLUMNS,
+    CONFIG_COLUMNS,
     MEASUREMENT_COLUMNS,
     RENAMED_COLUMNS,
     REQUIRED_COLUMNS,
@@ -90,7 +91,7 @@ def render() -> str:
             lines.append("| column | type | meaning |")
             lines.append("|---|---|---|")
         column = SCHEMA[name]
-        marker = " (config)" if column.config else ""
+        marker = " (config)" if name in CONFIG_COLUMNS else ""
         lines.append(f"| `{name}`{marker} | {KIND_TEXT[column.kind]} | {_cell(column.doc)} |")
     lines.append("\n## Renamed columns\n")
     lines.append(
