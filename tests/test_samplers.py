@@ -281,6 +281,7 @@ def test_errors_name_the_argument():
         make_sampler("medusa")
     with pytest.raises(ValueError, match="does not take delta"):
         make_sampler("sps", delta=0.5)
+    # the paper's rules, the heuristic baselines and the training-free lossy family
     assert set(SAMPLER_NAMES) == {
         "sps",
         "cactus",
@@ -289,6 +290,18 @@ def test_errors_name_the_argument():
         "interp",
         "topk",
         "greedy",
+        "ensemble",
+        "mentored",
+        "lenience",
+        "chow",
+        "diff",
+        "opt",
+        "tokenv1",
+        "tokenv2",
+        "tokenv3",
+        "fsd",
+        "fsd_reducible",
+        "bild",
     }
 
 
