@@ -7,16 +7,12 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-# One color and marker per rule family, the same as the task figures' (report/plots.py), kept
-# here so these figures do not depend on that module's internals.
+from cactus_bench.report.figure_parts import COLORS as TASK_COLORS
+
+# One color and marker per rule family: the task figures' colours (report/figure_parts.py), and
+# colours of their own for the rules only the frontier draws.
 COLORS = {
-    "sps": "C0",
-    "tas": "C1",
-    "cactus": "C3",
-    "cactus_exact": "C4",
-    "interp": "C2",
-    "topk": "C5",
-    "greedy": "C6",
+    **TASK_COLORS,
     "mentored": "C7",
     "lenience": "C8",
     "chow": "#17becf",
