@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from cactus_bench.frontier.conf import FrontierConf
 from cactus_bench.samplers import make_sampler
+from cactus_bench.samplers.catalogue import rule_info
 
 # family -> (FrontierConf grid field, the rule's parameter, the CSV label of its value)
 GRIDS = {
@@ -64,17 +65,9 @@ class Arm:
 
     @property
     def _reads_unscaled_by_default(self) -> bool:
-        return self.family in (
-            "chow",
-            "diff",
-            "opt",
-            "tokenv1",
-            "tokenv2",
-            "tokenv3",
-            "fsd",
-            "fsd_reducible",
-            "bild",
-        )
+        """The rules whose test reads a law (`test_law`, unscaled by default): the contexts keep
+        only the processed laws, so these arms run with test_law=processed."""
+        return rule_info(self.family).param("test_law") is not None
 
     def sampler(self):
         """The acceptance rule this arm runs (make_sampler's name and parameters)."""
