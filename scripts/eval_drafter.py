@@ -23,7 +23,6 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from tqdm import tqdm
 from transformers import DynamicCache
@@ -44,10 +43,7 @@ from cactus_bench.models.drafter import (
 )
 from cactus_bench.models.smollm2 import prepare_smollm2
 from cactus_bench.results.intervals import (
-    bootstrap_rng,
-    percentile_interval,
-    ratio_of_sums,
-    resample_counts,
+    per_token_summary,
 )
 from cactus_bench.results.metadata import device_name
 from cactus_bench.samplers import make_sampler
@@ -107,21 +103,6 @@ def acceptance_on(pair, prompts: list[str], sampling: SamplingParams, args) -> l
         q = process_logits(pair.drafter(input_ids=seq).logits[0, sl], sampling)
         per_answer.append(torch.minimum(p, q).sum(-1).tolist())
     return per_answer
-
-
-def acceptance_summary(per_answer: list[list[float]], seed: int, resamples: int = 2000) -> dict:
-    """Mean per-token acceptance and its 95% interval, a bootstrap over answers (each resample
-    draws answers with replacement and pools their tokens)."""
-    sums = np.array([sum(values) for values in per_answer])
-    tokens = np.array([len(values) for values in per_answer], dtype=float)
-    counts = resample_counts(len(per_answer), resamples, bootstrap_rng(seed))
-    low, high = percentile_interval(ratio_of_sums(counts, sums, tokens))
-    return {
-        "mean": float(sums.sum() / tokens.sum()),
-        "ci95": [low, high],
-        "tokens": int(tokens.sum()),
-        "answers": len(per_answer),
-    }
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
@@ -276,12 +257,12 @@ def main() -> None:
     for source, texts in prompts.items():
         per_answer = acceptance_on(pair, texts, sampling, args)
         answers += per_answer
-        report["acceptance"][source] = summary = acceptance_summary(per_answer, args.seed)
+        report["acceptance"][source] = summary = per_token_summary(per_answer, args.seed)
         print(
             f"acceptance {source}: {summary['mean']:.3f} {summary['ci95']} over "
             f"{summary['tokens']} tokens"
         )
-    report["acceptance"]["all"] = acceptance_summary(answers, args.seed)
+    report["acceptance"]["all"] = per_token_summary(answers, args.seed)
     alpha = report["acceptance"]["all"]["mean"]
 
     probe = chat_ids(pair.tokenizer, prompts["gsm8k_test"][0])

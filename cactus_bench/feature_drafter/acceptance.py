@@ -19,6 +19,7 @@ import torch
 from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.results.intervals import (
     bootstrap_rng,
+    per_token_summary,
     percentile_interval,
     ratio_of_sums,
     resample_counts,
@@ -58,18 +59,7 @@ def drafter_acceptance(drafter, records: list[dict], sampling: SamplingParams):
     return per_answer
 
 
-def summary(per_answer: list[list[float]], seed: int, resamples: int = 2000) -> dict:
-    """Mean per-token acceptance and its 95% percentile interval (bootstrap over answers)."""
-    sums = np.array([sum(values) for values in per_answer])
-    tokens = np.array([len(values) for values in per_answer], dtype=float)
-    counts = resample_counts(len(per_answer), resamples, bootstrap_rng(seed))
-    low, high = percentile_interval(ratio_of_sums(counts, sums, tokens))
-    return {
-        "mean": float(sums.sum() / tokens.sum()),
-        "ci95": [low, high],
-        "tokens": int(tokens.sum()),
-        "answers": len(per_answer),
-    }
+summary = per_token_summary  # the pilot's name for it
 
 
 def paired_difference(

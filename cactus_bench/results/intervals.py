@@ -214,3 +214,19 @@ def per_prompt_columns(
     row.update(bootstrap_intervals(counts, spec, base, scores, speculative))
     row["ci_resamples"] = resamples
     return row
+
+
+def per_token_summary(per_answer: list[list[float]], seed: int, resamples: int = 2000) -> dict:
+    """Mean per-token value (e.g. a drafter's acceptance sum_x min(p, q)) and its 95% interval:
+    a bootstrap over answers, each resample drawing answers with replacement and pooling their
+    tokens (a ratio of sums)."""
+    sums = np.array([sum(values) for values in per_answer])
+    tokens = np.array([len(values) for values in per_answer], dtype=float)
+    counts = resample_counts(len(per_answer), resamples, bootstrap_rng(seed))
+    low, high = percentile_interval(ratio_of_sums(counts, sums, tokens))
+    return {
+        "mean": float(sums.sum() / tokens.sum()),
+        "ci95": [low, high],
+        "tokens": int(tokens.sum()),
+        "answers": len(per_answer),
+    }
