@@ -20,6 +20,23 @@ settings.register_profile("explore", derandomize=False, max_examples=2000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
+@pytest.fixture(autouse=True)
+def hub_mode_restored():
+    """Loading a cached hub pair while the hub is unreachable switches the whole process offline
+    (`models.hub.go_offline_if_unreachable`: huggingface_hub's constant and $HF_HUB_OFFLINE), as
+    it should in a run; in a test session that would leak into every later test, so each test
+    starts and ends in the mode the session began with."""
+    from huggingface_hub import constants
+
+    flag, variable = constants.HF_HUB_OFFLINE, os.environ.get("HF_HUB_OFFLINE")
+    yield
+    constants.HF_HUB_OFFLINE = flag
+    if variable is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = variable
+
+
 @pytest.fixture(scope="session")
 def tiny_pair():
     """(drafter, verifier, tokenizer) from `make_tiny_pair(seed=0)`; eval mode, do not mutate."""

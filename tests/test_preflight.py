@@ -48,7 +48,8 @@ def test_unreachable_hub_without_cached_dataset_fails_in_one_line(
     tmp_path, monkeypatch, no_model_loads
 ):
     monkeypatch.delenv("CACTUS_BENCH_DATA", raising=False)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # an earlier run may have gone offline
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # the online path: unreachable, not off
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
     monkeypatch.setattr("cactus_bench.models.hub.hub_reachable", lambda *a, **k: False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
