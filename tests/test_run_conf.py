@@ -22,6 +22,7 @@ from cactus_bench.run import (
     build_identity,
     one_line_error,
     register_configs,
+    run,
     run_conf_from_dict,
     sampler_choice,
     validate,
@@ -187,13 +188,15 @@ def test_validation_errors_are_one_line(overrides, expected):
     assert "\n" not in message
 
 
-def test_run_conf_from_dict_validates():
+def test_run_conf_from_dict_builds_and_validate_checks_it():
     base = OmegaConf.to_container(compose_cfg([]), resolve=True)
     assert run_conf_from_dict(base).sampler["name"] == "cactus"
     with pytest.raises(ConfigError, match="m \\(draft length\\) must be >= 1"):
-        run_conf_from_dict({**base, "m": 0})
+        validate(run_conf_from_dict({**base, "m": 0}))
     with pytest.raises(ConfigError, match="sampler 'cactus' does not take foo"):
-        run_conf_from_dict({**base, "sampler": {**base["sampler"], "foo": 1}})
+        validate(run_conf_from_dict({**base, "sampler": {**base["sampler"], "foo": 1}}))
+    with pytest.raises(ConfigError, match="m \\(draft length\\) must be >= 1"):
+        run(run_conf_from_dict({**base, "m": 0}))  # run() checks before anything loads
 
 
 def test_hash_ignores_what_does_not_change_a_measurement():

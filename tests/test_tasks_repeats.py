@@ -95,7 +95,7 @@ def test_bad_repeats_are_refused_in_one_line(tokenizer):
     base = {"model": {"name": "x", "drafter": "d", "verifier": "v"}, "task": {"name": "demo"}}
     base |= {"sampler": {"name": "sps"}, "backend": {}, "logger": {}}
     with pytest.raises(ConfigError, match="repeats must be >= 1") as caught:
-        run_conf_from_dict({**base, "repeats": 0})
+        validate(run_conf_from_dict({**base, "repeats": 0}))
     assert "\n" not in str(caught.value)
 
 

@@ -169,7 +169,9 @@ def _fail_if(bad: bool, line: str) -> None:
 
 
 def run_conf_from_dict(values: dict[str, Any]) -> RunConf:
-    """Build and validate a RunConf from plain nested dicts (the Python API, no Hydra)."""
+    """Build a RunConf from plain nested dicts (the Python API, no Hydra). Types and unknown keys
+    fail here in one line; the values are checked once, by `validate`, which `run()` calls
+    before anything loads (call it yourself to check a config without running it)."""
     from cactus_bench.run.errors import one_line_error
 
     try:
@@ -177,5 +179,4 @@ def run_conf_from_dict(values: dict[str, Any]) -> RunConf:
         conf = OmegaConf.to_object(merged)
     except Exception as error:  # OmegaConf's errors are multi-line
         raise ConfigError(one_line_error(error)) from error
-    validate(conf)
     return conf
