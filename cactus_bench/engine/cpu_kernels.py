@@ -18,8 +18,8 @@ weights: slower at every row count). fp32 depends on the CPU's BLAS, so it is me
 model (`time_rows` over the real MLP weights, ~1 s): each row count 1..8 takes the packs only if
 they cost at most 90% of ATen's time (a margin, so that noise rarely flips a choice between runs);
 more rows (a prefill) take ATen's GEMM, which was faster here. Measured here (Intel): ATen for
-1-3 rows, packs for 4-8; the AMD figures in issue 16 (MKL 2-3x slower at 2-3 rows) would give
-packs from 2.
+1-3 rows, packs for 4-8; on an AMD EPYC, MKL was measured 2-3x slower at 2-3 rows, which would
+give packs from 2.
 
 bf16 (`native_bf16`): chosen by capability, not vendor. The CPU must compute bf16 dot products
 in hardware (the `avx512_bf16` or `amx_bf16` flag) and torch must have oneDNN; without them

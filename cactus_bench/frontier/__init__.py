@@ -1,4 +1,4 @@
-"""The frontier (issue 13): every rule's exact acceptance and divergence on real contexts.
+"""The frontier: every rule's exact acceptance and divergence on real contexts.
 
     python run.py experiment=frontier                 # Hydra preset (configs/experiment/)
     python -m cactus_bench.frontier --pair tiny_random --prompts demo --num-demo 4

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from cactus_bench.frontier.contexts import Contexts
 
-CHECK_ARMS = (("sps", None), ("cactus", 1.0))  # (family, delta): the two rules
+CHECK_ARMS = (("sps", None), ("cactus", 1.0))  # (family, delta): the lossless rule and the paper's
 
 
 def sample_positions(contexts: Contexts, count: int, seed: int) -> list[tuple[int, int, int]]:

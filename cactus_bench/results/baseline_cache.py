@@ -1,4 +1,4 @@
-"""Cache of verifier-only baselines for `baseline=cached` (issue 6).
+"""Cache of verifier-only baselines for `baseline=cached`.
 
 A sweep over samplers and δ decodes the same prompts with the same verifier many times; the
 verifier-only baseline of those prompts depends only on the key below, so it is decoded once and

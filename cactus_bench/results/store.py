@@ -1,6 +1,6 @@
 """ResultStore: the append-only results CSV shared by parallel jobs, plus its JSONL of records.
 
-Concurrency and crash safety (issue 6): every append takes a file lock (`<csv>.lock`, the
+Concurrency and crash safety: every append takes a file lock (`<csv>.lock`, the
 `filelock` package, which works across processes and Slurm jobs on a shared file system that
 supports fcntl locks), then writes the whole CSV line with ONE `os.write` on an O_APPEND descriptor,
 then fsyncs. A killed process has almost always written the whole line or nothing; the rare
