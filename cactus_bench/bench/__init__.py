@@ -4,7 +4,10 @@ check measure with, so that each script is an entry point (arguments, sections, 
 - `sampling.py`: the paper's sampling (`PAPER_SAMPLING`) and greedy decoding as SamplingParams;
 - `timing.py`: CPU times of repeated calls and their spread (median and quartiles);
 - `machine.py`: the facts every benchmark row records about the CPU it ran on;
-- `models.py`: the benchmarked models (SmolLM2-135M and its drafter if cached, else tiny);
+- `models.py`: the benchmarked models (SmolLM2-135M and its drafter if cached, else tiny; or
+  any registered pair);
+- `engine_arms.py`: bench_engine.py's arms (our decoders, transformers' assisted and plain
+  generation), interleaved, and their summary rows with the machine's columns;
 - `linear.py`, `draw.py`, `forward.py`, `decoders.py`: the linear-layer, token-draw/head,
   cached-forward and decoder benches that `bench_forward.py` runs as sections (the first two
   also have scripts of their own).
