@@ -29,7 +29,7 @@ ALLOWED: dict[str, set[str]] = {
     "vllm": {"engine", "samplers", "models"},
     "drafter_training": {"engine", "models", "paper"},
     "feature_drafter": {"drafter_training", "engine", "models", "paper", "results"},
-    "bench": {"engine", "models", "samplers", "paper"},
+    "bench": {"engine", "models", "samplers", "paper", "drafter_training"},
     "rehearsal": {"models"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},
     "run": {

@@ -8,6 +8,8 @@ check measure with, so that each script is an entry point (arguments, sections, 
   any registered pair);
 - `engine_arms.py`: bench_engine.py's arms (our decoders, transformers' assisted and plain
   generation), interleaved, and their summary rows with the machine's columns;
+- `drafter_eval.py`: eval_drafter.py's measures of the distilled drafter (held-out per-token
+  acceptance, step costs, the cost model's speedup, end-to-end speed);
 - `linear.py`, `draw.py`, `forward.py`, `decoders.py`: the linear-layer, token-draw/head,
   cached-forward and decoder benches that `bench_forward.py` runs as sections (the first two
   also have scripts of their own).
