@@ -32,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "bench": {"engine", "models", "samplers", "paper", "drafter_training"},
     "rehearsal": {"models"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},
+    "gpu_check": {"bench", "engine", "samplers", "models", "tasks", "results", "vllm"},
     "run": {
         "paper",
         "samplers",

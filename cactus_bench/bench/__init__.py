@@ -1,5 +1,6 @@
 """The benchmarks' shared code: what `scripts/bench_*.py`, `scripts/eval_drafter.py` and the GPU
-check measure with, so that each script is an entry point (arguments, sections, output).
+check (cactus_bench/gpu_check/) measure with, so that each script is an entry point (arguments,
+sections, output).
 
 - `sampling.py`: the paper's sampling (`PAPER_SAMPLING`) and greedy decoding as SamplingParams;
 - `timing.py`: CPU times of repeated calls and their spread (median and quartiles);

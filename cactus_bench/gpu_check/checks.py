@@ -1,4 +1,5 @@
-"""The measurements of scripts/gpu_check.py; each returns a JSON-ready dict with "passed".
+"""The measurements of the GPU check (scripts/gpu_check.py); each returns a JSON-ready dict with
+"passed".
 
 Greedy equality is checked "up to ties": where the speculative (or compiled) decode and the
 plain autoregressive one first differ, the verifier's top-2 logit margin after their common
@@ -101,7 +102,7 @@ def greedy_equality(pair, prompts, new_tokens: int, m: int, dtype: str, device) 
 def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device, compile="on") -> dict:
     """The compiled path (torch.compile, CUDA graphs on CUDA) against the eager fast forward:
     compile time, greedy equality of the autoregressive and the speculative decoders, and the
-    step times of both paths. `compile="off"` (gpu_check --dry) runs the same comparison
+    step times of both paths. `compile="off"` (gpu_check.py --dry) runs the same comparison
     without compiling (torch.compile on a CPU takes minutes)."""
     common = {
         "sampling": GREEDY,
