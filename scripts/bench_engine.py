@@ -17,17 +17,16 @@ speedup that AL and the measured draft / verify costs predict.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import torch
 
 from cactus_bench.bench.engine_arms import (
     ARMS,
-    METRICS,
     QUESTIONS,
     EngineBench,
     add_ratios,
+    append_rows,
     encode_prompts,
     row_context,
     run_arms,
@@ -83,34 +82,8 @@ def main() -> None:
     results = run_arms(bench, arms, drafter, verifier, tokenizer, token_map, prompts)
     rows = [summarise(arm, results[arm]) for arm in arms]
     add_ratios(rows)
-    write_csv(Path(args.out), row_context(bench), rows)
+    append_rows(Path(args.out), row_context(bench), rows)
     print_report(bench, rows)
-
-
-def write_csv(out: Path, context: dict, rows: list[dict]) -> None:
-    """Appends one row per arm; a file written before the machine columns gains them (its rows
-    keep their cells, the new columns empty)."""
-    columns = list(context) + list(METRICS)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.exists():
-        with out.open(newline="") as handle:
-            reader = csv.DictReader(handle)
-            header, earlier = reader.fieldnames or [], list(reader)
-        if header != columns:
-            if not set(header) <= set(columns):
-                raise SystemExit(f"{out} has other columns ({header}); move it or pass --out")
-            with out.open("w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=columns, restval="")
-                writer.writeheader()
-                writer.writerows(earlier)
-    new_file = not out.exists()
-    with out.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, restval="")  # missing: empty cell
-        if new_file:
-            writer.writeheader()
-        for row in rows:
-            writer.writerow({**context, **{key: row.get(key, "") for key in METRICS}})
-    print(f"appended {len(rows)} rows to {out}")
 
 
 def print_report(bench: EngineBench, rows: list[dict]) -> None:

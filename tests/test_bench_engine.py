@@ -4,6 +4,8 @@ the numbers came from is in the row's context."""
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 from cactus_bench.bench.engine_arms import (
@@ -11,6 +13,7 @@ from cactus_bench.bench.engine_arms import (
     METRICS,
     EngineBench,
     add_ratios,
+    append_rows,
     encode_prompts,
     row_context,
     run_arms,
@@ -40,3 +43,27 @@ def test_arms_on_the_tiny_pair_make_rows_with_ratios_and_machine_columns():
     context = row_context(bench)
     assert {"cpu", "isa", "load_1m", "threads", "pair", "m", "torch"} <= set(context)
     assert not set(context) & set(METRICS)
+
+
+def test_rows_append_under_the_header_an_older_file_gains(tmp_path):
+    """A CSV written before the cpu / isa / load_1m columns is rewritten once with them (old rows
+    keep every cell, the new ones empty); a file with unknown columns is refused."""
+    context = row_context(EngineBench())
+    old_columns = [c for c in context if c not in ("cpu", "isa", "load_1m")] + list(METRICS)
+    out = tmp_path / "engine.csv"
+    with out.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=old_columns)
+        writer.writeheader()
+        writer.writerow({**dict.fromkeys(old_columns, "7"), "arm": "ours_ar"})
+    append_rows(out, context, [{"arm": "ours_spec", "tokens_per_s": 9.5}])
+    with out.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header, rows = reader.fieldnames, list(reader)
+    assert header == list(context) + list(METRICS)
+    assert rows[0]["arm"] == "ours_ar" and rows[0]["tokens_per_s"] == "7" and rows[0]["cpu"] == ""
+    assert rows[1]["arm"] == "ours_spec" and rows[1]["tokens_per_s"] == "9.5"
+    assert rows[1]["cpu"] == str(context["cpu"]) and rows[1]["steps"] == ""
+    stranger = tmp_path / "other.csv"
+    stranger.write_text("when,what\n1,2\n")
+    with pytest.raises(SystemExit, match="other columns"):
+        append_rows(stranger, context, [])

@@ -9,11 +9,13 @@ hf_ar (plain `generate`). EOS is ignored so every request makes exactly max_new_
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime
 import time
 from collections import defaultdict
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -252,3 +254,30 @@ def row_context(bench: EngineBench) -> dict:
         "isa": facts["isa"],
         "load_1m": facts["load_1m"],
     }
+
+
+def append_rows(out: Path, context: dict, rows: list[dict]) -> None:
+    """Appends to `out` one row per arm: `context`, then METRICS (a metric an arm lacks: an empty
+    cell). A file written before the machine columns first gains them: its rows keep their
+    cells, the new columns stay empty, so the appended rows line up with the header."""
+    columns = list(context) + list(METRICS)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        with out.open(newline="") as handle:
+            reader = csv.DictReader(handle)
+            header, earlier = reader.fieldnames or [], list(reader)
+        if header != columns:
+            if not set(header) <= set(columns):
+                raise SystemExit(f"{out} has other columns ({header}); move it or pass --out")
+            with out.open("w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+                writer.writeheader()
+                writer.writerows(earlier)
+    new_file = not out.exists()
+    with out.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")  # missing: empty cell
+        if new_file:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({**context, **{key: row.get(key, "") for key in METRICS}})
+    print(f"appended {len(rows)} rows to {out}")
