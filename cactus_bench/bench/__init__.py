@@ -13,5 +13,6 @@ sections, output).
   acceptance, step costs, the cost model's speedup, end-to-end speed);
 - `linear.py`, `draw.py`, `forward.py`, `decoders.py`: the linear-layer, token-draw/head,
   cached-forward and decoder benches that `bench_forward.py` runs as sections (the first two
-  also have scripts of their own).
+  also have scripts of their own); `decoders.py` also builds a pair's sps decoder, which
+  drafter_eval.py and the GPU check's checks share.
 """

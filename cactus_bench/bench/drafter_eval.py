@@ -23,17 +23,12 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from cactus_bench.bench.decoders import sps_decoder
 from cactus_bench.drafter_training.teacher import chat_ids
-from cactus_bench.engine import (
-    AutoregressiveDecoder,
-    SamplingParams,
-    SpeculativeDecoder,
-    process_logits,
-)
+from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, process_logits
 from cactus_bench.models import LoadedPair
 from cactus_bench.models.drafter import load_drafter
 from cactus_bench.models.smollm2 import prepare_smollm2
-from cactus_bench.samplers import make_sampler
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
@@ -159,14 +154,7 @@ def cost_report(times: dict, alpha: float, max_m: int) -> dict:
 
 def end_to_end(pair, prompts: list[str], sampling: SamplingParams, m: int, new_tokens: int) -> dict:
     base = AutoregressiveDecoder(pair.verifier, pair.tokenizer, sampling=sampling)
-    spec = SpeculativeDecoder(
-        pair.drafter,
-        pair.verifier,
-        pair.tokenizer,
-        make_sampler("sps"),
-        num_draft_tokens=m,
-        sampling=sampling,
-    )
+    spec = sps_decoder(pair, m, sampling=sampling)
     totals = {
         "base_tokens": 0,
         "base_s": 0.0,
