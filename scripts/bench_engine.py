@@ -7,37 +7,33 @@ assisted generation on the same pair, prompts and sampling, interleaved in one p
 Arms: ours_ar (AutoregressiveDecoder), ours_spec (SpeculativeDecoder), hf_assisted
 (`generate(assistant_model=...)` with num_assistant_tokens = m, schedule "constant",
 assistant_confidence_threshold = 0, do_sample with the same temperature / top-k / top-p) and
-hf_ar (plain `generate`). EOS is ignored so every request makes exactly --max-new-tokens tokens.
-Appends one row per arm to results/bench/engine.csv and prints the ratios, the engine's own
-overhead (wall time outside forwards and the sampler, % of decode time) and the speedup that AL
-and the measured draft / verify costs predict.
+hf_ar (plain `generate`); cactus_bench/bench/engine_arms.py runs them. EOS is ignored so every
+request makes exactly --max-new-tokens tokens. Appends one row per arm to
+results/bench/engine.csv (with the CPU, its ISA and the load average) and prints the ratios, the
+engine's own overhead (wall time outside forwards and the sampler, % of decode time) and the
+speedup that AL and the measured draft / verify costs predict.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
-import time
-from collections import defaultdict
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
-from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
-from cactus_bench.paper import PAPER
-from cactus_bench.samplers import make_sampler
-
-ARMS = ("ours_ar", "ours_spec", "hf_assisted", "hf_ar")
-QUESTIONS = (
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
-    "in May. How many clips did Natalia sell altogether in April and May?",
-    "Write a short poem about the sea. Do not use any commas.",
-    "Explain in two sentences why the sky is blue.",
-    "A train travels 60 miles per hour for 3 hours. How far does it go? Answer step by step.",
+from cactus_bench.bench.engine_arms import (
+    ARMS,
+    QUESTIONS,
+    EngineBench,
+    add_ratios,
+    append_rows,
+    encode_prompts,
+    row_context,
+    run_arms,
+    summarise,
 )
+from cactus_bench.bench.models import load_named_pair
+from cactus_bench.paper import PAPER
 
 
 def parse_args() -> argparse.Namespace:
@@ -67,149 +63,6 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def load_models(args):
-    """(drafter, verifier, tokenizer, token_map, chat_template_kwargs)."""
-    if args.pair == "tiny":
-        from cactus_bench.models.tiny import make_tiny_pair
-
-        drafter, verifier, tokenizer = make_tiny_pair(seed=0)
-        dtype = getattr(torch, args.dtype) if args.dtype else torch.float32
-        drafter, verifier = drafter.to(args.device, dtype), verifier.to(args.device, dtype)
-        return drafter, verifier, tokenizer, None, {}
-    try:
-        from cactus_bench.models import load_pair
-    except ImportError as error:
-        raise SystemExit(
-            f"--pair {args.pair} needs cactus_bench.models.load_pair ({error})"
-        ) from None
-    pair = load_pair(args.pair, device=args.device, dtype=args.dtype)
-    return pair.drafter, pair.verifier, pair.tokenizer, pair.token_map, pair.chat_template_kwargs
-
-
-def encode_prompts(tokenizer, chat_kwargs: dict, count: int) -> list[list[int]]:
-    prompts = []
-    for question in QUESTIONS[:count]:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}],
-            add_generation_prompt=True,
-            tokenize=False,
-            **chat_kwargs,
-        )
-        prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return prompts
-
-
-@contextmanager
-def assisted_config(drafter, verifier, m: int):
-    """Fixed draft length for HF (ECOSYSTEM.md) and no EOS, restored afterwards."""
-    saved = [
-        (cfg, cfg.to_dict()) for cfg in (drafter.generation_config, verifier.generation_config)
-    ]
-    drafter.generation_config.num_assistant_tokens = m
-    drafter.generation_config.num_assistant_tokens_schedule = "constant"
-    drafter.generation_config.assistant_confidence_threshold = 0
-    for cfg, _ in saved:
-        cfg.eos_token_id = None
-    try:
-        yield
-    finally:
-        for cfg, values in saved:
-            for key in (
-                "num_assistant_tokens",
-                "num_assistant_tokens_schedule",
-                "assistant_confidence_threshold",
-                "eos_token_id",
-            ):
-                setattr(cfg, key, values.get(key))
-
-
-def make_runners(args, drafter, verifier, tokenizer, token_map):
-    """arm -> callable(prompt_ids, seed) -> (new_tokens, seconds, RequestRecord or None)."""
-    sampling = SamplingParams(args.temperature, args.top_p, args.top_k)
-    rule = make_sampler(args.sampler, **({"delta": args.delta} if args.delta is not None else {}))
-    ours_ar = AutoregressiveDecoder(
-        verifier, tokenizer, sampling=sampling, eos_token_ids=[], device=args.device
-    )
-    ours_spec = SpeculativeDecoder(
-        drafter,
-        verifier,
-        tokenizer,
-        rule,
-        num_draft_tokens=args.m,
-        sampling=sampling,
-        eos_token_ids=[],
-        device=args.device,
-        token_map=token_map,
-    )
-    hf_kwargs = dict(
-        do_sample=args.temperature > 0,
-        max_new_tokens=args.max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id or 0,
-    )
-    if args.temperature > 0:
-        hf_kwargs.update(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
-
-    def ours(decoder):
-        def run(prompt, seed):
-            record = decoder.generate(prompt, args.max_new_tokens, seed=seed)
-            return record.num_generated, record.total_time_s, record
-
-        return run
-
-    def hf(assistant):
-        def run(prompt, seed):
-            torch.manual_seed(seed)
-            ids = torch.tensor([prompt], device=args.device)
-            sync()
-            start = time.perf_counter()
-            with torch.inference_mode():
-                out = verifier.generate(
-                    ids, attention_mask=torch.ones_like(ids), assistant_model=assistant, **hf_kwargs
-                )
-            sync()
-            return out.shape[1] - ids.shape[1], time.perf_counter() - start, None
-
-        return run
-
-    def sync():
-        if torch.device(args.device).type == "cuda":
-            torch.cuda.synchronize()
-
-    return {
-        "ours_ar": ours(ours_ar),
-        "ours_spec": ours(ours_spec),
-        "hf_assisted": hf(drafter),
-        "hf_ar": hf(None),
-    }
-
-
-def summarise(arm: str, runs: list) -> dict:
-    tokens = sum(run[0] for run in runs)
-    seconds = sum(run[1] for run in runs)
-    row = {
-        "arm": arm,
-        "requests": len(runs),
-        "new_tokens": tokens,
-        "seconds": seconds,
-        "tokens_per_s": tokens / seconds,
-        "mean_request_tokens_per_s": sum(r[0] / r[1] for r in runs) / len(runs),
-    }
-    records = [run[2] for run in runs if run[2] is not None]
-    if records:
-        steps = sum(r.num_steps for r in records)
-        decode = sum(r.total_time_s - r.prefill_time_s for r in records)
-        row.update(
-            steps=steps,
-            accepted_length=sum(sum(r.accepted_per_step) for r in records) / steps,
-            tokens_per_step=sum(r.num_generated for r in records) / steps,
-            draft_ms_per_step=1e3 * sum(r.draft_time_s for r in records) / steps,
-            verify_ms_per_step=1e3 * sum(r.verify_time_s for r in records) / steps,
-            sampler_ms_per_step=1e3 * sum(r.sampler_time_s for r in records) / steps,
-            overhead_frac=sum(r.overhead_time_s for r in records) / decode,
-        )
-    return row
-
-
 def main() -> None:
     args = parse_args()
     if args.threads > 0:
@@ -217,89 +70,27 @@ def main() -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()  # HF warns about its own assistant config
-    drafter, verifier, tokenizer, token_map, chat_kwargs = load_models(args)
-    arms = args.arms
+    bench = EngineBench.from_namespace(args)
+    drafter, verifier, tokenizer, token_map, chat_kwargs = load_named_pair(
+        bench.pair, bench.device, bench.dtype
+    )
+    arms = bench.arms
     if token_map is not None and "hf_assisted" in arms:
         print("token_map set (different output sizes): transformers' assisted arm skipped")
         arms = tuple(arm for arm in arms if arm != "hf_assisted")
-    prompts = encode_prompts(tokenizer, chat_kwargs, args.prompts)
-    runners = make_runners(args, drafter, verifier, tokenizer, token_map)
-    results: dict[str, list] = defaultdict(list)
-    with assisted_config(drafter, verifier, args.m):
-        for arm in arms:  # warm-up: first calls pay one-off allocation and dispatch costs
-            runners[arm](prompts[0][:8], seed=0)
-        jobs = [(p, r) for r in range(args.repeats) for p in range(len(prompts))]
-        for index, (prompt_index, repeat) in enumerate(tqdm(jobs, desc="bench_engine")):
-            order = arms[index % len(arms) :] + arms[: index % len(arms)]  # rotate who goes first
-            for arm in order:
-                seed = 1000 * repeat + prompt_index
-                results[arm].append(runners[arm](prompts[prompt_index], seed))
-
+    prompts = encode_prompts(tokenizer, chat_kwargs, bench.prompts)
+    results = run_arms(bench, arms, drafter, verifier, tokenizer, token_map, prompts)
     rows = [summarise(arm, results[arm]) for arm in arms]
-    base = next(row for row in rows if row["arm"] == "ours_ar")
-    ar_token_ms = base["verify_ms_per_step"]  # one verifier forward + processing per token
-    for row in rows:
-        row["speedup_vs_ours_ar"] = row["tokens_per_s"] / base["tokens_per_s"]
-        if row["arm"] == "ours_spec":
-            step_ms = row["draft_ms_per_step"] + row["verify_ms_per_step"]
-            row["ideal_speedup"] = row["tokens_per_step"] * ar_token_ms / step_ms
-    write_csv(args, rows)
-    print_report(args, rows)
+    add_ratios(rows)
+    append_rows(Path(args.out), row_context(bench), rows)
+    print_report(bench, rows)
 
 
-def write_csv(args, rows: list[dict]) -> None:
-    context = {
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "pair": args.pair,
-        "device": args.device,
-        "dtype": args.dtype or "",
-        "threads": torch.get_num_threads(),
-        "m": args.m,
-        "sampler": args.sampler,
-        "delta": args.delta,
-        "temperature": args.temperature,
-        "top_p": args.top_p,
-        "top_k": args.top_k,
-        "max_new_tokens": args.max_new_tokens,
-        "prompts": args.prompts,
-        "repeats": args.repeats,
-        "torch": torch.__version__,
-    }
-    metrics = (
-        "arm",
-        "requests",
-        "new_tokens",
-        "seconds",
-        "tokens_per_s",
-        "mean_request_tokens_per_s",
-        "speedup_vs_ours_ar",
-        "steps",
-        "accepted_length",
-        "tokens_per_step",
-        "draft_ms_per_step",
-        "verify_ms_per_step",
-        "sampler_ms_per_step",
-        "overhead_frac",
-        "ideal_speedup",
-    )
-    columns = list(context) + list(metrics)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    new_file = not out.exists()
-    with out.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, restval="")  # missing: empty cell
-        if new_file:
-            writer.writeheader()
-        for row in rows:
-            writer.writerow({**context, **{key: row.get(key, "") for key in metrics}})
-    print(f"appended {len(rows)} rows to {out}")
-
-
-def print_report(args, rows: list[dict]) -> None:
+def print_report(bench: EngineBench, rows: list[dict]) -> None:
     by_arm = {row["arm"]: row for row in rows}
     print(
-        f"\npair={args.pair} m={args.m} sampler={args.sampler} T={args.temperature} "
-        f"top_p={args.top_p} top_k={args.top_k} tokens={args.max_new_tokens} "
+        f"\npair={bench.pair} m={bench.m} sampler={bench.sampler} T={bench.temperature} "
+        f"top_p={bench.top_p} top_k={bench.top_k} tokens={bench.max_new_tokens} "
         f"threads={torch.get_num_threads()}"
     )
     print(

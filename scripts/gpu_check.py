@@ -6,8 +6,8 @@
 
 On the embedded pair (SmolLM2-135M-Instruct and its distilled drafter, `make setup`):
 1. greedy_float32 / _bfloat16 / _float16: speculative (SpS, m = 4) and autoregressive greedy
-   decoding emit the same tokens on CUDA, up to near-ties (gpu_checks.py says how ties are judged;
-   divergences are counted);
+   decoding emit the same tokens on CUDA, up to near-ties (cactus_bench/gpu_check/checks.py says
+   how ties are judged; divergences are counted);
 2. cuda_graphs: the compiled forward (torch.compile + CUDA graphs) decodes as the eager one;
 3. qwen3_vocab: the same equality on a random Qwen3-architecture pair at V = 151,936, each dtype;
 4. first_token_law: sps's and cactus's first emitted token on the device against the exact law
@@ -22,61 +22,25 @@ Each check is timed and guarded: an error is recorded in the JSON (written after
 and the run goes on; checks that would start past the time budget are skipped. Exit status 0
 when every check that ran passed, 1 otherwise (loudly: the failed checks are listed), 2 without
 a usable GPU (one line naming the fix). `--dry` runs on the CPU with the tiny random pair and
-small sizes: the script and every check's logic, not the GPU.
+small sizes: the script and every check's logic, not the GPU. The checks and their order live
+in cactus_bench/gpu_check/ (suite.py); this script takes the flags, writes and summarises.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import platform
 import sys
 import time
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-TORCH_VERSION = "2.13.0"  # the Makefile's TORCH_VERSION
-CHECKS = (
-    "greedy_float32",
-    "greedy_bfloat16",
-    "greedy_float16",
-    "cuda_graphs",
-    "qwen3_vocab",
-    "first_token_law",
-    "sampler_bench",
-    "verify_cost",
-    "speedup",
-    "vllm",
-)
-VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
-DRY = {"device": "cpu", "pair": "tiny_random", "prompts": 2, "new_tokens": 6, "budget_s": 1800}
-
-
-def cuda_problem(device: str) -> str | None:
-    """None when `device` is usable, else one line naming the fix."""
-    import torch
-
-    if not device.startswith("cuda"):
-        return None
-    if torch.version.cuda is None:
-        return (
-            f"torch {torch.__version__} is a CPU build; on the GPU node run make setup-gpu "
-            "(PyPI's CUDA 13 build, driver >= 580), or for an older driver .venv/bin/pip install "
-            f"--force-reinstall torch=={TORCH_VERSION} --index-url "
-            "https://download.pytorch.org/whl/cu126 (docs/gpu.md), then make gpu-check"
-        )
-    if not torch.cuda.is_available():
-        return (
-            f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: run on a GPU "
-            "node, and check nvidia-smi and CUDA_VISIBLE_DEVICES"
-        )
-    return None
 
 
 def parse_args() -> argparse.Namespace:
+    from cactus_bench.gpu_check.suite import CHECKS, DRY, VLLM_PYTHON
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "results/bench/gpu_check.json")
     parser.add_argument("--device", default="cuda", help="cuda (cpu only for smoke tests)")
@@ -95,86 +59,9 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-class Context:
-    """Loads each dtype's pair once; prompts from the verifier's chat template."""
-
-    def __init__(self, args):
-        import torch
-        from gpu_checks import demo_prompts
-
-        self.args, self.device = args, torch.device(args.device)
-        self._pairs = {}
-        self.prompts = demo_prompts(self.pair("float32").tokenizer, args.prompts)
-
-    def pair(self, dtype: str):
-        from cactus_bench.models import load_pair
-
-        if dtype not in self._pairs:
-            self._pairs[dtype] = load_pair(self.args.pair, device=self.device, dtype=dtype)
-        return self._pairs[dtype]
-
-
-def run_check(name: str, ctx: Context) -> dict:
-    import gpu_checks as g
-    from gpu_checks_laws import NO_CPU_BF16, dtype_runs
-
-    args, device, prompts = ctx.args, ctx.device, ctx.prompts
-    low = "bfloat16" if dtype_runs(device, "bfloat16") else "float32"  # --dry on such a CPU
-    if name.startswith("greedy_"):
-        dtype = name.removeprefix("greedy_")
-        if not dtype_runs(device, dtype):
-            return {"skipped": NO_CPU_BF16, "passed": True}
-        return g.greedy_equality(ctx.pair(dtype), prompts, args.new_tokens, args.m, dtype, device)
-    if name == "qwen3_vocab":
-        from gpu_checks_laws import qwen3_vocab
-
-        dtypes = ("float32", "bfloat16", "float16")
-        return qwen3_vocab(device, dtypes, len(prompts), args.new_tokens, args.m)
-    if name == "first_token_law":
-        from gpu_checks_laws import first_token_law
-
-        return first_token_law(device, requests=300 if args.dry else 2000)
-    if name == "cuda_graphs":
-        compile = "off" if args.dry else "on"
-        pair = ctx.pair(low)
-        return g.cuda_graphs(pair, prompts[:4], args.new_tokens, args.m, low, device, compile)
-    if name == "sampler_bench":
-        batches, repeats = ((1,), 1) if args.dry else ((1, 8), 10)
-        return g.sampler_bench(device, vocab=151_936, batches=batches, m=10, repeats=repeats)
-    if name == "verify_cost":
-        repeats = 3 if args.dry else 30
-        return g.verify_cost(
-            ctx.pair(low), prompts[0], max_tokens=11, repeats=repeats, device=device
-        )
-    if name == "speedup":
-        return g.speedup(ctx.pair(low), prompts, 2 * args.new_tokens, (1, 2, 3, 4), device)
-    if name == "vllm":
-        from gpu_checks_vllm import vllm_check
-
-        return vllm_check(args, device)
-    raise ValueError(f"unknown check {name!r}; known: {', '.join(CHECKS)}")
-
-
-def environment(device: str) -> dict:
-    import torch
-    import transformers
-
-    from cactus_bench.results.metadata import device_name, git_state
-
-    sha, dirty = git_state()
-    return {
-        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "device": device_name(device),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "git_sha": sha,
-        "git_dirty": dirty,
-    }
-
-
 def main() -> int:
+    from cactus_bench.gpu_check.suite import CHECKS, Context, cuda_problem, environment, run_checks
+
     args = parse_args()
     skip = {name for name in args.skip.split(",") if name}
     if skip - set(CHECKS):
@@ -192,20 +79,7 @@ def main() -> int:
     started = time.perf_counter()
     report = {**environment(args.device), "pair": args.pair, "checks": {}}
     ctx = Context(args)
-    for name in CHECKS:
-        elapsed = time.perf_counter() - started
-        if name in skip or elapsed > args.budget_s:
-            why = "--skip" if name in skip else f"time budget ({args.budget_s:.0f} s) spent"
-            result = {"skipped": why, "passed": True}
-        else:
-            print(f"gpu-check: {name} ...", flush=True)
-            check_start = time.perf_counter()
-            try:
-                result = run_check(name, ctx)
-            except Exception as error:  # recorded; the other checks still run
-                lines = traceback.format_exception_only(error)
-                result = {"error": lines[-1].strip(), "passed": False}
-            result["seconds"] = round(time.perf_counter() - check_start, 1)
+    for name, result in run_checks(ctx, skip, args.budget_s, started):
         report["checks"][name] = result
         report["elapsed_s"] = round(time.perf_counter() - started, 1)
         report["passed"] = all(check["passed"] for check in report["checks"].values())

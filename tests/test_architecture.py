@@ -29,9 +29,10 @@ ALLOWED: dict[str, set[str]] = {
     "vllm": {"engine", "samplers", "models"},
     "drafter_training": {"engine", "models", "paper"},
     "feature_drafter": {"drafter_training", "engine", "models", "paper", "results"},
-    "bench": {"engine", "models", "samplers", "paper"},
+    "bench": {"engine", "models", "samplers", "paper", "drafter_training"},
     "rehearsal": {"models"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "results", "report"},
+    "gpu_check": {"bench", "engine", "samplers", "models", "tasks", "results", "vllm"},
     "run": {
         "paper",
         "samplers",

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from cactus_bench.gpu_check import checks as gpu_checks
+from cactus_bench.gpu_check import suite as gpu_check
 
-import gpu_check  # noqa: E402
-import gpu_checks  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -96,7 +95,7 @@ def test_dry_run_writes_the_report(tmp_path):
 
 def test_first_token_law_check_can_fail():
     """The chi-square helper rejects a wrong law and accepts the right one (fixed seed)."""
-    import gpu_checks_laws
+    from cactus_bench.gpu_check import laws as gpu_checks_laws
 
     generator = torch.Generator().manual_seed(0)
     law = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)
@@ -110,7 +109,7 @@ def test_first_token_law_check_can_fail():
 def test_vllm_check_without_its_environment_fails_loudly(tmp_path):
     import argparse
 
-    import gpu_checks_vllm
+    from cactus_bench.gpu_check import vllm_check as gpu_checks_vllm
 
     args = argparse.Namespace(vllm_python=tmp_path / "none", dry=True)
     result = gpu_checks_vllm.vllm_check(args, torch.device("cpu"))
@@ -137,10 +136,9 @@ def test_vllm_check_judges_the_workers_answer():
     """gpu_checks_vllm.judge on a made-up worker answer: passes, then fails on each fault."""
     import copy
 
-    import gpu_checks_vllm
-    from gpu_checks import GREEDY
-
+    from cactus_bench.bench.sampling import GREEDY
     from cactus_bench.engine import AutoregressiveDecoder
+    from cactus_bench.gpu_check import vllm_check as gpu_checks_vllm
     from cactus_bench.models import load_pair
 
     pair = load_pair("tiny_random", device="cpu", dtype="float32")

@@ -24,6 +24,15 @@ PATHS = {
 }
 
 
+def sps_decoder(pair, m: int, **options) -> SpeculativeDecoder:
+    """`pair`'s speculative decoder with sps (the lossless rule) and m drafts per step;
+    `options` go to SpeculativeDecoder (sampling, device, compile, ...)."""
+    drafter, verifier, tokenizer = pair.drafter, pair.verifier, pair.tokenizer
+    return SpeculativeDecoder(
+        drafter, verifier, tokenizer, make_sampler("sps"), num_draft_tokens=m, **options
+    )
+
+
 def decoder_for(path: str, verifier, tokenizer, drafter=None, m: int = 0):
     fast, compiled, kernel = PATHS[path]
     runtime.DEFAULT_LINEAR_KERNEL = kernel  # the decoders' runners take it from here

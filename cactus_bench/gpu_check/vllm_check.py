@@ -1,8 +1,9 @@
-"""gpu_check's vLLM check: this side runs the HF engine, .venv-vllm runs vLLM (gpu_check_vllm.py).
+"""The GPU check's vLLM check: this side runs the HF engine, .venv-vllm runs vLLM
+(scripts/gpu_check_vllm.py over vllm_worker.py).
 
 vLLM lives in its own environment (it pins an older transformers), so the check hands the worker
 a job on stdin and judges its answer here: the runner report and the V2 refusal, vLLM's greedy
-tokens against the HF engine's on the embedded verifier (up to near-ties, gpu_checks), the
+tokens against the HF engine's on the embedded verifier (up to near-ties, checks.py), the
 self-draft acceptance rate, and vLLM's own rejection sampler vs this project's sps at
 V = 151,936 (both must emit q; their time ratio is recorded).
 """
@@ -14,11 +15,11 @@ import os
 import subprocess
 
 import torch
-from gpu_checks import GREEDY, compare_greedy, demo_prompts
-from gpu_checks_laws import P_VALUE_FLOOR, QWEN3_VOCAB, chi_square_p
 
-from cactus_bench.bench.sampling import PAPER_SAMPLING
+from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
 from cactus_bench.engine import AutoregressiveDecoder, RequestRecord
+from cactus_bench.gpu_check.checks import compare_greedy, demo_prompts
+from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, QWEN3_VOCAB, chi_square_p
 
 SELF_DRAFT_FLOOR = 0.9  # a drafter that is the verifier: nearly every draft is accepted
 

@@ -1,9 +1,9 @@
-"""gpu_check's checks on random models: the Qwen3 architecture at its real vocabulary, and the
-sampled first-token law of sps and cactus on the device (cactus_bench.models.tiny's pair).
+"""The GPU check's checks on random models: the Qwen3 architecture at its real vocabulary, and
+the sampled first-token law of sps and cactus on the device (cactus_bench.models.tiny's pair).
 
 - qwen3_vocab: a random Qwen3-architecture pair at V = 151,936 (Qwen3's own vocabulary, so the
   logits, the softmax and the sampler run at the paper's width) in fp32, bf16 and fp16: greedy
-  speculative decoding equals greedy autoregressive decoding, up to near-ties (gpu_checks).
+  speculative decoding equals greedy autoregressive decoding, up to near-ties (checks.py).
 - first_token_law: N seeded requests that stop after their first emitted token (every id is an
   EOS, m = 1), on the device; the counts against the rule's exact law `output_distribution(p, q)`
   (chi-square, expected counts >= 5, the rest pooled; p-value floor 1e-3 as the CPU tests), and,
@@ -13,11 +13,12 @@ sampled first-token law of sps and cactus on the device (cactus_bench.models.tin
 from __future__ import annotations
 
 import torch
-from gpu_checks import GREEDY, compare_greedy
 from scipy.stats import chi2
 
+from cactus_bench.bench.sampling import GREEDY
 from cactus_bench.engine import SamplingParams, SpeculativeDecoder
 from cactus_bench.engine.sampling import process_logits
+from cactus_bench.gpu_check.checks import compare_greedy
 from cactus_bench.samplers import make_sampler
 
 QWEN3_VOCAB = 151_936

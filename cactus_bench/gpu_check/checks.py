@@ -1,4 +1,5 @@
-"""The measurements of scripts/gpu_check.py; each returns a JSON-ready dict with "passed".
+"""The measurements of the GPU check (scripts/gpu_check.py); each returns a JSON-ready dict with
+"passed".
 
 Greedy equality is checked "up to ties": where the speculative (or compiled) decode and the
 plain autoregressive one first differ, the verifier's top-2 logit margin after their common
@@ -15,6 +16,7 @@ from functools import partial
 
 import torch
 
+from cactus_bench.bench.decoders import sps_decoder
 from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
 from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
 from cactus_bench.engine.runtime import crop_cache, make_runner
@@ -86,14 +88,7 @@ def greedy_equality(pair, prompts, new_tokens: int, m: int, dtype: str, device) 
         "token_map": pair.token_map,
     }
     reference = AutoregressiveDecoder(pair.verifier, pair.tokenizer, **common)
-    spec = SpeculativeDecoder(
-        pair.drafter,
-        pair.verifier,
-        pair.tokenizer,
-        make_sampler("sps"),
-        num_draft_tokens=m,
-        **common,
-    )
+    spec = sps_decoder(pair, m, **common)
     result = compare_greedy(reference, spec, pair.verifier, prompts, new_tokens, dtype, device)
     return {"dtype": dtype, "m": m, **result}
 
@@ -101,7 +96,7 @@ def greedy_equality(pair, prompts, new_tokens: int, m: int, dtype: str, device) 
 def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device, compile="on") -> dict:
     """The compiled path (torch.compile, CUDA graphs on CUDA) against the eager fast forward:
     compile time, greedy equality of the autoregressive and the speculative decoders, and the
-    step times of both paths. `compile="off"` (gpu_check --dry) runs the same comparison
+    step times of both paths. `compile="off"` (gpu_check.py --dry) runs the same comparison
     without compiling (torch.compile on a CPU takes minutes)."""
     common = {
         "sampling": GREEDY,
@@ -111,15 +106,7 @@ def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device, comp
     }
     eager = AutoregressiveDecoder(pair.verifier, pair.tokenizer, compile="off", **common)
     compiled = AutoregressiveDecoder(pair.verifier, pair.tokenizer, compile=compile, **common)
-    spec = SpeculativeDecoder(
-        pair.drafter,
-        pair.verifier,
-        pair.tokenizer,
-        make_sampler("sps"),
-        num_draft_tokens=m,
-        compile=compile,
-        **common,
-    )
+    spec = sps_decoder(pair, m, compile=compile, **common)
     capacity = max(len(p) for p in prompts) + new_tokens
     compile_s = compiled.warmup(capacity) + spec.warmup(capacity)
     ar = compare_greedy(eager, compiled, pair.verifier, prompts, new_tokens, dtype, device)

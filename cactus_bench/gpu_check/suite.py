@@ -1,0 +1,158 @@
+"""The GPU check's suite: which checks, in what order, on what, within which time budget.
+
+`run_checks` runs every check in CHECKS (checks.py, laws.py, vllm_check.py) against a `Context`
+(each dtype's pair loaded once, the demo prompts) and yields each one's JSON-ready result as it
+finishes: timed, an error recorded instead of raised (the other checks still run), skipped when
+named or when the time budget is spent. scripts/gpu_check.py writes and summarises them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TORCH_VERSION = "2.13.0"  # the Makefile's TORCH_VERSION
+CHECKS = (
+    "greedy_float32",
+    "greedy_bfloat16",
+    "greedy_float16",
+    "cuda_graphs",
+    "qwen3_vocab",
+    "first_token_law",
+    "sampler_bench",
+    "verify_cost",
+    "speedup",
+    "vllm",
+)
+VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
+# --dry: the CPU, the tiny random pair, small sizes (every check's logic, not the GPU)
+DRY = {"device": "cpu", "pair": "tiny_random", "prompts": 2, "new_tokens": 6, "budget_s": 1800}
+
+
+def cuda_problem(device: str) -> str | None:
+    """None when `device` is usable, else one line naming the fix."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    if torch.version.cuda is None:
+        return (
+            f"torch {torch.__version__} is a CPU build; on the GPU node run make setup-gpu "
+            "(PyPI's CUDA 13 build, driver >= 580), or for an older driver .venv/bin/pip install "
+            f"--force-reinstall torch=={TORCH_VERSION} --index-url "
+            "https://download.pytorch.org/whl/cu126 (docs/gpu.md), then make gpu-check"
+        )
+    if not torch.cuda.is_available():
+        return (
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU: run on a GPU "
+            "node, and check nvidia-smi and CUDA_VISIBLE_DEVICES"
+        )
+    return None
+
+
+class Context:
+    """Loads each dtype's pair once; prompts from the verifier's chat template. `args` holds
+    device, pair, prompts, new_tokens, m, dry and vllm_python (scripts/gpu_check.py's flags)."""
+
+    def __init__(self, args):
+        import torch
+
+        from cactus_bench.gpu_check.checks import demo_prompts
+
+        self.args, self.device = args, torch.device(args.device)
+        self._pairs = {}
+        self.prompts = demo_prompts(self.pair("float32").tokenizer, args.prompts)
+
+    def pair(self, dtype: str):
+        from cactus_bench.models import load_pair
+
+        if dtype not in self._pairs:
+            self._pairs[dtype] = load_pair(self.args.pair, device=self.device, dtype=dtype)
+        return self._pairs[dtype]
+
+
+def run_check(name: str, ctx: Context) -> dict:
+    from cactus_bench.gpu_check import checks as g
+    from cactus_bench.gpu_check.laws import NO_CPU_BF16, dtype_runs
+
+    args, device, prompts = ctx.args, ctx.device, ctx.prompts
+    low = "bfloat16" if dtype_runs(device, "bfloat16") else "float32"  # --dry on such a CPU
+    if name.startswith("greedy_"):
+        dtype = name.removeprefix("greedy_")
+        if not dtype_runs(device, dtype):
+            return {"skipped": NO_CPU_BF16, "passed": True}
+        return g.greedy_equality(ctx.pair(dtype), prompts, args.new_tokens, args.m, dtype, device)
+    if name == "qwen3_vocab":
+        from cactus_bench.gpu_check.laws import qwen3_vocab
+
+        dtypes = ("float32", "bfloat16", "float16")
+        return qwen3_vocab(device, dtypes, len(prompts), args.new_tokens, args.m)
+    if name == "first_token_law":
+        from cactus_bench.gpu_check.laws import first_token_law
+
+        return first_token_law(device, requests=300 if args.dry else 2000)
+    if name == "cuda_graphs":
+        compile = "off" if args.dry else "on"
+        pair = ctx.pair(low)
+        return g.cuda_graphs(pair, prompts[:4], args.new_tokens, args.m, low, device, compile)
+    if name == "sampler_bench":
+        batches, repeats = ((1,), 1) if args.dry else ((1, 8), 10)
+        return g.sampler_bench(device, vocab=151_936, batches=batches, m=10, repeats=repeats)
+    if name == "verify_cost":
+        repeats = 3 if args.dry else 30
+        return g.verify_cost(
+            ctx.pair(low), prompts[0], max_tokens=11, repeats=repeats, device=device
+        )
+    if name == "speedup":
+        return g.speedup(ctx.pair(low), prompts, 2 * args.new_tokens, (1, 2, 3, 4), device)
+    if name == "vllm":
+        from cactus_bench.gpu_check.vllm_check import vllm_check
+
+        return vllm_check(args, device)
+    raise ValueError(f"unknown check {name!r}; known: {', '.join(CHECKS)}")
+
+
+def environment(device: str) -> dict:
+    import torch
+    import transformers
+
+    from cactus_bench.results.metadata import device_name, git_state
+
+    sha, dirty = git_state()
+    return {
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": device_name(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "git_sha": sha,
+        "git_dirty": dirty,
+    }
+
+
+def run_checks(
+    ctx: Context, skip: set[str], budget_s: float, started: float
+) -> Iterator[tuple[str, dict]]:
+    """(name, result) for every check in CHECKS, in order, each as soon as it is done; a check
+    in `skip`, or one that would start `budget_s` seconds after `started` (perf_counter), is
+    skipped (and passes)."""
+    for name in CHECKS:
+        if name in skip or time.perf_counter() - started > budget_s:
+            why = "--skip" if name in skip else f"time budget ({budget_s:.0f} s) spent"
+            yield name, {"skipped": why, "passed": True}
+            continue
+        print(f"gpu-check: {name} ...", flush=True)
+        check_start = time.perf_counter()
+        try:
+            result = run_check(name, ctx)
+        except Exception as error:  # recorded; the other checks still run
+            lines = traceback.format_exception_only(error)
+            result = {"error": lines[-1].strip(), "passed": False}
+        result["seconds"] = round(time.perf_counter() - check_start, 1)
+        yield name, result
