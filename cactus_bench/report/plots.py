@@ -2,7 +2,8 @@
 
 Kinds: AL vs δ, score vs δ, speedup vs δ (SpS / TAS / Verifier as horizontal references),
 score vs AL (one marker per sampler: the quality-speed trade-off) and acceptance rate by draft
-position; per pair and task swept over m, speedup and tokens per step vs m (draft_length.py).
+position (bars: the per-position intervals of a one-run cell); per pair and task swept over m,
+speedup and tokens per step vs m (draft_length.py).
 Error bars (and shaded bands around the reference lines) are the rows' 95% bootstrap intervals
 where the CSV has them; a sweep from an older CSV without them keeps the binomial
 standard error for the score and no bars otherwise, and says which in the axis label. A panel
@@ -17,6 +18,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
@@ -41,10 +43,12 @@ from cactus_bench.report.figure_parts import (
 )
 from cactus_bench.report.tables import (
     blocks,
+    is_missing,
     method_label,
     method_sort_key,
     task_title,
 )
+from cactus_bench.results.intervals import POSITION_INTERVAL_COLUMNS
 
 # Both sweeps often run the same δ: each is drawn 1.5% to its side of δ, so that neither hides
 # the other's marker and interval bar (the axis still reads δ).
@@ -245,31 +249,56 @@ def accept_by_position(rows, pair, m) -> Figure:
             continue
         ordered = sorted((r for _, r in task_rows.iterrows()), key=method_sort_key)
         n_sweep = sum(r["sampler"] in SWEEP_SAMPLERS for r in ordered)
+        errors = [_position_errors(row) for row in ordered]
+        # with bars, the methods sit side by side around each position so no bar hides another
+        spread = POSITION_SPREAD if any(e is not None for e in errors) else 0.0
         shade = 0
-        for row in ordered:
+        for index, (row, error) in enumerate(zip(ordered, errors, strict=True)):
             rates = json.loads(row["accept_rate_by_pos"])
-            positions = [j + 1 for j, r in enumerate(rates) if r is not None]
+            defined = [j for j, r in enumerate(rates) if r is not None]
+            offset = spread * (index / max(len(ordered) - 1, 1) - 0.5)
             if row["sampler"] in SWEEP_SAMPLERS:  # shades of one colormap, ordered by δ
                 color = colormaps["viridis"](0.1 + 0.75 * shade / max(n_sweep - 1, 1))
                 shade += 1
                 dashes = "-" if row["sampler"] == "cactus" else "-."
             else:
                 color, dashes = sampler_color(row["sampler"]), "--"
-            ax.plot(
-                positions,
-                [r for r in rates if r is not None],
-                dashes,
-                marker=".",
-                color=color,
-                label=method_label(row),
-            )
+            label = method_label(row)
+            if spread and error is None:  # say why this line alone has no bars
+                runs = int(row["n_runs"]) if not is_missing(row.get("n_runs")) else 1
+                label += f", mean of {runs} runs: no bars" if runs > 1 else ", no interval"
+            x, y = [j + 1 + offset for j in defined], [rates[j] for j in defined]
+            ax.plot(x, y, dashes, marker=".", color=color, label=label)
+            if error is not None:
+                ax.errorbar(x, y, yerr=error[:, defined], fmt="none", ecolor=color, capsize=2)
         ax.set_xlabel("draft position j (1 = first drafted token)")
-        ax.set_ylabel("P(position j accepted) over steps")
+        ylabel = "P(position j accepted) over steps"
+        if spread:
+            ylabel += "\n(bars: 95% bootstrap interval)"  # 2 lines: fits
+        ax.set_ylabel(ylabel)
         ax.set_ylim(0, 1.02)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return figure
+
+
+POSITION_SPREAD = 0.3  # total width, in positions, over which the methods' bars are spread
+
+
+def _position_errors(row) -> np.ndarray | None:
+    """[2, m] distances from each rate down and up to its 95% interval's ends (NaN where a
+    position has none: matplotlib draws no bar there), or None when the row has no per-position
+    intervals (an older CSV, or a cell averaging several runs: report/load.py)."""
+    cells = [row.get(name) for name in POSITION_INTERVAL_COLUMNS]
+    if any(is_missing(cell) for cell in cells):
+        return None
+    rates, low, high = (
+        np.array(json.loads(cell), dtype=float)  # null -> NaN
+        for cell in (row["accept_rate_by_pos"], *cells)
+    )
+    # a percentile interval of a ratio may sit just beside its point: never a negative bar
+    return np.clip(np.vstack([rates - low, high - rates]), 0.0, None)
 
 
 FIGURES: dict[str, Callable] = {
