@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from intervals_fixture import DEMO, GSM8K, fabricated_rows
+from matplotlib.colors import to_hex
 
 from cactus_bench.report import aggregate, blocks, load_results, table1, to_latex, to_markdown
 from cactus_bench.report.plots import FIGURES
@@ -194,8 +195,15 @@ def test_figures_draw_interval_bars_and_bands(agg):
     assert "95% bootstrap interval" in score.get_ylabel() and "binomial" not in score.get_ylabel()
     tradeoff = FIGURES["score_vs_al"](rows, pair, m).axes[0]
     assert "95% bootstrap interval" in tradeoff.get_ylabel() and tradeoff.collections
-    positions = FIGURES["accept_by_position"](rows, pair, m).axes[0]
+    by_position = FIGURES["accept_by_position"](rows, pair, m)
+    positions = by_position.axes[0]
     assert "95% bootstrap interval" in positions.get_ylabel()
+    # one legend for both panels: a method keeps its color from panel to panel
+    colors: dict[str, set] = {}
+    for line in (line for ax in by_position.axes for line in ax.lines):
+        name = line.get_label().split(",")[0]  # without a ", no bars" note
+        colors.setdefault(name, set()).add(to_hex(line.get_color()))
+    assert {"SpS", "Cactus (δ = 1)"} <= set(colors) and all(len(c) == 1 for c in colors.values())
     # one bar per position for each one-run method; Cactus δ = 1 averages 2 seeds: no bars
     one_run = rows[(rows["task"] == "gsm8k") & rows["accept_rate_by_pos_ci_low"].notna()]
     assert len(one_run) == 3  # SpS, TAS, Cactus δ = 0.5 (the verifier drafts nothing)
