@@ -100,8 +100,15 @@ def figure_legend(figure: Figure, axes, order: list[str] | None = None) -> None:
     if not entries:
         return
     if order is not None:
-        rank = {label: i for i, label in enumerate(order)}
-        entries = dict(sorted(entries.items(), key=lambda item: rank.get(item[0], len(rank))))
+        rank: dict[str, int] = {}
+        for index, label in enumerate(order):
+            rank.setdefault(label, index)
+
+        def place(label: str) -> tuple[int, bool]:
+            # a label with a note ("..., no interval") right after its plain form; others last
+            return rank.get(label, rank.get(label.split(",")[0], len(order))), label not in rank
+
+        entries = dict(sorted(entries.items(), key=lambda item: place(item[0])))
     inches_per_entry = 0.6 + 0.065 * max(len(label) for label in entries)  # handle + text
     columns = max(1, min(len(entries), int(figure.get_figwidth() / inches_per_entry)))
     figure.legend(
