@@ -69,7 +69,7 @@ def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
         ax.set_xlabel("m (draft tokens per step)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    figure_legend(figure, axes)
+    figure_legend(figure, axes, order=sorted(methods["_label"].unique()))  # the 1x line last
     return figure
 
 
