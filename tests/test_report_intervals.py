@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from intervals_fixture import DEMO, GSM8K, fabricated_rows
+from matplotlib.colors import to_hex
 
 from cactus_bench.report import aggregate, blocks, load_results, table1, to_latex, to_markdown
 from cactus_bench.report.plots import FIGURES
@@ -154,6 +155,18 @@ def test_aggregated_cells_average_the_bounds_of_other_statistics(agg):
     assert per_prompt[29:33] == [1.0, 0.5, 0.5, 0.0]
 
 
+def test_per_position_intervals_are_kept_for_one_run_and_left_out_for_several(agg):
+    fresh = load_results([FIXTURE])
+    one = agg[(agg["sampler"] == "sps") & (agg["task"] == "gsm8k")].iloc[0]
+    source = fresh[(fresh["sampler"] == "sps") & (fresh["task"] == "gsm8k")].iloc[0]
+    assert int(one["n_runs"]) == 1
+    for name in ("accept_rate_by_pos_ci_low", "accept_rate_by_pos_ci_high"):
+        assert one[name] == source[name] and len(json.loads(one[name])) == 4
+    two = agg[(agg["sampler"] == "cactus") & (agg["delta"] == 1.0) & (agg["task"] == "gsm8k")]
+    assert int(two["n_runs"].iloc[0]) == 2 and two["accept_rate_by_pos"].notna().all()
+    assert two["accept_rate_by_pos_ci_low"].isna().all()  # seeds averaged: no interval shown
+
+
 def test_speedup_table_prints_paired_intervals(agg):
     markdown = to_markdown(speedup_table(agg)[0])
     line = next(row for row in markdown.splitlines() if row.startswith("| GSM8K | SpS |"))
@@ -182,9 +195,26 @@ def test_figures_draw_interval_bars_and_bands(agg):
     assert "95% bootstrap interval" in score.get_ylabel() and "binomial" not in score.get_ylabel()
     tradeoff = FIGURES["score_vs_al"](rows, pair, m).axes[0]
     assert "95% bootstrap interval" in tradeoff.get_ylabel() and tradeoff.collections
+    by_position = FIGURES["accept_by_position"](rows, pair, m)
+    positions = by_position.axes[0]
+    assert "95% bootstrap interval" in positions.get_ylabel()
+    # one legend for both panels: a method keeps its color from panel to panel
+    colors: dict[str, set] = {}
+    for line in (line for ax in by_position.axes for line in ax.lines):
+        name = line.get_label().split(",")[0]  # without a ", no bars" note
+        colors.setdefault(name, set()).add(to_hex(line.get_color()))
+    assert {"SpS", "Cactus (δ = 1)"} <= set(colors) and all(len(c) == 1 for c in colors.values())
+    # one bar per position for each one-run method; Cactus δ = 1 averages 2 seeds: no bars
+    one_run = rows[(rows["task"] == "gsm8k") & rows["accept_rate_by_pos_ci_low"].notna()]
+    assert len(one_run) == 3  # SpS, TAS, Cactus δ = 0.5 (the verifier drafts nothing)
+    bar_lines = [c for c in positions.collections if len(c.get_segments()) == m]
+    assert len(bar_lines) == len(one_run)
     old_pair, old_m, old_rows = next(iter(blocks(aggregate(load_results([OLD_FIXTURE])))))
     old = FIGURES["al_vs_delta"](old_rows, old_pair, old_m).axes[0]
     assert "interval" not in old.get_ylabel() and not old.patches
+    old_positions = FIGURES["accept_by_position"](old_rows, old_pair, old_m).axes[0]
+    assert old_positions.lines and not old_positions.collections
+    assert "interval" not in old_positions.get_ylabel()
 
 
 def test_the_fixture_is_what_the_generator_writes(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from cactus_bench.results import COLUMNS, MEASUREMENT_COLUMNS, ResultStore, row_to_cells, summarise
 from cactus_bench.results.intervals import (
     BOOTSTRAP_RESAMPLES,
+    POSITION_INTERVAL_COLUMNS,
     bootstrap_intervals,
     bootstrap_rng,
     interval_column_names,
@@ -157,7 +158,13 @@ def test_row_columns_of_a_speculative_run_with_repeats():
     totals = per_prompt_totals(spec, 2)
     assert list(totals["accepted"]) == [4, 7] and list(totals["steps"]) == [4, 2]
     row = per_prompt_columns(spec, base, [0.5, 1.0], seed=5)
-    assert set(row) == {"score_by_prompt", "prompts_hash", "ci_resamples", *interval_column_names()}
+    assert set(row) == {
+        "score_by_prompt",
+        "prompts_hash",
+        "ci_resamples",
+        *interval_column_names(),
+        *POSITION_INTERVAL_COLUMNS,
+    }
     assert row["score_by_prompt"] == [0.5, 1] and row["ci_resamples"] == BOOTSTRAP_RESAMPLES
     for stat in ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime"):
         assert row[f"{stat}_ci_low"] <= row[f"{stat}_ci_high"], stat
@@ -174,9 +181,58 @@ def test_row_columns_of_a_speculative_run_with_repeats():
     assert mismatched["al_ci_low"] == row["al_ci_low"]  # the rest still has its intervals
 
 
+def test_per_prompt_position_counts_follow_summarise():
+    # prompt 0 drafts 3, 3, 2 (the last step near the token cap) and accepts 3, 1, 0;
+    # prompt 1 drafts 3 and accepts 2, in two repeats
+    first = {**record([3, 1, 0], 1.0, m=3), "drafted_per_step": [3, 3, 2]}
+    spec = [first, record([2], 1.0, m=3, prompt=1), first, record([2], 1.0, m=3, prompt=1)]
+    totals = per_prompt_totals(spec, 2)
+    assert totals["drafted_by_pos"].tolist() == [[6, 6, 4], [2, 2, 2]]
+    assert totals["accepted_by_pos"].tolist() == [[4, 2, 2], [2, 2, 0]]
+    ones = np.ones((1, 2))  # the identity resample gives the row's point estimate
+    rates = [
+        ratio_of_sums(ones, totals["accepted_by_pos"][:, j], totals["drafted_by_pos"][:, j])[0]
+        for j in range(3)
+    ]
+    assert rates == pytest.approx(summarise(spec)["accept_rate_by_pos"])
+
+
+def test_position_intervals_cover_the_rates_and_share_the_resamples():
+    rng = np.random.default_rng(4)
+    spec = [  # 30 prompts, m = 3, 5-15 steps each accepting Binomial(3, 0.5) drafts
+        record([int(a) for a in rng.binomial(3, 0.5, size=int(rng.integers(5, 16)))], 1.0, 3, i)
+        for i in range(30)
+    ]
+    row = {**summarise(spec), **per_prompt_columns(spec, None, None, seed=9)}
+    low, high = (row[c] for c in POSITION_INTERVAL_COLUMNS)
+    assert len(low) == len(high) == 3
+    for j, rate in enumerate(row["accept_rate_by_pos"]):
+        assert low[j] < rate < high[j], j
+        assert high[j] - low[j] < 0.3, j  # ~300 steps per position: a few points wide
+    # m = 1 and every step drafts: position 1's rate IS the AL, and on the same resamples its
+    # interval is the AL's, to the last bit
+    single = [record([int(a) for a in rng.binomial(1, 0.6, size=8)], 1.0, 1, i) for i in range(20)]
+    one = per_prompt_columns(single, None, None, seed=3)
+    assert one["accept_rate_by_pos_ci_low"] == [one["al_ci_low"]]
+    assert one["accept_rate_by_pos_ci_high"] == [one["al_ci_high"]]
+
+
+def test_a_position_some_resamples_never_draft_has_no_interval():
+    # only prompt 0 ever drafts position 2: resamples without it leave position 2 undefined
+    spec = [{**record([2, 1], 1.0, m=2), "drafted_per_step": [2, 1]}] + [
+        {**record([1, 0], 1.0, m=2, prompt=i), "drafted_per_step": [1, 1]} for i in range(1, 6)
+    ]
+    row = per_prompt_columns(spec, None, None, seed=0)
+    assert row["accept_rate_by_pos_ci_low"][1] is None
+    assert row["accept_rate_by_pos_ci_high"][1] is None
+    assert row["accept_rate_by_pos_ci_low"][0] <= row["accept_rate_by_pos_ci_high"][0]
+    assert row["al_ci_low"] is not None  # the scalar intervals are unaffected
+
+
 def test_one_prompt_or_no_drafts_leave_interval_cells_empty():
     one = per_prompt_columns([record([1], 1.0)], [record([0], 1.0, m=0)], [1.0], seed=0)
     assert all(one[c] is None for c in interval_column_names()) and one["ci_resamples"] is None
+    assert all(one[c] is None for c in POSITION_INTERVAL_COLUMNS)  # < 2 prompts: no list at all
     assert one["score_by_prompt"] == [1] and one["prompts_hash"]
     verifier = per_prompt_columns(
         [record([0, 0], 1.0, m=0), record([0], 1.0, m=0, prompt=1)], None, [1.0, 0.0], seed=0
@@ -185,10 +241,17 @@ def test_one_prompt_or_no_drafts_leave_interval_cells_empty():
     assert all(
         verifier[f"{s}_ci_low"] is None for s in ("al", "speedup_tokens", "speedup_walltime")
     )
+    assert all(verifier[c] is None for c in POSITION_INTERVAL_COLUMNS)  # no drafts, no positions
 
 
 def test_schema_holds_the_new_columns_and_error_rows_leave_them_empty():
-    for name in (*interval_column_names(), "score_by_prompt", "prompts_hash", "ci_resamples"):
+    for name in (
+        *interval_column_names(),
+        *POSITION_INTERVAL_COLUMNS,
+        "score_by_prompt",
+        "prompts_hash",
+        "ci_resamples",
+    ):
         assert name in COLUMNS and name in MEASUREMENT_COLUMNS, name
     assert "repeats" in COLUMNS and "repeats" not in MEASUREMENT_COLUMNS
     base = {"run_id": "r", "config_hash": "h", "task": "demo", "sampler": "sps", "status": "ok"}
@@ -198,10 +261,20 @@ def test_schema_holds_the_new_columns_and_error_rows_leave_them_empty():
         row_to_cells({**base, "status": "error", "error": "E: x", "score_ci_low": 0.1})
     cells = dict(zip(COLUMNS, row_to_cells({**base, "score_by_prompt": [1, 0, 0.5]}), strict=True))
     assert cells["score_by_prompt"] == "[1,0,0.5]"  # compact JSON
+    # per-position lists are checked end by end; an undefined position (None) is skipped
+    low, high = POSITION_INTERVAL_COLUMNS
+    lists = {**base, low: [0.5, None], high: [0.7, 0.2]}
+    cells = dict(zip(COLUMNS, row_to_cells(lists), strict=True))
+    assert cells[low] == "[0.5,null]" and cells[high] == "[0.7,0.2]"
+    with pytest.raises(ValueError, match=r"accept_rate_by_pos_ci_low = \[0.5, 0.4\] is above"):
+        row_to_cells({**base, low: [0.5, 0.4], high: [0.7, 0.2]})
+    with pytest.raises(ValueError, match="has 1 entries but its upper end 2"):
+        row_to_cells({**base, low: [0.5], high: [0.7, 0.2]})
 
 
 def test_an_old_csv_is_widened_and_its_rows_read_with_empty_intervals(tmp_path):
-    new = {*interval_column_names(), "score_by_prompt", "prompts_hash", "ci_resamples", "repeats"}
+    new = {*interval_column_names(), *POSITION_INTERVAL_COLUMNS, "score_by_prompt", "repeats"}
+    new |= {"prompts_hash", "ci_resamples"}
     old_columns = [c for c in COLUMNS if c not in new]
     path = tmp_path / "runs.csv"
     with open(path, "w", newline="") as handle:

@@ -14,7 +14,14 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from cactus_bench.report.figure_parts import MARKERS, bars, describe, sampler_color, save_figure
+from cactus_bench.report.figure_parts import (
+    MARKERS,
+    bars,
+    describe,
+    figure_legend,
+    sampler_color,
+    save_figure,
+)
 from cactus_bench.report.tables import method_label, task_title
 
 PANELS = (
@@ -62,7 +69,7 @@ def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
         ax.set_xlabel("m (draft tokens per step)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    figure_legend(figure, axes, order=sorted(methods["_label"].unique()))  # the 1x line last
     return figure
 
 

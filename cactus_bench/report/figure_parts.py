@@ -84,6 +84,43 @@ def new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, lis
     return figure, list(axes), tasks
 
 
+LEGEND_FONTSIZE = 8
+
+
+def figure_legend(figure: Figure, axes, order: list[str] | None = None) -> None:
+    """One legend for the whole figure, below the panels, instead of one inside each panel:
+    inside, a legend covers whatever its corner holds (the largest δ's points and bars, an
+    interval band), and matplotlib's "best" spot still overlaps data once bands fill a panel.
+    The panels share their methods and styles, so entries are merged by label, in first-seen
+    order or in `order` (labels not in it last); the columns are as many as the width holds."""
+    entries: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if not entries:
+        return
+    if order is not None:
+        rank: dict[str, int] = {}
+        for index, label in enumerate(order):
+            rank.setdefault(label, index)
+
+        def place(label: str) -> tuple[int, bool]:
+            # a label with a note ("..., no interval") right after its plain form; others last
+            return rank.get(label, rank.get(label.split(",")[0], len(order))), label not in rank
+
+        entries = dict(sorted(entries.items(), key=lambda item: place(item[0])))
+    inches_per_entry = 0.6 + 0.065 * max(len(label) for label in entries)  # handle + text
+    columns = max(1, min(len(entries), int(figure.get_figwidth() / inches_per_entry)))
+    figure.legend(
+        list(entries.values()),
+        list(entries),
+        loc="outside lower center",
+        ncols=columns,
+        fontsize=LEGEND_FONTSIZE,
+        frameon=False,
+    )
+
+
 def readable_score_axis(ax: Axes, scores: pd.Series, scale: float) -> None:
     """Plain tick labels, and a +-5 point band when every score is the same (e.g. all 0 %):
     matplotlib would otherwise zoom into float noise and label the axis '1e-17'."""

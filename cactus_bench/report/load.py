@@ -8,7 +8,8 @@ written (the intervals, the per-prompt scores) read as empty, and renamed column
 Intervals of a cell that averages several seeds: the score's is recomputed by the same bootstrap
 from the seed-averaged per-prompt scores (the seeds act as repeats); the others are the means of
 the per-seed bounds, which errs wide (the seeds share the prompt-to-prompt spread, and averaging
-only shrinks the decoding noise).
+only shrinks the decoding noise), except the per-position acceptance intervals: a cell of several
+runs has none (see aggregate).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pandas as pd
 
 from cactus_bench.results.intervals import (
     BOOTSTRAP_RESAMPLES,
+    POSITION_INTERVAL_COLUMNS,
     bootstrap_rng,
     interval_column_names,
     percentile_interval,
@@ -80,7 +82,13 @@ _MEAN_COLUMNS = (
 _SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens", "n_prompts")
 INTERVAL_COLUMNS = tuple(interval_column_names())
 # Newer columns a CSV may lack; they read as empty cells.
-OPTIONAL_COLUMNS = (*INTERVAL_COLUMNS, "score_by_prompt", "prompts_hash", "repeats")
+OPTIONAL_COLUMNS = (
+    *INTERVAL_COLUMNS,
+    *POSITION_INTERVAL_COLUMNS,
+    "score_by_prompt",
+    "prompts_hash",
+    "repeats",
+)
 
 
 def expand_paths(patterns: list[str | Path]) -> list[Path]:
@@ -176,6 +184,12 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     out["n_runs"] = groups.size()
     for name in INTERVAL_COLUMNS:  # one run: its bounds; several: the mean, only if all have one
         out[name] = groups[name].agg(lambda s: s.mean() if s.notna().all() else None)
+    # Per-position intervals: a cell of one run keeps its own; a cell of several runs shows none.
+    # Its rates are per-position means over the runs (_mean_list), but the per-prompt counts a
+    # bootstrap of that mean needs are not in the CSV, and a mean of bounds (as above) would mix
+    # runs whose lists are null at different positions: no bars rather than made-up ones.
+    for name in POSITION_INTERVAL_COLUMNS:
+        out[name] = groups[name].agg(lambda s: s.iloc[0] if len(s) == 1 else None)
     out["repeats"] = groups["repeats"].agg(lambda s: s.sum() if s.notna().all() else None)
     out["prompts_hash"] = groups["prompts_hash"].agg(
         lambda s: s.iloc[0] if s.notna().all() and s.nunique() == 1 else None

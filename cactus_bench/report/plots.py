@@ -2,7 +2,8 @@
 
 Kinds: AL vs δ, score vs δ, speedup vs δ (SpS / TAS / Verifier as horizontal references),
 score vs AL (one marker per sampler: the quality-speed trade-off) and acceptance rate by draft
-position; per pair and task swept over m, speedup and tokens per step vs m (draft_length.py).
+position (bars: the per-position intervals of a one-run cell); per pair and task swept over m,
+speedup and tokens per step vs m (draft_length.py).
 Error bars (and shaded bands around the reference lines) are the rows' 95% bootstrap intervals
 where the CSV has them; a sweep from an older CSV without them keeps the binomial
 standard error for the score and no bars otherwise, and says which in the axis label. A panel
@@ -17,6 +18,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib import colormaps
 from matplotlib.axes import Axes
@@ -31,6 +33,7 @@ from cactus_bench.report.figure_parts import (
     SWEEP_SAMPLERS,
     bars,
     draw_references,
+    figure_legend,
     has_delta_sweep,
     interval_errors,
     new_figure,
@@ -41,10 +44,12 @@ from cactus_bench.report.figure_parts import (
 )
 from cactus_bench.report.tables import (
     blocks,
+    is_missing,
     method_label,
     method_sort_key,
     task_title,
 )
+from cactus_bench.results.intervals import POSITION_INTERVAL_COLUMNS
 
 # Both sweeps often run the same δ: each is drawn 1.5% to its side of δ, so that neither hides
 # the other's marker and interval bar (the axis still reads δ).
@@ -93,7 +98,7 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
         kinds = sorted(kind for kind in bar_kinds if kind)
         ax.set_ylabel(f"{ylabel}\n({'; '.join(kinds)})" if kinds else ylabel)  # 2 lines: fits
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    figure_legend(figure, axes)
     return figure
 
 
@@ -182,7 +187,7 @@ def score_vs_al(rows, pair, m) -> Figure:
         ax.set_xlabel("AL (accepted draft tokens / step, no bonus)")
         ax.set_ylabel("score (%)" + ("\n(bars, both axes: 95% bootstrap interval)" * shown_bars))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    figure_legend(figure, axes)
     figure.draw_without_rendering()  # final layout and limits: label boxes are placed in pixels
     for ax, labels in label_axes:
         _place_labels(ax, labels)
@@ -237,6 +242,7 @@ def _overlap(a: tuple, b: tuple) -> bool:
 
 def accept_by_position(rows, pair, m) -> Figure:
     figure, axes, tasks = new_figure(rows, pair, m, "Acceptance rate by draft position")
+    shades = _sweep_shades(rows[rows["accept_rate_by_pos"].notna()])
     for ax, task in zip(axes, tasks, strict=True):
         task_rows = rows[(rows["task"] == task) & rows["accept_rate_by_pos"].notna()]
         ax.set_title(task_title(task), fontsize=10)
@@ -244,32 +250,69 @@ def accept_by_position(rows, pair, m) -> Figure:
             say_missing(ax, f"No per-position acceptance for {task_title(task)}.")
             continue
         ordered = sorted((r for _, r in task_rows.iterrows()), key=method_sort_key)
-        n_sweep = sum(r["sampler"] in SWEEP_SAMPLERS for r in ordered)
-        shade = 0
-        for row in ordered:
+        errors = [_position_errors(row) for row in ordered]
+        # with bars, the methods sit side by side around each position so no bar hides another
+        spread = POSITION_SPREAD if any(e is not None for e in errors) else 0.0
+        for index, (row, error) in enumerate(zip(ordered, errors, strict=True)):
             rates = json.loads(row["accept_rate_by_pos"])
-            positions = [j + 1 for j, r in enumerate(rates) if r is not None]
-            if row["sampler"] in SWEEP_SAMPLERS:  # shades of one colormap, ordered by δ
-                color = colormaps["viridis"](0.1 + 0.75 * shade / max(n_sweep - 1, 1))
-                shade += 1
+            defined = [j for j, r in enumerate(rates) if r is not None]
+            offset = spread * (index / max(len(ordered) - 1, 1) - 0.5)
+            if row["sampler"] in SWEEP_SAMPLERS:
+                color = shades[method_label(row)]
                 dashes = "-" if row["sampler"] == "cactus" else "-."
             else:
                 color, dashes = sampler_color(row["sampler"]), "--"
-            ax.plot(
-                positions,
-                [r for r in rates if r is not None],
-                dashes,
-                marker=".",
-                color=color,
-                label=method_label(row),
-            )
+            label = method_label(row)
+            if spread and error is None:  # say why this line alone has no bars
+                runs = int(row["n_runs"]) if not is_missing(row.get("n_runs")) else 1
+                label += f", mean of {runs} runs: no bars" if runs > 1 else ", no interval"
+            x, y = [j + 1 + offset for j in defined], [rates[j] for j in defined]
+            ax.plot(x, y, dashes, marker=".", color=color, label=label)
+            if error is not None:
+                ax.errorbar(x, y, yerr=error[:, defined], fmt="none", ecolor=color, capsize=2)
         ax.set_xlabel("draft position j (1 = first drafted token)")
-        ax.set_ylabel("P(position j accepted) over steps")
+        ylabel = "P(position j accepted) over steps"
+        if spread:
+            ylabel += "\n(bars: 95% bootstrap interval)"  # 2 lines: fits
+        ax.set_ylabel(ylabel)
         ax.set_ylim(0, 1.02)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        # whole positions only, half a position of margin: with m = 1 matplotlib would otherwise
+        # zoom into a 0.1-wide window around position 1 and label it in hundredths
+        width = max(len(json.loads(r["accept_rate_by_pos"])) for r in ordered)
+        ax.set_xlim(0.5, width + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    # the methods in table order, whichever panel shows them first
+    methods = sorted((r for _, r in rows.iterrows()), key=method_sort_key)
+    figure_legend(figure, axes, order=[method_label(r) for r in methods])
     return figure
+
+
+def _sweep_shades(rows) -> dict:
+    """One color per δ-swept method (a shade of one colormap, ordered as the legend orders them),
+    the same in every panel: the figure has one legend for all panels."""
+    sweep = [r for _, r in rows.iterrows() if r["sampler"] in SWEEP_SAMPLERS]
+    labels = list(dict.fromkeys(method_label(r) for r in sorted(sweep, key=method_sort_key)))
+    last = max(len(labels) - 1, 1)
+    return {label: colormaps["viridis"](0.1 + 0.75 * i / last) for i, label in enumerate(labels)}
+
+
+POSITION_SPREAD = 0.3  # total width, in positions, over which the methods' bars are spread
+
+
+def _position_errors(row) -> np.ndarray | None:
+    """[2, m] distances from each rate down and up to its 95% interval's ends (NaN where a
+    position has none: matplotlib draws no bar there), or None when the row has no per-position
+    intervals (an older CSV, or a cell averaging several runs: report/load.py)."""
+    cells = [row.get(name) for name in POSITION_INTERVAL_COLUMNS]
+    if any(is_missing(cell) for cell in cells):
+        return None
+    rates, low, high = (
+        np.array(json.loads(cell), dtype=float)  # null -> NaN
+        for cell in (row["accept_rate_by_pos"], *cells)
+    )
+    # a percentile interval of a ratio may sit just beside its point: never a negative bar
+    return np.clip(np.vstack([rates - low, high - rates]), 0.0, None)
 
 
 FIGURES: dict[str, Callable] = {

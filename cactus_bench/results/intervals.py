@@ -9,6 +9,10 @@ prompt come along) and recomputes every statistic the way the row's point estima
     speedup_tokens   = (sum(gen) / sum(time)) / (sum(gen_base) / sum(time_base))
     speedup_walltime = sum(time_base) / sum(time)
     score            = mean over prompts of the per-prompt score (averaged over repeats)
+    accept_rate_by_pos[j] = sum(steps accepting position j) / sum(steps drafting position j)
+
+The per-position intervals are lists (one entry per draft position, like accept_rate_by_pos),
+so they have their own column names (POSITION_INTERVAL_COLUMNS) beside the scalar ones.
 
 Paired: the run's decoder and its verifier-only baseline use the SAME resamples, so the
 prompt-to-prompt spread (long prompts are slow for both arms) cancels in the speedup instead of
@@ -37,6 +41,8 @@ BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 BOOTSTRAP_STREAM = 16_003  # mixed with the run seed: the bootstrap's own random stream
 INTERVAL_STATS = ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime")
+# JSON lists of m entries, a None where the position's rate is undefined on some resample
+POSITION_INTERVAL_COLUMNS = ("accept_rate_by_pos_ci_low", "accept_rate_by_pos_ci_high")
 
 
 def interval_column_names() -> list[str]:
@@ -93,13 +99,19 @@ def _get(record, name: str):
 
 def per_prompt_totals(records: Sequence, n_prompts: int) -> dict[str, np.ndarray]:
     """Sums per prompt over its repeats. Record i belongs to prompt i % n_prompts (evaluate_task
-    decodes the whole prompt list once per repeat, in the same order)."""
+    decodes the whole prompt list once per repeat, in the same order).
+
+    Each value is [n_prompts], except drafted_by_pos / accepted_by_pos: [n_prompts, m], the steps
+    that drafted / accepted draft position j (summarise's counts, per prompt)."""
     if n_prompts < 1 or len(records) % n_prompts:
         raise ValueError(
             f"{len(records)} records do not split into repeats of {n_prompts} prompts; pass the "
             "records of evaluate_task in order"
         )
+    m = max((int(_get(r, "num_draft_tokens")) for r in records), default=0)
     totals = {k: np.zeros(n_prompts) for k in ("accepted", "steps", "emitted", "gen", "time")}
+    totals |= {k: np.zeros((n_prompts, m)) for k in ("drafted_by_pos", "accepted_by_pos")}
+    position = np.arange(m)  # [m] 0-based draft positions
     for index, record in enumerate(records):
         prompt = index % n_prompts
         accepted = _get(record, "accepted_per_step")
@@ -108,6 +120,11 @@ def per_prompt_totals(records: Sequence, n_prompts: int) -> dict[str, np.ndarray
         totals["emitted"][prompt] += sum(_get(record, "emitted_per_step"))
         totals["gen"][prompt] += len(_get(record, "output_ids"))
         totals["time"][prompt] += float(_get(record, "total_time_s"))
+        if m:  # position j is drafted by a step drafting > j tokens, accepted if it accepts > j
+            drafted = np.asarray(_get(record, "drafted_per_step"), dtype=int)  # [steps]
+            taken = np.asarray(accepted, dtype=int)  # [steps]
+            totals["drafted_by_pos"][prompt] += (drafted[:, None] > position).sum(axis=0)
+            totals["accepted_by_pos"][prompt] += (taken[:, None] > position).sum(axis=0)
     return totals
 
 
@@ -117,15 +134,17 @@ def bootstrap_intervals(
     base: dict[str, np.ndarray] | None,
     scores: np.ndarray | None,
     speculative: bool,
-) -> dict[str, float | None]:
-    """Interval columns from per-prompt totals and ONE shared [B, n] resample-count matrix."""
-    out: dict[str, float | None] = dict.fromkeys(interval_column_names())
+) -> dict:
+    """Interval columns from per-prompt totals and ONE shared [B, n] resample-count matrix:
+    floats (or None) for the scalar statistics, lists of m for the per-position ones."""
+    out: dict = dict.fromkeys([*interval_column_names(), *POSITION_INTERVAL_COLUMNS])
 
     def put(stat: str, values: np.ndarray) -> None:
         out[f"{stat}_ci_low"], out[f"{stat}_ci_high"] = percentile_interval(values)
 
-    per_prompt = {f"spec_{k}": v for k, v in (spec or {}).items()}
-    per_prompt |= {f"base_{k}": v for k, v in (base or {}).items()}
+    # the [n] totals; the [n, m] per-position ones are summed apart (_position_intervals)
+    per_prompt = {f"spec_{k}": v for k, v in (spec or {}).items() if np.ndim(v) == 1}
+    per_prompt |= {f"base_{k}": v for k, v in (base or {}).items() if np.ndim(v) == 1}
     if scores is not None:
         per_prompt["score"] = np.asarray(scores, dtype=float)
     if not per_prompt:
@@ -140,12 +159,25 @@ def bootstrap_intervals(
     if spec is not None and speculative:
         put("al", _ratio(total["spec_accepted"], total["spec_steps"]))
         put("tokens_per_step", _ratio(total["spec_emitted"], total["spec_steps"]))
+        if "accepted_by_pos" in spec:
+            out.update(_position_intervals(counts, spec))
     if spec is not None and base is not None:
         rate = _ratio(total["spec_gen"], total["spec_time"])  # [B] tokens/s of the run
         base_rate = _ratio(total["base_gen"], total["base_time"])
         put("speedup_tokens", _ratio(rate, base_rate))
         put("speedup_walltime", _ratio(total["base_time"], total["spec_time"]))
     return out
+
+
+def _position_intervals(counts: np.ndarray, spec: dict[str, np.ndarray]) -> dict[str, list]:
+    """accept_rate_by_pos's intervals: per position j, the ratio of sums over the same [B, n]
+    resamples as every other statistic; None at a position undefined on some resample (no step
+    of the resampled prompts drafted it)."""
+    accepted = counts @ spec["accepted_by_pos"]  # [B, m]
+    drafted = counts @ spec["drafted_by_pos"]  # [B, m]
+    bounds = [percentile_interval(column) for column in _ratio(accepted, drafted).T]  # m pairs
+    low_name, high_name = POSITION_INTERVAL_COLUMNS
+    return {low_name: [low for low, _ in bounds], high_name: [high for _, high in bounds]}
 
 
 def compact_scores(scores: Sequence[float]) -> list:
@@ -193,7 +225,7 @@ def per_prompt_columns(
     row: dict = {
         "score_by_prompt": compact_scores(scores_by_prompt) if scores_by_prompt else None,
         "prompts_hash": prompts_hash([_get(r, "prompt_ids") for r in records[:n_prompts]]),
-        **dict.fromkeys(interval_column_names()),
+        **dict.fromkeys([*interval_column_names(), *POSITION_INTERVAL_COLUMNS]),
         "ci_resamples": None,
     }
     arms = [records] + ([] if baseline_records is None else [list(baseline_records)])

@@ -113,6 +113,17 @@ _SCHEMA: tuple[Column, ...] = (
         "list: fraction of steps whose draft position j was "
         "accepted, among steps that drafted position j (sums to AL when every step drafts m)",
     ),
+    Column(
+        "accept_rate_by_pos_ci_low",
+        "json",
+        "list: lower ends of the 95% intervals of accept_rate_by_pos, one per position (null "
+        "where undefined), from the same bootstrap resamples as the other intervals",
+    ),
+    Column(
+        "accept_rate_by_pos_ci_high",
+        "json",
+        "list: upper ends of the 95% intervals of accept_rate_by_pos (null where undefined)",
+    ),
     Column("draft_tokens_drafted", "int", "draft tokens proposed, all steps and prompts"),
     Column("draft_tokens_accepted", "int", "draft tokens accepted"),
     Column("draft_tokens_rejected", "int", "drafted - accepted, incl. drafts after a rejection"),
@@ -276,7 +287,14 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
         )
     for low_name in (name for name in row if name.endswith("_ci_low")):
         low, high = row[low_name], row.get(low_name[: -len("low")] + "high")
-        if not _is_missing(low) and not _is_missing(high) and low > high:
+        if _is_missing(low) or _is_missing(high):
+            continue
+        if SCHEMA[low_name].kind == "json":  # per-position lists: end by end
+            low, high = (json.loads(v) if isinstance(v, str) else list(v) for v in (low, high))
+            if len(low) != len(high):
+                raise ValueError(f"{low_name} has {len(low)} entries but its upper end {len(high)}")
+        pairs = zip(low, high, strict=True) if isinstance(low, list) else [(low, high)]
+        if any(not _is_missing(a) and not _is_missing(b) and a > b for a, b in pairs):
             raise ValueError(f"{low_name} = {low!r} is above its upper end {high!r}")
     cells = {name: format_cell(name, value) for name, value in row.items()}
     return [cells.get(name, "") for name in (columns or COLUMNS)]
