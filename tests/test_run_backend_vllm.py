@@ -36,6 +36,17 @@ def test_backend_vllm_refuses_in_memory_models(tmp_path, monkeypatch):
         check_backend(_conf(tmp_path, "backend=vllm"))
 
 
+@pytest.mark.parametrize("rule", ["chow", "tokenv3", "fsd", "bild"])
+def test_backend_vllm_refuses_a_test_on_the_unscaled_laws_at_config_time(tmp_path, rule):
+    """The bridge hands rules p and q only: a rule reading the temperature-1 laws is refused by
+    validate (no vLLM needed), and runs with test_law=processed."""
+    with pytest.raises(ConfigError, match="set sampler.test_law=processed") as error:
+        validate(_conf(tmp_path, "backend=vllm", f"sampler={rule}"))
+    assert "\n" not in str(error.value)
+    validate(_conf(tmp_path, "backend=vllm", f"sampler={rule}", "sampler.test_law=processed"))
+    validate(_conf(tmp_path, f"sampler={rule}"))  # the HF engine passes both laws
+
+
 def test_backend_options_are_validated_and_hashed(tmp_path):
     conf = _conf(tmp_path, "backend=vllm", "backend.gpu_memory_utilization=1.5")
     with pytest.raises(ConfigError, match="gpu_memory_utilization"):

@@ -92,6 +92,12 @@ def validate(conf: RunConf) -> SamplerChoice:
     _fail_if(not conf.model.name, "model.name is empty; every configs/model/*.yaml needs a name")
     _check_ranges(conf)
     _check_choices(conf)
+    _fail_if(
+        conf.backend.name == "vllm" and choice.params.get("test_law") == "unscaled",
+        f"backend=vllm gives rules only the sampling laws p and q, not the temperature-1 laws "
+        f"that sampler {choice.name!r} reads with test_law=unscaled; set "
+        "sampler.test_law=processed, or use backend=hf",
+    )
     return choice
 
 
