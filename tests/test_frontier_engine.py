@@ -2,9 +2,9 @@
 decoder's acceptance of its first draft at sampled context positions equals the mean predicted
 beta_t within the interval, for sps and cactus delta = 1 (the frontier's prediction, checked
 against the engine). The CSV reports Wilson's 95 % interval; the tests use 99.9 % (z = 3.29) so
-that a fixed seed does not fail one run in twenty by design. Measured once with 4,800 decodes per rule (240
-positions x 20 seeds): sps 0.6356 [0.622, 0.649] against 0.6319 predicted, cactus 0.9033
-[0.895, 0.911] against 0.9051."""
+that a fixed seed does not fail one run in twenty by design. Measured once with 4,800 decodes per
+rule (240 positions x 20 seeds): sps 0.6356 [0.622, 0.649] against 0.6319 predicted, cactus
+0.9033 [0.895, 0.911] against 0.9051."""
 
 import pytest
 import torch
