@@ -21,12 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 KEPT_BY_VLLM = ("torch", "transformers")
 
 
-def requirements() -> list[str]:
+def requirements(torch_version: str | None = None, transformers_version: str | None = None):
+    """pyproject's dependencies and dev extras, torch and transformers pinned at the versions
+    vLLM installed (by default those of this environment)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = [*project["dependencies"], *project["optional-dependencies"]["dev"]]
     kept = [r for r in wanted if re.split(r"[<>=!\[ ;]", r, maxsplit=1)[0] not in KEPT_BY_VLLM]
-    torch_release = version("torch").split("+")[0]  # 2.13.0 matches the installed 2.13.0+cpu
-    return [*kept, f"transformers=={version('transformers')}", f"torch=={torch_release}"]
+    torch_release = (torch_version or version("torch")).split("+")[0]  # 2.13.0 for 2.13.0+cpu
+    transformers_release = transformers_version or version("transformers")
+    return [*kept, f"transformers=={transformers_release}", f"torch=={torch_release}"]
 
 
 def check(target: str | None = None) -> None:
