@@ -28,11 +28,15 @@ setup-gpu:  ## .venv on a CUDA node: checks the driver, CUDA torch (PyPI or TORC
 	$(PYTHON) scripts/setup_gpu.py verify
 	$(PYTHON) scripts/prepare_smollm2.py
 
+# Tests run in parallel worker processes, one per core (pytest-xdist; TEST_WORKERS=0 runs them in
+# this process); the real-Slurm tests share one worker (conftest.py), as they share one cluster.
+TEST_WORKERS ?= auto
+TEST_ARGS = -q $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 test:  ## run the whole test suite (fast and slow)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest $(TEST_ARGS)
 
 test-fast:  ## run only the fast unit tests
-	$(PYTHON) -m pytest -q -m "not slow"
+	$(PYTHON) -m pytest $(TEST_ARGS) -m "not slow"
 
 lint:  ## ruff check and format check
 	$(PYTHON) -m ruff check .

@@ -114,6 +114,15 @@ def slurm_env():
         subprocess.run([REPO / "scripts/slurm/down.sh"], capture_output=True, timeout=120)
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`make test`), every real-Slurm test runs on one worker: they share one
+    cluster of one node, whose few CPUs would otherwise make one test's jobs wait on another's
+    past the time limits some of them set."""
+    for item in items:
+        if item.get_closest_marker("slurm") is not None:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 def pytest_terminal_summary(terminalreporter):
     """One line saying how many real-Slurm tests ran, so a green run cannot hide that they
     were all skipped (CI brings the cluster up for them)."""
