@@ -150,12 +150,13 @@ FIGURES = {
 
 
 def make_figures(csv_path: str | Path, out_dir: str | Path, formats=("png", "pdf")) -> list[Path]:
-    """Draws every figure of the CSV into out_dir as <kind>_<pair>.<fmt>; returns the paths."""
+    """Draws every figure of the CSV into out_dir as <kind>_<csv stem>.<fmt> (<pair> for the
+    held-out contexts, <pair>__drafter_train for the second set); returns the paths."""
     frame = pd.read_csv(csv_path, keep_default_na=False, na_values=[""])
     frame["parameter"] = frame.parameter.fillna("").astype(str)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for kind, draw in FIGURES.items():
-        paths += save_figure(draw(frame), out_dir / f"{kind}_{frame.pair.iloc[0]}", formats)
+        paths += save_figure(draw(frame), out_dir / f"{kind}_{Path(csv_path).stem}", formats)
     return paths
