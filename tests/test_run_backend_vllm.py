@@ -61,6 +61,9 @@ def test_backend_options_are_validated_and_hashed(tmp_path):
 @pytest.mark.parametrize("baseline", ["interleave", "cached"])
 def test_run_drives_fake_vllm_engines(tmp_path, monkeypatch, baseline):
     _fake_vllm(monkeypatch)
+    # fake hub ids: offline, the pre-load checkpoint check and the engine sizing look nothing up
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     conf = _conf(
         tmp_path,
         "backend=vllm",
