@@ -89,8 +89,14 @@ def write_report(
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    drafter_all = results["drafter"]["all"]["mean"]
-    plot_curve(args.run_dir / "curve.csv", args.plot, val_drafter["mean"], head_all, drafter_all)
+    plot_curve(
+        args.run_dir / "curve.csv",
+        args.plot,
+        val_drafter["mean"],
+        results["head"]["all"],
+        results["drafter"]["all"],
+        report["cpu"],
+    )
 
 
 def decision(acceptance: float, tokens: int, cpu_minutes: float, args) -> str:
@@ -103,10 +109,16 @@ def decision(acceptance: float, tokens: int, cpu_minutes: float, args) -> str:
 
 
 def plot_curve(
-    curve_csv: Path, out: Path, drafter_val: float, head_held_out: float, drafter_held_out: float
+    curve_csv: Path,
+    out: Path,
+    drafter_val: float,
+    head_held_out: dict,
+    drafter_held_out: dict,
+    machine: str,
 ) -> None:
     """Val acceptance (held-out training-split prompts) against training CPU minutes, and the
-    final held-out test acceptance of both drafters."""
+    final held-out test acceptance of both drafters ({"mean", "ci95"}: bars are the bootstrap
+    interval over answers); `machine` (the CPU that measured it) goes in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,23 +138,25 @@ def plot_curve(
         drafter_val, color="gray", ls="--", label=f"distilled drafter, val ({drafter_val:.3f})"
     )
     ax.axhline(GO_THRESHOLD, color="red", ls=":", label=f"go threshold ({GO_THRESHOLD})")
-    ax.plot(
-        [minutes[-1]],
-        [head_held_out],
-        "s",
-        color="black",
-        label=f"feature head, held-out test, calibrated ({head_held_out:.3f})",
-    )
-    ax.plot(
-        [minutes[-1]],
-        [drafter_held_out],
-        "D",
-        color="gray",
-        label=f"distilled drafter, held-out test ({drafter_held_out:.3f})",
-    )
+    for result, marker, color, name in (
+        (head_held_out, "s", "black", "feature head, held-out test, calibrated"),
+        (drafter_held_out, "D", "gray", "distilled drafter, held-out test"),
+    ):
+        mean, (low, high) = result["mean"], result["ci95"]
+        ax.errorbar(
+            [minutes[-1]],
+            [mean],
+            yerr=[[mean - low], [high - mean]],
+            fmt=marker,
+            color=color,
+            capsize=3,
+            label=f"{name} ({mean:.3f} [{low:.3f}, {high:.3f}])",
+        )
     ax.set_xlabel("training CPU minutes (process time)")
     ax.set_ylabel("position-1 acceptance sum min(p, q)")
-    ax.set_title("Feature-head pilot: SmolLM2-135M, T 0.6, top-k 20, top-p 0.95")
+    ax.set_title(
+        f"Feature-head pilot: SmolLM2-135M, T 0.6, top-k 20, top-p 0.95\n{machine}", fontsize=9
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
