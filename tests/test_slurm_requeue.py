@@ -7,8 +7,9 @@ The time limit: Slurm's limits are whole minutes and its warning signal (submiti
 on a machine of a known speed. The test therefore submits with a long limit and, once the
 running job has journaled a request, lowers its limit to one minute (`scontrol update`): with
 the warning 58 s before the limit, Slurm sends it at its next time-limit check (10-30 s here), in
-the middle of the cell: the cell must outlast that check, so it decodes 1,024 tokens per prompt
-(~60 s on a 2-core machine; with 512 a quiet machine finished the cell in 29 s, before the check).
+the middle of the cell: the cell must outlast that check by a margin, so it decodes 2,048 tokens
+per prompt (with 512 and with 1,024 a quiet 2-core machine finished the whole cell in 29 s and
+33 s, before the check came; 2,048 gives about a minute).
 After the requeue the test restores the 10 minutes. (submitit calls any warning signal of a job
 asking <= 10 minutes a time-out, as it is here.)
 """
@@ -28,7 +29,7 @@ from test_slurm_cluster import array_id, queue
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-LIMIT = 20  # every demo prompt: a cell of ~20k tokens, about a minute on the tiny pair
+LIMIT = 20  # every demo prompt: a cell of ~40k tokens, about a minute on the tiny pair
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
@@ -38,7 +39,7 @@ def cell(results: Path) -> list[str]:
         "model=tiny_random",
         "task=demo",
         f"limit={LIMIT}",
-        "max_new_tokens=1024",
+        "max_new_tokens=2048",
         "m=3",
         "threads=1",
         "device=cpu",
