@@ -203,3 +203,44 @@ def test_wandb_logger_runs_offline_without_api_key(tmp_path, monkeypatch, capsys
     assert list((tmp_path / "results" / "wandb").glob("offline-run-*"))
     assert csv_rows(outcome.csv_path)[0]["status"] == "ok"  # the CSV stays the source of truth
     assert "WANDB_MODE" not in os.environ  # nothing leaks into later runs of a sweep
+
+
+def test_a_config_another_process_is_running_is_skipped_not_decoded_twice(tmp_path, capsys):
+    import subprocess
+    import sys
+    import textwrap
+
+    from cactus_bench.run.resume import run_journal
+
+    conf = tiny_conf(tmp_path, "sampler=sps")
+    identity, _ = build_identity(conf)
+    claim = Path(str(run_journal(identity).path) + ".claim")
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    # another process holds the claim, as a second worker on the same sweep would
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                from filelock import FileLock
+                lock = FileLock({str(claim)!r}); lock.acquire()
+                print("held", flush=True); sys.stdin.readline()
+                """
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        outcome = orchestrate.run(conf)
+        assert outcome.status == "skipped"
+        assert "running in another process" in capsys.readouterr().out
+        assert not (tmp_path / "results" / "runs.csv").exists()  # nothing decoded, no row
+    finally:
+        holder.communicate("\n", timeout=30)
+    # the holder is gone: the same config now runs and lands its row
+    assert orchestrate.run(conf).status == "ok"

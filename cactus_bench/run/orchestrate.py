@@ -6,10 +6,10 @@
 
 Order of work, cheapest first, so that a bad run fails before anything slow happens:
 validate -> backend check -> the acceptance rule and the run's identity -> resume check (config
-hash already finished? skip) -> measure (load, warm up, decode the task and its baseline,
-summarise) -> append ONE row (and the per-request records) -> mirror to W&B. Any failure after
-the resume check appends a status=error row carrying the one-line message and no measurements,
-then re-raises.
+hash already finished? skip) -> claim (another process running this config now? skip) ->
+measure (load, warm up, decode the task and its baseline, summarise) -> append ONE row (and
+the per-request records) -> mirror to W&B. Any failure after the claim appends a status=error
+row carrying the one-line message and no measurements, then re-raises.
 
 No work is lost to an interruption: measure journals every request the moment it ends
 (`run/resume.py`, `<results_dir>/<csv stem>.journal/<config hash>.jsonl`), and a rerun of a run
@@ -19,9 +19,13 @@ rerun of a finished run (force=true) discards that run's journal first.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import uuid
+from collections.abc import Iterator
+
+from filelock import FileLock, Timeout
 
 from cactus_bench.results import ResultStore, run_metadata
 from cactus_bench.run.backends import check_backend, resolve_device
@@ -69,6 +73,42 @@ def run(conf: RunConf, choice: SamplerChoice | None = None) -> RunOutcome:
         )
         return RunOutcome("skipped", identity.results_csv, identity.config_hash)
 
+    with run_claim(identity) as claimed:
+        if not claimed:
+            print(
+                f"skip: {identity.description} (config hash {identity.config_hash}) is running "
+                "in another process now; rerun after it ends to pick up its row",
+                flush=True,
+            )
+            return RunOutcome("skipped", identity.results_csv, identity.config_hash)
+        if not conf.force and store.has_finished(identity.config_hash):  # finished meanwhile
+            return RunOutcome("skipped", identity.results_csv, identity.config_hash)
+        return _claimed_run(conf, identity, rule, store)
+
+
+@contextlib.contextmanager
+def run_claim(identity: RunIdentity) -> Iterator[bool]:
+    """Holds `<journal>.claim` while this process runs the config; yields False (holding
+    nothing) when another process holds it. Two workers sharing a sweep (a second
+    `rules_board.py --reverse`, a job launched twice) then never decode the same config at
+    once into one journal. The lock is fcntl's: a killed or requeued job's claim ends with its
+    process, so a requeued job resumes at once."""
+    journal = run_journal(identity).path
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    claim = FileLock(str(journal) + ".claim")
+    try:
+        claim.acquire(timeout=0)
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        claim.release()
+
+
+def _claimed_run(conf: RunConf, identity: RunIdentity, rule, store: ResultStore) -> RunOutcome:
+    """measure and append, under this process's claim on the config."""
     if conf.force and store.has_finished(identity.config_hash):
         run_journal(identity).discard()  # a forced rerun of a finished run decodes afresh
     preflight(identity.conf)  # task data and checkpoints reachable: before any model loads
