@@ -72,6 +72,8 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
     ):
         assert name in stats, name
     assert any(s.startswith("gain@H=") for s in stats)
+    # rule pairs at matched divergence: the exact KL rule on the Taylor rule's KL curve
+    assert "matched_kl_acceptance_vs:cactus" in stats
     sps = frame[(frame.rule == "sps") & (frame.statistic == "acceptance")].iloc[0]
     assert 0 < sps.ci_low <= sps.value <= sps.ci_high < 1
     assert frame[(frame.rule == "sps") & (frame.statistic == "gain")].empty
@@ -82,7 +84,7 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
     meta = (tmp_path / "tiny_random.json").read_text()
     assert '"total_cpu_s"' in meta and '"positions"' in meta
     kinds = {path.name.split("_")[0] for path in outcome.figures}
-    assert kinds == {"frontier", "gamma", "gain", "overshoot", "entropy", "al"}
+    assert kinds == {"frontier", "gamma", "gain", "overshoot", "entropy", "al", "matched"}
     assert all(path.stat().st_size > 0 for path in outcome.figures)
 
     # A rerun reuses the cached contexts (generation would fail) and reproduces every number.

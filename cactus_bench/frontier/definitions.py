@@ -51,6 +51,11 @@ STATISTICS_TEXT = {
     "paired_<stat>_vs:<rule>": "mean per-position difference, this arm minus <rule> at the same"
     " delta, with the paired bootstrap (cactus_exact:kl vs cactus: exact minus Taylor; mentored "
     "vs cactus_exact:reverse_kl: both bound KL(q || .) by delta)",
+    "matched_<f>_acceptance_vs:<rule>": "mean beta_t of this arm minus <rule>'s acceptance at "
+    "the same mean D_f(law || q): <rule>'s curve interpolated linearly between its two arms "
+    "that bracket this arm's mean D_f (time-sharing between them), the interpolation solved "
+    "again in every bootstrap replicate (paired); no row outside <rule>'s range or where either"
+    " mean is infinite (matched.py)",
     "gain@H=[a,b), acceptance@H=[a,b)": "gain (acceptance for sps) over the positions whose "
     "verifier entropy H(q_t) lies in the bin",
     "acceptance@source=X, gain@source=X": "over the sequences of one prompt source",

@@ -47,6 +47,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
         paired_rows,
         theorem3_findings,
     )
+    from cactus_bench.frontier.matched import matched_rows
     from cactus_bench.frontier.rows import COLUMNS, summary_rows
     from cactus_bench.models import load_pair
     from cactus_bench.models.loading import resolve_device
@@ -94,6 +95,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     per_position = (measured["stats"], measured["sequence"], measured["lengths"], weights)
     rows += distribution_rows(arms, *per_position)
     rows += paired_rows(arms, *per_position)
+    rows += matched_rows(arms, *per_position)
     rows += overshoot_cell_rows(arms, measured["cells"])
     lap("aggregate")
     if conf.engine_check:

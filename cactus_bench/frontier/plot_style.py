@@ -7,35 +7,8 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cactus_bench.report.figure_parts import COLORS as TASK_COLORS
-
-# One color and marker per rule family: the task figures' colours (report/figure_parts.py), and
-# colours of their own for the rules only the frontier draws.
-COLORS = {
-    **TASK_COLORS,
-    "mentored": "C7",
-    "lenience": "C8",
-    "chow": "#17becf",
-    "diff": "#aec7e8",
-    "opt": "#1f77b4",
-    "tokenv1": "#ffbb78",
-    "tokenv2": "#98df8a",
-    "tokenv3": "#2ca02c",
-    "fsd": "#c5b0d5",
-    "fsd_reducible": "#8c564b",
-    "bild": "#e377c2",
-}
-MARKERS = {
-    "sps": "o",
-    "tas": "s",
-    "cactus": "^",
-    "cactus_exact": "v",
-    "interp": "D",
-    "topk": "P",
-    "greedy": "X",
-    "mentored": "*",
-    "lenience": "h",
-}
+# One color and marker per rule family, shared with the run figures (and COLORS re-exported).
+from cactus_bench.report.figure_parts import COLORS, MARKERS
 
 DIVERGENCE_STYLES = {
     "kl": "-",

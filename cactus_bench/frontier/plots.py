@@ -8,6 +8,8 @@
     overshoot     the Taylor rule's budget violations against delta (Corollary 6)
     entropy       gain by verifier-entropy bin for a few headline arms
     al            predicted AL(m) against m for the same arms
+    matched       every rule's acceptance minus Cactus's at matched D_f, per f (plots_matched.py;
+                  not drawn for a CSV without matched rows)
 Bands and error bars are the CSV's 95 % bootstrap intervals.
 """
 
@@ -22,6 +24,7 @@ from matplotlib.ticker import MaxNLocator
 
 from cactus_bench.frontier.plot_style import HEADLINE, add_title, rule_label, rule_style, stat_rows
 from cactus_bench.frontier.plots_divergence import frontier_figure, gamma_figure
+from cactus_bench.frontier.plots_matched import matched_figure
 from cactus_bench.report.figure_parts import save_figure
 
 
@@ -146,6 +149,7 @@ FIGURES = {
     "overshoot": overshoot_figure,
     "entropy": entropy_figure,
     "al": al_figure,
+    "matched": matched_figure,
 }
 
 
@@ -158,5 +162,7 @@ def make_figures(csv_path: str | Path, out_dir: str | Path, formats=("png", "pdf
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for kind, draw in FIGURES.items():
-        paths += save_figure(draw(frame), out_dir / f"{kind}_{Path(csv_path).stem}", formats)
+        figure = draw(frame)
+        if figure is not None:  # nothing to draw from this CSV (an older one)
+            paths += save_figure(figure, out_dir / f"{kind}_{Path(csv_path).stem}", formats)
     return paths

@@ -27,7 +27,19 @@ COLORS = {
     "interp": "C2",
     "topk": "C5",
     "greedy": "C6",
-}  # one color per sampler in every figure
+    "mentored": "C7",
+    "lenience": "C8",
+    "chow": "#17becf",
+    "diff": "#aec7e8",
+    "opt": "#393b79",
+    "tokenv1": "#e7ba52",
+    "tokenv2": "#98df8a",
+    "tokenv3": "#2ca02c",
+    "fsd": "#c5b0d5",
+    "fsd_reducible": "#8c564b",
+    "bild": "#e377c2",
+    "ensemble": "#9edae5",
+}  # one color per sampler in every figure (run tables, the frontier, the rules leaderboard)
 REFERENCE_STYLES = {"verifier": ("Verifier", "-"), "sps": ("SpS", "--"), "tas": ("TAS", ":")}
 MARKERS = {
     "verifier": "*",
@@ -38,6 +50,8 @@ MARKERS = {
     "interp": "D",
     "topk": "P",
     "greedy": "X",
+    "mentored": "*",
+    "lenience": "h",
 }
 DELTA_LABEL = "δ (KL divergence budget, nats)"
 
