@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu test test-fast lint bench tables plots frontier-figures drafter \
-	eval-drafter pilot-feature-drafter run demo frontier rules rehearse slurm-install slurm-up slurm-down gpu-check \
+	eval-drafter pilot-feature-drafter run demo frontier rules rules-report rehearse slurm-install slurm-up slurm-down gpu-check \
 	setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
@@ -161,3 +161,7 @@ endif
 # the GSM8K slice with a data folder): results/rules/leaderboard.{csv,md} and its figure.
 rules:  ## the rules leaderboard: every acceptance rule side by side (docs/rules.md)
 	$(PYTHON) scripts/rules_board.py --tasks demo $(if $(strip $(DATA_DIR)),gsm8k --data-dir $(abspath $(DATA_DIR)))
+
+rules-report:  ## re-draw the leaderboard table and figure from results/rules/rules.csv (no model runs)
+	$(PYTHON) scripts/rules_board.py --report-only --rows results/rules/rules.csv \
+		$(if $(RULES_OUT),--out $(RULES_OUT))

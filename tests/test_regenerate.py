@@ -1,6 +1,6 @@
-"""`make tables plots` and `make frontier-figures` rebuild the committed outputs byte for byte
-from the committed CSVs, so a fresh clone can check (and a reviewer can trust) every table and
-figure under results/demo and results/frontier."""
+"""`make tables plots`, `make frontier-figures` and `make rules-report` rebuild the committed
+outputs byte for byte from the committed CSVs, so a fresh clone can check (and a reviewer can
+trust) every table and figure under results/demo, results/frontier and results/rules."""
 
 from __future__ import annotations
 
@@ -56,3 +56,12 @@ def test_the_frontier_target_only_replots():
     ).stdout
     assert "cactus_bench.frontier plots --csv results/frontier/" in dry
     assert "run.py" not in dry
+
+
+def test_make_rules_report_rebuilds_the_committed_leaderboard(tmp_path):
+    _make("rules-report", f"RULES_OUT={tmp_path}")
+    committed = REPO / "results" / "rules"
+    names = ["leaderboard.csv", "leaderboard.md", "leaderboard.definitions.md"]
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path, committed, names, shallow=False)
+    assert not mismatch and not errors, f"{mismatch + errors}: run make rules-report and commit"
+    _same_files(tmp_path / "figures", committed / "figures")
