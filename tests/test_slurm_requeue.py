@@ -7,9 +7,11 @@ The time limit: Slurm's limits are whole minutes and its warning signal (submiti
 on a machine of a known speed. The test therefore submits with a long limit and, once the
 running job has journaled a request, lowers its limit to one minute (`scontrol update`): with
 the warning 58 s before the limit, Slurm sends it at its next time-limit check (10-30 s here), in
-the middle of the cell: the cell must outlast that check by a margin, so it decodes 2,048 tokens
-per prompt (with 512 and with 1,024 a quiet 2-core machine finished the whole cell in 29 s and
-33 s, before the check came; 2,048 gives about a minute).
+the middle of the cell: the cell must outlast that check by a margin, so it decodes every demo
+prompt twice (repeats=2) with up to 2,048 tokens each. The tiny pair stops at its end-of-text
+token, so the token cap alone does not lengthen the cell: one pass of 2,048 took 75 s alone but
+39 s inside the full suite, where it ended before the check came (as 512 and 1,024 tokens did,
+in 29 s and 33 s).
 After the requeue the test restores the 10 minutes. (submitit calls any warning signal of a job
 asking <= 10 minutes a time-out, as it is here.)
 """
@@ -29,7 +31,8 @@ from test_slurm_cluster import array_id, queue
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
-LIMIT = 20  # every demo prompt: a cell of ~40k tokens, about a minute on the tiny pair
+LIMIT = 20  # every demo prompt
+REPEATS = 2  # each decoded twice, with its own seeds: the cell outlasts Slurm's limit check
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
@@ -40,6 +43,7 @@ def cell(results: Path) -> list[str]:
         "task=demo",
         f"limit={LIMIT}",
         "max_new_tokens=2048",
+        f"repeats={REPEATS}",
         "m=3",
         "threads=1",
         "device=cpu",
@@ -116,7 +120,8 @@ def test_a_timed_out_job_is_requeued_and_lands_the_uninterrupted_row(slurm_env, 
     assert "this job is timed-out" in logs and "Requeued job" in logs  # the time limit hit
     assert "requests replayed from the journal" in logs  # and the next attempt resumed
     lines = journal(tmp_path / "slurm")
-    assert len(lines) == LIMIT and len({line["seed"] for line in lines}) == LIMIT  # once each
+    requests = LIMIT * REPEATS  # each request decoded once, across both attempts
+    assert len(lines) == requests and len({line["seed"] for line in lines}) == requests
     rows = {}
     for name in ("slurm", "local"):
         frame = pd.read_csv(tmp_path / name / "requeue.csv", dtype=str, keep_default_na=False)
