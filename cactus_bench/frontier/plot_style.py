@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 # One color and marker per rule family, shared with the run figures (and COLORS re-exported).
 from cactus_bench.report.figure_parts import COLORS, MARKERS
@@ -62,6 +64,14 @@ def stat_rows(frame: pd.DataFrame, statistic: str) -> pd.DataFrame:
     rows = frame[frame.statistic == statistic].copy()
     rows["x"] = rows.parameter.map(grid_value)
     return rows
+
+
+def log_x_axis(ax: Axes) -> None:
+    """A log x axis ticked at 1, 2, 5 per decade, labelled as plain numbers (0.05, not 5e-2)."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def add_title(figure: Figure, frame: pd.DataFrame, what: str) -> None:

@@ -12,9 +12,15 @@ import math
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from cactus_bench.frontier.plot_style import COLORS, add_title, rule_label, rule_style, stat_rows
+from cactus_bench.frontier.plot_style import (
+    COLORS,
+    add_title,
+    log_x_axis,
+    rule_label,
+    rule_style,
+    stat_rows,
+)
 
 FRONTIER_AXES = (
     ("kl", "KL(law ‖ q)", True),
@@ -65,10 +71,7 @@ def frontier_figure(frame: pd.DataFrame) -> Figure:
             label=f"SpS (lossless), {sps:.3f}",
         )
         if log and drawn:  # a log axis needs a positive value
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-            ax.xaxis.set_minor_formatter(NullFormatter())
+            log_x_axis(ax)
         ax.set_xlabel(f"mean {name}" + (" (log scale)" if log else ""))
         ax.set_ylabel("mean acceptance β (exact)")
         ax.grid(alpha=0.3)

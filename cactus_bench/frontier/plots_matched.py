@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter
 
-from cactus_bench.frontier.plot_style import add_title, rule_label, rule_style, stat_rows
+from cactus_bench.frontier.plot_style import (
+    add_title,
+    log_x_axis,
+    rule_label,
+    rule_style,
+    stat_rows,
+)
 from cactus_bench.frontier.plots_divergence import FRONTIER_AXES
 
 REFERENCE = "cactus"  # the curve every other rule is matched against in this figure
@@ -64,10 +70,7 @@ def matched_figure(frame: pd.DataFrame) -> Figure | None:
         ax.set_yscale("symlog", linthresh=LINEAR, linscale=1.5)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
         if log:
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-            ax.xaxis.set_minor_formatter(NullFormatter())
+            log_x_axis(ax)
         ax.set_xlabel(f"mean {name}" + (" (log scale)" if log else ""))
         ax.set_ylabel(f"acceptance minus Cactus's (symlog, linear within ±{LINEAR:g})")
         ax.grid(alpha=0.3)
