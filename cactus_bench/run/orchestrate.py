@@ -65,23 +65,22 @@ def run(conf: RunConf, choice: SamplerChoice | None = None) -> RunOutcome:
     check_backend(conf)
     identity, rule = identity_of(conf, choice)
     store = ResultStore(identity.results_csv)
-    if not conf.force and store.has_finished(identity.config_hash):
-        print(
-            f"skip: {identity.description} already has a finished row (config hash "
-            f"{identity.config_hash}) in {identity.results_csv}; force=true reruns it",
-            flush=True,
-        )
-        return RunOutcome("skipped", identity.results_csv, identity.config_hash)
-
+    # Checked under the claim, so a run another process finished while this one waited to
+    # start is seen as finished, not decoded again.
     with run_claim(identity) as claimed:
+        if not conf.force and store.has_finished(identity.config_hash):
+            print(
+                f"skip: {identity.description} already has a finished row (config hash "
+                f"{identity.config_hash}) in {identity.results_csv}; force=true reruns it",
+                flush=True,
+            )
+            return RunOutcome("skipped", identity.results_csv, identity.config_hash)
         if not claimed:
             print(
                 f"skip: {identity.description} (config hash {identity.config_hash}) is running "
                 "in another process now; rerun after it ends to pick up its row",
                 flush=True,
             )
-            return RunOutcome("skipped", identity.results_csv, identity.config_hash)
-        if not conf.force and store.has_finished(identity.config_hash):  # finished meanwhile
             return RunOutcome("skipped", identity.results_csv, identity.config_hash)
         return _claimed_run(conf, identity, rule, store)
 
