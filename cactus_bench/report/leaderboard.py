@@ -64,11 +64,6 @@ def part_m(rows, task: str) -> int:
     return values.pop()
 
 
-def part_machines(rows, task: str) -> set[str]:
-    """The CPUs or GPUs a task's rows were timed on (the results' device_name column)."""
-    return set(rows[rows.task == task].device_name.dropna().astype(str)) or {"unknown machine"}
-
-
 def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list[Path]:
     """Table, definitions and figure of the runs in rows_csv into out_dir; returns the figures."""
     import pandas as pd
@@ -138,7 +133,13 @@ def score_vs_al_figure(rows, board):
     rule's colour and marker of every other figure; one legend below the panels."""
     from matplotlib.figure import Figure
 
-    from cactus_bench.report.figure_parts import COLORS, MARKERS, figure_legend, sampler_color
+    from cactus_bench.report.figure_parts import (
+        COLORS,
+        MARKERS,
+        describe,
+        figure_legend,
+        sampler_color,
+    )
 
     tasks = list(board.task.unique())
     figure = Figure(figsize=(6 * len(tasks) + 0.6, 5.4), layout="constrained")
@@ -168,12 +169,11 @@ def score_vs_al_figure(rows, board):
         ax.set_ylabel("task score (95 % interval)")
         ax.grid(alpha=0.3)
     figure_legend(figure, axes, order=list(COLORS))
-    machines = sorted(set().union(*(part_machines(rows, task) for task in tasks)))
+    machines = " / ".join(sorted(set(rows.device_name.dropna().astype(str)))) or "device unknown"
     pair = ", ".join(sorted(set(rows.model_pair.astype(str))))
     figure.suptitle(
-        f"Every rule: task score against accepted length, {pair}\n"
-        f"measured on {' / '.join(machines)}",
+        f"Every rule: task score against accepted length, {pair}\nmeasured on {machines}",
         fontsize=10,
     )
-    figure.set_label(f"{pair}; timed on {' / '.join(machines)}")
+    describe(figure, rows, pair)  # checkpoints and machine in the files' metadata
     return figure
