@@ -208,6 +208,21 @@ def test_a_missing_combination_gives_a_figure_that_says_so(agg):
     assert "tiny" in figure.get_suptitle() and "CPU" in figure.get_label()  # machine: metadata
 
 
+def test_a_task_with_only_verifier_rows_gets_no_panel(agg):
+    """The verifier joins every m of its pair: a task swept at another m alone must not leave
+    an empty panel in this block's figures."""
+    pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
+    only_verifier = rows[rows["sampler"] == "verifier"].assign(task="ifeval")
+    with_extra_task = pd.concat([rows, only_verifier])
+    assert "ifeval" not in set(rows["task"])
+    for kind, build in FIGURES.items():
+        titles = [ax.get_title() for ax in build(with_extra_task, pair, m).axes]
+        assert "IFEval" not in titles, (kind, titles)
+        assert titles == [ax.get_title() for ax in build(rows, pair, m).axes], kind
+    no_speculation = build(only_verifier, pair, m)  # nothing to compare: the panel says so
+    assert [t.get_text() for ax in no_speculation.axes for t in ax.texts]
+
+
 def test_figures_have_labelled_axes_and_are_written(tmp_path, agg):
     pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
     for kind, build in FIGURES.items():

@@ -88,8 +88,15 @@ def describe(figure: Figure, rows: pd.DataFrame, pair: str) -> None:
 
 
 def new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, list[Axes], list]:
-    """One panel per task under a short title (what, the pair's short name, m)."""
+    """One panel per task under a short title (what, the pair's short name, m).
+
+    A task with only verifier rows in this block (the verifier joins every m of its pair, so a
+    task swept at one m alone has nothing else at the others) gets no panel: every figure here
+    compares speculative rules. A block with no speculative row at all keeps its panels, which
+    then say what is missing."""
     tasks = sorted(rows["task"].unique(), key=task_sort_key)
+    speculative = set(rows.loc[rows["sampler"] != "verifier", "task"])
+    tasks = [task for task in tasks if task in speculative] or tasks
     width = 4.6 * len(tasks) + 0.6
     figure = Figure(figsize=(width, 4.2), layout="constrained")
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]
