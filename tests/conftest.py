@@ -114,10 +114,13 @@ def slurm_env():
         subprocess.run([REPO / "scripts/slurm/down.sh"], capture_output=True, timeout=120)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Under pytest-xdist (`make test`), every real-Slurm test runs on one worker: they share one
     cluster of one node, whose few CPUs would otherwise make one test's jobs wait on another's
-    past the time limits some of them set."""
+    past the time limits some of them set, and one session-scoped `slurm_env` may start and
+    stop it. tryfirst: xdist's worker reads the xdist_group marks in this same hook, and a
+    conftest's implementation would otherwise run after it (the marks then group nothing)."""
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
