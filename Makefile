@@ -4,7 +4,7 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-gpu test test-fast lint bench tables plots frontier-figures drafter \
+.PHONY: help setup setup-gpu test test-fast lint docs bench tables plots frontier-figures drafter \
 	eval-drafter pilot-feature-drafter run demo frontier rules rules-report rehearse slurm-install slurm-up slurm-down gpu-check \
 	setup-vllm test-vllm bench-vllm
 
@@ -41,6 +41,10 @@ test-fast:  ## run only the fast unit tests
 lint:  ## ruff check and format check
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
+
+docs:  ## regenerate the pages written from code: results schema, run settings (config.yaml, docs)
+	$(PYTHON) -m cactus_bench.results.schema_doc
+	$(PYTHON) -m cactus_bench.run.settings_doc
 
 bench:  ## benchmarks: samplers, engine vs transformers, fast forward (results/bench/*.csv)
 	$(PYTHON) scripts/bench_samplers.py

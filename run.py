@@ -4,7 +4,7 @@
     python run.py model=qwen3_8b task=gsm8k sampler=cactus delta=0.75 m=20
     python run.py -m sampler=cactus delta=0.25,0.5,0.75,1.0 task=gsm8k,ifeval,gpqa model=qwen3_8b
     python run.py experiment=table1 hydra/launcher=slurm    # a paper preset as a Slurm array
-    python run.py --cfg job                         # print the composed config and exit
+    python run.py --cfg job                         # print the composed config (resolved)
 
 Configs live in configs/ (schema: cactus_bench/run/conf.py). This file is the only code that sees
 a Hydra DictConfig: it turns it into a plain RunConf and hands it to cactus_bench.run. Any
@@ -89,21 +89,6 @@ def _compose(overrides: list[str], with_hydra: bool = False) -> DictConfig:
         return compose("config", overrides=overrides, return_hydra_config=with_hydra)
 
 
-def print_effective_sampler(argv: list[str]) -> None:
-    """After `--cfg job`: the sampler node as the run will use it. Hydra prints the composed
-    YAML, where the `delta=` shortcut has not reached `sampler.delta` yet (checks.sampler_choice
-    applies it), so `delta: 0.75` would stand beside `sampler.delta: 1.0`."""
-    try:
-        _, choice = to_run_conf(_compose(_command_line_overrides(argv)))
-    except Exception:  # a bad or swept (a,b) value: Hydra's printout above is all there is
-        return
-    params = "".join(f"\n#   {name}: {value}" for name, value in choice.params.items())
-    print(
-        f"# the acceptance rule as the run uses it (delta= applied):\n#   name: {choice.name}"
-        + params
-    )
-
-
 def _is_config_error(error: BaseException) -> bool:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -140,11 +125,13 @@ def cli() -> None:
     # Hydra prints its own multi-line reports unless HYDRA_FULL_ERROR is set: set it so that
     # composition errors reach the handler below, which prints one line.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    printing_config = bool({"--cfg", "-c"} & set(sys.argv))
+    if printing_config and "--resolve" not in sys.argv:
+        # resolved, so that the sampler node shows the value the run uses (`delta=` included)
+        sys.argv.append("--resolve")
     try:
         main()
-        if {"--cfg", "-c"} & set(sys.argv) and "hydra" not in sys.argv:
-            if not {"-m", "--multirun"} & set(sys.argv):
-                print_effective_sampler(sys.argv[1:])
+        if printing_config and "hydra" not in sys.argv:
             print(sweep_note(sys.argv[1:]) or "", end="", flush=True)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "engine": {"samplers"},
     "models": {"engine"},
     "tasks": {"engine", "paper"},
-    "run_settings": {"samplers"},
+    "run_settings": {"samplers", "paper", "tasks"},
     "results": {"run_settings"},
     "report": {"results"},
     "vllm": {"engine", "samplers", "models"},

@@ -100,17 +100,31 @@ def test_verifier_values_and_kept_hashes():
 
 
 def test_a_new_setting_is_one_line(monkeypatch):
-    """Appending one Setting reaches the hash, the row and the baseline key."""
+    """Appending one Setting reaches the hash, the row, the baseline key and the checks."""
     identity = identity_of("sampler=cactus")
     before = identity.config_hash, identity.baseline_key([[1]], "cpu")
     extra = (
-        Setting("new_knob", "conf.seed", column="seed_copy", baseline="sampling.new_knob"),
-        Setting("quiet_knob", "conf.repeats", column=None, unhashed=1),
+        Setting(
+            "new_knob",
+            "a copy of the seed",
+            source="conf.seed",
+            column="seed_copy",
+            kind="int",
+            baseline="sampling.new_knob",
+        ),
+        Setting("quiet_knob", "repeats again", source="conf.repeats", column=None, unhashed=1),
+        Setting(
+            "repeats_checked",
+            "repeats, checked harder",
+            run_settings.Option(int, 1, run_settings.at_least(5), key="repeats"),
+            column=None,
+        ),
     )
-    monkeypatch.setattr(run_settings, "RUN_SETTINGS", (*RUN_SETTINGS, *extra))
+    monkeypatch.setattr(run_settings.table, "RUN_SETTINGS", (*RUN_SETTINGS, *extra))
     fresh = dataclasses.replace(identity)  # cached properties are per instance
     assert fresh.hash_fields["new_knob"] == identity.conf.seed
     assert "quiet_knob" not in fresh.hash_fields  # at its unhashed default: hash unchanged
     assert fresh.columns("r")["seed_copy"] == identity.conf.seed
     assert fresh.config_hash != before[0]
     assert fresh.baseline_key([[1]], "cpu") != before[1]
+    assert run_settings.check_options(identity.conf) == "repeats must be >= 5 (got 1)"

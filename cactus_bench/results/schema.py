@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from cactus_bench.run_settings import GROUPED_COLUMNS
+from cactus_bench.run_settings import COLUMN_SETTINGS, GROUPED_COLUMNS, PARAM_COLUMNS
 
 STATUSES = ("ok", "error")
 
@@ -30,27 +30,9 @@ class Column:
     doc: str
 
 
-_SCHEMA: tuple[Column, ...] = (
-    # identity and provenance
-    Column("run_id", "str", "unique id of the run (one run may write one row per task)"),
-    Column("config_hash", "str", "config_hash() of the result-relevant config; resume key"),
-    Column("timestamp", "str", "ISO 8601 UTC time the row was produced"),
-    Column("git_sha", "str", "commit of the harness (recorded at submission for Slurm)"),
-    Column("git_dirty", "bool", "true when the work tree had uncommitted changes"),
-    Column("experiment", "str", "experiment preset name, e.g. table1_qwen3_14b"),
-    # what was run
-    Column("model_pair", "str", "pair name from cactus_bench.models.PAIR_NAMES"),
-    Column("drafter_id", "str", "drafter checkpoint id; empty for a verifier-only run"),
-    Column("verifier_id", "str", "verifier checkpoint id"),
-    Column("backend", "str", "hf | vllm"),
-    Column("dtype", "str", "dtype the models ran in"),
-    Column("task", "str", "gsm8k | ifeval | gpqa | demo"),
-    Column("n_prompts", "int", "number of prompts scored (each decoded `repeats` times)"),
-    Column(
-        "sampler",
-        "str",
-        "an acceptance rule of cactus_bench.samplers.SAMPLER_NAMES, or verifier (no drafts)",
-    ),
+# Each rule parameter's own column (PARAM_COLUMNS of the catalogue); one column may serve several
+# rules (alpha: TAS, interp, a cascade), so its doc names them all.
+_PARAM_COLUMNS: tuple[Column, ...] = (
     Column("delta", "float", "divergence budget (cactus, cactus_exact, mentored)"),
     Column("divergence", "str", "f-divergence of the constraint, e.g. kl"),
     Column("threshold", "float", "TAS posterior threshold epsilon, or FSD's T"),
@@ -61,23 +43,26 @@ _SCHEMA: tuple[Column, ...] = (
     Column("fsd_div", "str", "FSD's divergence: js | kl | reverse_kl | tv"),
     Column("test_law", "str", "unscaled | processed: law a cascade/FSD/BiLD test reads"),
     Column("w", "float", "ensemble weight on q (runs as interp, alpha = 1 - w)"),
-    Column(
-        "sampler_params",
-        "json",
-        "every parameter of the acceptance rule, as its params() gives them (a new parameter "
-        "without a column of its own shows here)",
+)
+
+_SCHEMA: tuple[Column, ...] = (
+    # identity and provenance
+    Column("run_id", "str", "unique id of the run (one run may write one row per task)"),
+    Column("config_hash", "str", "config_hash() of the result-relevant config; resume key"),
+    Column("timestamp", "str", "ISO 8601 UTC time the row was produced"),
+    Column("git_sha", "str", "commit of the harness (recorded at submission for Slurm)"),
+    Column("git_dirty", "bool", "true when the work tree had uncommitted changes"),
+    # what was run: the run settings' columns (cactus_bench.run_settings), the rule parameters'
+    # columns (samplers/catalogue.py) after `sampler`
+    *(
+        column
+        for setting in COLUMN_SETTINGS
+        for column in (
+            Column(setting.csv_column, setting.column_kind, setting.doc),
+            *(_PARAM_COLUMNS if setting.name == "sampler" else ()),
+        )
     ),
-    Column("m", "int", "draft length (tokens drafted per step)"),
-    Column("temperature", "float", "sampling temperature (0 = greedy)"),
-    Column("top_p", "float", "nucleus threshold"),
-    Column("top_k", "int", "top-k filter of the sampling distributions"),
-    Column("seed", "int", "seed of the run"),
-    Column(
-        "repeats",
-        "int",
-        "decodes per prompt, each with its own seeds (both arms); empty in rows before it existed",
-    ),
-    Column("max_new_tokens", "int", "generation cap per prompt"),
+    Column("n_prompts", "int", "number of prompts scored (each decoded `repeats` times)"),
     # quality
     Column("score_name", "str", "which task metric `score` is, e.g. exact_match,strict-match"),
     Column("score", "float", "headline task score as a fraction in [0, 1]"),
@@ -157,7 +142,6 @@ _SCHEMA: tuple[Column, ...] = (
         "int",
         "bootstrap resamples behind the *_ci_* columns; empty when there are none (1 prompt)",
     ),
-    Column("baseline_mode", "str", "interleave | cached | none"),
     # environment
     Column("device_name", "str", "accelerator or CPU model the timings come from"),
     Column("torch_version", "str", "torch version"),
@@ -186,8 +170,10 @@ CONFIG_COLUMNS: tuple[str, ...] = tuple(c for c in COLUMNS if c in GROUPED_COLUM
 
 # Measured numbers: an error row must leave these empty so a failed run never carries stale values.
 MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(
-    COLUMNS[COLUMNS.index("score") : COLUMNS.index("baseline_mode")]
+    COLUMNS[COLUMNS.index("score") : COLUMNS.index("ci_resamples") + 1]
 )
+if {c.name for c in _PARAM_COLUMNS} != set(PARAM_COLUMNS):
+    raise AssertionError("results/schema.py's parameter columns differ from the catalogue's")
 
 
 def _is_missing(value) -> bool:

@@ -26,8 +26,8 @@ DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "results-schema.md"
 # (heading, first column of the section): the schema lists its columns in this order.
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("Identity and provenance", "run_id"),
-    ("What was run", "model_pair"),
-    ("Quality", "score_name"),
+    ("What was run", "experiment"),
+    ("Quality", "n_prompts"),
     ("Speculation statistics (empty for a verifier-only run)", "al"),
     ("Timing and speedup", "prefill_time_s"),
     ("Environment", "device_name"),

@@ -1,31 +1,26 @@
 """The checks a composed configuration passes before anything loads, each failing in ONE line.
 
-`validate(conf)` raises `ConfigError` (a ValueError) naming the fix for the first bad value;
-`sampler_choice(conf)` is the acceptance rule and its parameters as the run will use them (the
-`delta=` shortcut applied), checked against the samplers' torch-free catalogue. Milliseconds,
-no torch: `run.py` calls them before it imports anything heavy.
+`validate(conf)` raises `ConfigError` (a ValueError) naming the fix for the first bad value: the
+top-level options against their checks in the run settings table (cactus_bench.run_settings),
+the config groups' values here, and the acceptance rule's parameters against the samplers'
+torch-free catalogue (`sampler_choice`: the one check of a rule parameter, on every backend).
+Milliseconds, no torch: `run.py` calls them before it imports anything heavy.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from cactus_bench.models.registry import DTYPES
-from cactus_bench.run.conf import (
-    BACKEND_NAMES,
-    BASELINE_MODES,
-    ENGINE_SWITCHES,
-    LOGGER_NAMES,
-    RunConf,
-)
-from cactus_bench.samplers.catalogue import DELTA, RULES, VERIFIER_ONLY, check_params, rule_info
-from cactus_bench.tasks.specs import TASK_NAMES, THINK_FILTERS
-
-DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+from cactus_bench.run.conf import BACKEND_NAMES, ENGINE_SWITCHES, LOGGER_NAMES, RunConf
+from cactus_bench.run.errors import one_line_error
+from cactus_bench.run_settings import check_options
+from cactus_bench.samplers.catalogue import RULES, VERIFIER_ONLY, check_params, rule_info
+from cactus_bench.samplers.params import did_you_mean
+from cactus_bench.tasks.specs import TASK_NAMES
 
 
 class ConfigError(ValueError):
@@ -45,24 +40,21 @@ class SamplerChoice:
 
 
 def sampler_choice(conf: RunConf) -> SamplerChoice:
-    """The sampler node as the run uses it: `delta=` applied where the rule takes a budget."""
+    """The sampler node checked against the rule catalogue: the one check of rule parameters.
+
+    The `delta=` shortcut reached `sampler.delta` while the config was composed (the sampler
+    YAMLs read `${shortcut:delta,...}`); a Python-built config that sets both to different
+    values is refused rather than silently preferring one."""
     node = dict(conf.sampler)
     name = node.pop("name", None)
     if not isinstance(name, str) or not name:
         raise ConfigError("sampler.name is missing; pick one with sampler=<name> (e.g. cactus)")
-    if conf.delta is not None:  # a budget even where the rule takes none: checked the same way
-        try:
-            DELTA.coerce("the delta= shortcut", conf.delta)
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
     if name == VERIFIER_ONLY:
         if node:
             raise ConfigError(f"sampler 'verifier' takes no parameters; remove {sorted(node)}")
         return SamplerChoice(name)
     try:
         info = rule_info(name)
-        if conf.delta is not None and info.param("delta") is not None:
-            node["delta"] = conf.delta  # the shortcut wins over the sampler YAML's value
         params = check_params(name, {k: v for k, v in node.items() if v is not None})
     except ValueError as error:
         raise ConfigError(str(error)) from None
@@ -72,6 +64,10 @@ def sampler_choice(conf: RunConf) -> SamplerChoice:
             f"sampler {name!r} needs {', '.join('sampler.' + m for m in missing)}; set it in "
             f"configs/sampler/{name}.yaml or on the command line"
         )
+    if conf.delta is not None and "delta" in params and params["delta"] != conf.delta:
+        raise ConfigError(
+            f"delta={conf.delta} and sampler.delta={params['delta']} disagree; set one of them"
+        )
     return SamplerChoice(name, params)
 
 
@@ -80,17 +76,15 @@ def validate(conf: RunConf) -> SamplerChoice:
 
     Returns the checked sampler choice, which the run's identity is built from."""
     choice = sampler_choice(conf)
-    _fail_if(conf.m < 1, f"m (draft length) must be >= 1 (got {conf.m})")
     if conf.task.name not in TASK_NAMES:
-        from cactus_bench.samplers.catalogue import _did_you_mean
-
-        _fail_if(
-            True,
-            f"unknown task {conf.task.name!r}{_did_you_mean(conf.task.name, TASK_NAMES)}; "
-            f"choose one of {', '.join(TASK_NAMES)}",
+        raise ConfigError(
+            f"unknown task {conf.task.name!r}{did_you_mean(conf.task.name, TASK_NAMES)}; "
+            f"choose one of {', '.join(TASK_NAMES)}"
         )
     _fail_if(not conf.model.name, "model.name is empty; every configs/model/*.yaml needs a name")
-    _check_ranges(conf)
+    complaint = check_options(conf)
+    _fail_if(complaint is not None, str(complaint))
+    _check_groups(conf)
     _check_choices(conf)
     _fail_if(
         conf.backend.name == "vllm" and choice.params.get("test_law") == "unscaled",
@@ -114,20 +108,11 @@ def ignored_settings(conf: RunConf, choice: SamplerChoice) -> list[str]:
     ]
 
 
-def _check_ranges(conf: RunConf) -> None:
+def _check_groups(conf: RunConf) -> None:
+    """The config groups' own values (the top-level options are checked by their table)."""
     backend = conf.backend
     for bad, line in (
         (conf.model.dtype not in DTYPES, f"model.dtype must be one of {', '.join(DTYPES)}"),
-        (conf.limit is not None and conf.limit < 1, "limit must be >= 1 or null for all prompts"),
-        (conf.seed < 0, "seed must be >= 0"),
-        (conf.repeats < 1, "repeats must be >= 1; 1 decodes each prompt once"),
-        (conf.temperature < 0, "temperature must be >= 0; 0 means greedy"),
-        (not 0 < conf.top_p <= 1, "top_p must be in (0, 1]; 1 disables nucleus filtering"),
-        (conf.top_k is not None and conf.top_k < 0, "top_k must be >= 0 or null (0: off)"),
-        (conf.max_new_tokens < 1, "max_new_tokens must be >= 1"),
-        (conf.threads is not None and conf.threads < 1, "threads must be >= 1 or null"),
-        (not conf.results_dir, "results_dir must name a folder for the results CSV"),
-        (not DEVICE_PATTERN.match(conf.device), "device must be auto, cpu, mps, cuda or cuda:N"),
         (
             not 0 < backend.gpu_memory_utilization <= 1,
             "backend.gpu_memory_utilization must be in (0, 1]",
@@ -156,13 +141,11 @@ def _lookup(conf: RunConf, dotted: str) -> Any:
 
 def _check_choices(conf: RunConf) -> None:
     for key, value, known in (
-        ("baseline", conf.baseline, BASELINE_MODES),
         ("backend", conf.backend.name, BACKEND_NAMES),
         ("logger", conf.logger.name, LOGGER_NAMES),
         ("engine.fast", conf.engine.fast, ENGINE_SWITCHES),
         ("engine.compile", conf.engine.compile, ENGINE_SWITCHES),
         ("logger.mode", conf.logger.mode, (None, "online", "offline", "disabled")),
-        ("think_filter", conf.think_filter, THINK_FILTERS),
     ):
         if value not in known:
             names = ", ".join(str(k) for k in known)
@@ -178,8 +161,6 @@ def run_conf_from_dict(values: dict[str, Any]) -> RunConf:
     """Build a RunConf from plain nested dicts (the Python API, no Hydra). Types and unknown keys
     fail here in one line; the values are checked once, by `validate`, which `run()` calls
     before anything loads (call it yourself to check a config without running it)."""
-    from cactus_bench.run.errors import one_line_error
-
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RunConf), values)
         conf = OmegaConf.to_object(merged)

@@ -8,21 +8,24 @@ settings come from the one source `cactus_bench.paper`.
 
 The sampler node is an open mapping (`name` plus the rule's own parameters) checked against the
 samplers' torch-free catalogue, so a new rule parameter needs no field here. `delta=` is the
-command-line shortcut for `sampler.delta` (see `checks.sampler_choice`).
+command-line shortcut for `sampler.delta`: the sampler YAMLs read it with `${shortcut:delta,<own
+value>}` while the config is composed, so the sampler node holds the one value in effect.
 
-This module imports only omegaconf, the pair registry and the paper's settings: no torch.
+The top-level options (`m`, `seed`, `limit`, ...) are declared once, with their types, defaults
+and checks, in `cactus_bench.run_settings`. No torch here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
-from omegaconf import MISSING
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, OmegaConf
 
-from cactus_bench.paper import PAPER
+from cactus_bench.run.launch import register_resolvers
+from cactus_bench.run_settings import OPTIONS
 
-BASELINE_MODES = ("interleave", "cached", "none")
 BACKEND_NAMES = ("hf", "vllm")
 LOGGER_NAMES = ("csv", "wandb")
 ENGINE_SWITCHES = ("auto", "on", "off")
@@ -75,37 +78,30 @@ class LoggerConf:
     mode: str | None = None  # online | offline | disabled; None: offline without an API key
 
 
-@dataclass
-class RunConf:
-    """The whole run. Top-level fields are the command-line shortcuts (`delta=0.5 m=20`)."""
+def _option_field(setting) -> tuple[str, Any, Any]:
+    return (setting.key, setting.option.type, field(default=setting.option.default))
 
-    model: ModelConf = MISSING
-    task: TaskConf = MISSING
-    # {"name": <rule or "verifier">, **the rule's parameters}: configs/sampler/*.yaml
-    sampler: dict[str, Any] = MISSING
-    backend: BackendConf = MISSING
-    logger: LoggerConf = MISSING
-    engine: EngineConf = field(default_factory=EngineConf)
-    experiment_name: str | None = None  # CSV is <results_dir>/<experiment_name or "runs">.csv
-    delta: float | None = None  # shortcut: sets sampler.delta for the rules that take a budget
-    m: int = PAPER.m  # draft length: tokens drafted per verification step
-    limit: int | None = None  # first `limit` prompts of the task; None = all
-    seed: int = PAPER.seed
-    repeats: int = 1  # decodes per prompt, each with its own sampling seeds (both arms)
-    temperature: float = PAPER.temperature
-    top_p: float = PAPER.top_p
-    top_k: int | None = PAPER.top_k
-    max_new_tokens: int = PAPER.max_new_tokens
-    device: str = "auto"  # auto = cuda when available, else cpu
-    baseline: str = "interleave"  # interleave | cached | none
-    baseline_dir: str | None = None  # BaselineCache folder; None = <results_dir>/baselines
-    force: bool = False  # rerun even when a finished row with this config hash exists
-    data_dir: str | None = None  # offline data folder (default: env CACTUS_BENCH_DATA)
-    results_dir: str = "results"
-    threads: int | None = None  # torch CPU threads; None = torch's default (all cores)
-    # An unfinished <think> block (budget ran out): "paper" scores its text, tag removed, as the
-    # reference code does; "strict" never scores unfinished reasoning (tasks/paper_settings.py).
-    think_filter: str = "paper"
+
+# The whole run: the config groups, then the top-level options of `cactus_bench.run_settings`
+# (the command-line shortcuts `delta=0.5 m=20`), each declared once in that table. A plain
+# dataclass like the others, built from the table so that no field list is kept by hand here.
+RunConf = make_dataclass(
+    "RunConf",
+    [
+        ("model", ModelConf, field(default=MISSING)),
+        ("task", TaskConf, field(default=MISSING)),
+        # {"name": <rule or "verifier">, **the rule's parameters}: configs/sampler/*.yaml
+        ("sampler", dict[str, Any], field(default=MISSING)),
+        ("backend", BackendConf, field(default=MISSING)),
+        ("logger", LoggerConf, field(default=MISSING)),
+        ("engine", EngineConf, field(default_factory=EngineConf)),
+        *(_option_field(setting) for setting in OPTIONS),
+    ],
+    namespace={
+        "__module__": __name__,  # pickles (submitit) and prints as cactus_bench.run.conf.RunConf
+        "__doc__": "The whole run: the config groups and the run settings table's options.",
+    },
+)
 
 
 SUBCONFS: dict[str, type] = {
@@ -117,11 +113,17 @@ SUBCONFS: dict[str, type] = {
 }
 
 
+def shortcut(key: str, default: Any, *, _root_) -> Any:
+    """`${shortcut:delta,1.0}` in a sampler YAML: the top-level `delta` when the command line
+    set it, else the file's own value. The shortcut thus sets the sampler's own key while Hydra
+    composes the config, and `--cfg job --resolve` shows the one value the run uses."""
+    value = _root_.get(key)
+    return default if value is None else value
+
+
 def register_configs() -> None:
-    """Register the schema as `base_config` and the launch resolvers; call before Hydra."""
-    from hydra.core.config_store import ConfigStore
-
-    from cactus_bench.run.launch import register_resolvers
-
+    """Register the schema as `base_config` and the resolvers; call before Hydra."""
     ConfigStore.instance().store(name="base_config", node=RunConf)
+    if not OmegaConf.has_resolver("shortcut"):
+        OmegaConf.register_new_resolver("shortcut", shortcut)
     register_resolvers()
