@@ -16,7 +16,7 @@ verbose log, `cpu_kernels.kernel_label`); rows go to results/bench/forward.csv. 
    decode steps.
 3. decode: AutoregressiveDecoder greedy tokens/s (EOS ignored) per dtype and path; with
    --vllm-python, vLLM's CPU build on the same model, dtype and thread count (a separate
-   process, scripts/bench_vllm_decode.py), run between our repeats.
+   process, cactus_bench/vllm/decode_rate.py), run between our repeats.
 4. compile: seconds to compile the verifier for the shapes sps decoding uses (fp32), cold and warm.
 5. e2e: SpeculativeDecoder (sps, --e2e-m) over AutoregressiveDecoder per dtype on the default
    path, paper sampling (T 0.6, top-p 0.95, top-k 20), same seeds, interleaved.
@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 import torch
-from bench_vllm_decode import vllm_rate
 
 from cactus_bench.bench.decoders import bench_decode, decoder_for
 from cactus_bench.bench.draw import bench_draw
@@ -47,6 +46,7 @@ from cactus_bench.bench.machine import machine_facts
 from cactus_bench.bench.models import DTYPES, load_models
 from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
 from cactus_bench.engine.cpu_kernels import cpu_info, kernel_label
+from cactus_bench.vllm.decode_rate import vllm_rate
 
 COLUMNS = (
     "timestamp",

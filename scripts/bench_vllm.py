@@ -182,8 +182,9 @@ def run_worker(python: str, kind: str, args) -> tuple[dict, str]:
     command += ["--threads", "1", "--dtype", args.dtype, "--prompts", str(args.prompts)]
     command += ["--max-new-tokens", str(args.max_new_tokens)] + (["--vllm-eager"] * args.vllm_eager)
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": core, "PYTHONPATH": str(ROOT)}
-    # vLLM's engine core in the worker's own process (as bench_vllm_decode.py runs it): by default
-    # it is a second process, which here would share the one pinned core with the frontend.
+    # vLLM's engine core in the worker's own process (as cactus_bench/vllm/decode_rate.py runs
+    # it): by default it is a second process, which here would share the one pinned core with the
+    # frontend.
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     start = time.time()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT)

@@ -11,12 +11,9 @@ into the repository.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cactus_bench.vllm.export import export_dir, export_full_vocab_drafter  # noqa: E402
+from cactus_bench.vllm.export import export_dir, export_full_vocab_drafter
 
 
 def main() -> None:

@@ -10,15 +10,10 @@ run's default share of each card (backend.gpu_memory_utilization 0.85).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cactus_bench.models.registry import get_pair_spec  # noqa: E402
-from cactus_bench.paper import PAPER  # noqa: E402
-from cactus_bench.rehearsal.specs import hub_model  # noqa: E402
-from cactus_bench.vllm.memory import GIB, model_size, plan_memory  # noqa: E402
+from cactus_bench.models.registry import get_pair_spec
+from cactus_bench.paper import PAPER
+from cactus_bench.rehearsal.specs import hub_model
+from cactus_bench.vllm.memory import GIB, model_size, plan_memory
 
 PAIRS = ("qwen3_8b", "qwen3_14b", "qwen3_32b")
 # name, memory nvidia-smi reports (MiB): A100 40GB, A100 / H100 80GB, H200 141GB

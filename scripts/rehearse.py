@@ -25,10 +25,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from cactus_bench.rehearsal import (  # noqa: E402
+from cactus_bench.rehearsal import (
     HUB_MODELS,
     build_hub_cache,
     default_home,
@@ -36,11 +33,13 @@ from cactus_bench.rehearsal import (  # noqa: E402
     pinned_revisions,
     repo_folder,
 )
-from cactus_bench.rehearsal.check import (  # noqa: E402
+from cactus_bench.rehearsal.check import (
     template_problem,
     tokenizer_kind,
     vocab_facts,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 PINNED_NAME = "qwen3_8b_pinned_nothink"  # the extra run: commits pinned, thinking off
 COLUMNS = (

@@ -18,10 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from cactus_bench.report.leaderboard import write_leaderboard
 
-from cactus_bench.report.leaderboard import write_leaderboard  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 # (sampler, parameters): the source's default first, then the curve. test_law keeps the
 # default (temperature-1 laws, as the sources) in the HF engine.

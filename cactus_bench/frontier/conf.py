@@ -18,30 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cactus_bench.paper import PAPER
+from cactus_bench.samplers.catalogue import RULES
 from cactus_bench.samplers.params import DIVERGENCE_NAMES
 
 PROMPT_SOURCES = ("demo", "gsm8k_test", "ifeval", "gsm8k_train")
 HELD_OUT = ("demo", "gsm8k_test", "ifeval")  # not in the embedded drafter's training data
-RULE_FAMILIES = (
-    "sps",
-    "cactus",
-    "cactus_exact",
-    "tas",
-    "topk",
-    "interp",
-    "greedy",
-    "mentored",
-    "lenience",
-    "chow",
-    "diff",
-    "opt",
-    "tokenv1",
-    "tokenv2",
-    "tokenv3",
-    "fsd",
-    "fsd_reducible",
-    "bild",
-)
+# Every rule of the catalogue (aliases run as their rule), in the catalogue's order: a new rule
+# file reaches the frontier's default grid without an edit here.
+RULE_FAMILIES = tuple(name for name, info in RULES.items() if info.alias_of is None)
 # Budgets from 0.01 to 8 nats, roughly log-spaced (at most a factor 2 apart) on round values
 # that include the paper's and the demo's (0.25, 0.5, 0.75, 1, 2).
 DEFAULT_DELTAS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)

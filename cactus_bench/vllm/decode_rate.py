@@ -1,12 +1,14 @@
 """vLLM's greedy batch-1 decode tokens/s on one prompt; run with a vLLM CPU build's python.
 
-    .venv-vllm/bin/python scripts/bench_vllm_decode.py --model ~/.cache/cactus_bench/\
+    .venv-vllm/bin/python -m cactus_bench.vllm.decode_rate --model ~/.cache/cactus_bench/\
 smollm2-135m-instruct --threads 1 --prompt '[1, 2, 3]'
 
-scripts/bench_forward.py (section `decode`, --vllm-python) calls it between its own repeats.
-Imports only vLLM and the standard library. Decode rate = (N - 1) / (t(N tokens) - t(1 token)):
-the one-token request pays the prefill and the request overhead, so the difference is N - 1
-decode steps, as the HF engine's rate excludes its prefill. Prints one JSON line.
+scripts/bench_forward.py (section `decode`, --vllm-python) calls `vllm_rate`, which runs this
+module in that python, between its own repeats. Imports only vLLM (inside `main`, so that
+`vllm_rate` imports in an environment without it) and the standard library. Decode rate =
+(N - 1) / (t(N tokens) - t(1 token)): the one-token request pays the prefill and the request
+overhead, so the difference is N - 1 decode steps, as the HF engine's rate excludes its prefill.
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ def vllm_rate(python: str, model_dir, threads: int, max_new_tokens: int, prompt)
     """Runs this script with `python` (a vLLM CPU build) and returns its tokens/s."""
     cmd = [
         python,
-        __file__,
+        "-m",
+        "cactus_bench.vllm.decode_rate",
         "--model",
         str(Path(model_dir)),
         "--threads",
