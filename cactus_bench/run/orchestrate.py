@@ -49,9 +49,9 @@ def identity_of(conf: RunConf, choice: SamplerChoice) -> tuple[RunIdentity, obje
     conf = dataclasses.replace(conf, device=resolve_device(conf.device))
     rule = None
     if choice.speculative:
-        from cactus_bench.samplers import make_sampler
+        from cactus_bench.samplers import rule_from_checked  # loads torch: after the checks
 
-        rule = make_sampler(choice.name, **choice.params)
+        rule = rule_from_checked(choice.name, choice.params)
     params = rule.params() if rule is not None else {}
     return RunIdentity(conf, choice.name, params), rule
 

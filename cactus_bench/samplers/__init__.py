@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         taylor_gamma,
     )
     from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
-    from cactus_bench.samplers.registry import SAMPLERS, make_sampler
+    from cactus_bench.samplers.registry import SAMPLERS, make_sampler, rule_from_checked
     from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
 
 _LAZY = {
@@ -39,7 +39,7 @@ _LAZY = {
     ),
     **dict.fromkeys(("Greedy", "TopK", "TypicalAcceptance"), "heuristic_rules"),
     **dict.fromkeys(("Cactus", "CactusExact", "Interpolation", "SpS"), "target_rules"),
-    **dict.fromkeys(("SAMPLERS", "make_sampler"), "registry"),
+    **dict.fromkeys(("SAMPLERS", "make_sampler", "rule_from_checked"), "registry"),
 }
 
 
@@ -58,6 +58,7 @@ __all__ = [
     "RULE_NAMES",
     "VERIFIER_ONLY",
     "check_params",
+    "rule_from_checked",
     "SAMPLERS",
     "SAMPLER_NAMES",
     "AcceptanceRule",

@@ -1,4 +1,5 @@
-"""`make_sampler`: a rule by name, its parameters checked against the catalogue first."""
+"""`make_sampler`: a rule by name, its parameters checked against the catalogue first;
+`rule_from_checked`: the same from parameters the catalogue has checked already."""
 
 from __future__ import annotations
 
@@ -50,3 +51,9 @@ def make_sampler(name: str, **params) -> AcceptanceRule:
     rule_info(name)
     given = check_params(name, {key: value for key, value in params.items() if value is not None})
     return SAMPLERS[name](**given)
+
+
+def rule_from_checked(name: str, params: dict) -> AcceptanceRule:
+    """Builds a rule from parameters `check_params` has already returned (a run's config checks
+    did, before anything loaded): the run path checks each parameter once."""
+    return SAMPLERS[name](**params)
