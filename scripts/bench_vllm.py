@@ -102,10 +102,11 @@ def measure(decoders: dict, prompts, max_new_tokens: int) -> dict:
 
 
 def hf_worker(args) -> dict:
+    # Imported in the worker: each worker process loads only its own backend's stack.
     import torch
 
-    from cactus_bench.bench.sampling import PAPER_SAMPLING
     from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
+    from cactus_bench.engine.sampling import PAPER_SAMPLING
     from cactus_bench.models import load_pair
     from cactus_bench.models.registry import PairSpec, get_pair_spec
     from cactus_bench.models.smollm2 import prepare_smollm2
@@ -142,8 +143,9 @@ def hf_worker(args) -> dict:
 
 
 def vllm_worker(args, rule: str) -> dict:
-    from cactus_bench.bench.sampling import PAPER_SAMPLING
+    # Imported in the worker: vLLM is loaded only in the process that measures it.
     from cactus_bench.engine import SamplingParams
+    from cactus_bench.engine.sampling import PAPER_SAMPLING
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.run.measure import warm_up
     from cactus_bench.vllm.decoder import VllmDecoder

@@ -33,8 +33,8 @@ from cactus_bench.bench.drafter_eval import (
     load_smollm2_pair,
     measure_costs,
 )
-from cactus_bench.bench.sampling import PAPER_SAMPLING
 from cactus_bench.drafter_training.teacher import chat_ids
+from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.models.drafter import SMOLLM2_DRAFTER_CONFIG, SMOLLM2_DRAFTER_WEIGHTS
 from cactus_bench.results.intervals import per_token_summary
 from cactus_bench.results.metadata import device_name

@@ -2,8 +2,8 @@
 
 Phases (each resumable; rerun the same command after a stop):
 1. collect: the verifier answers training-split prompts (the distilled drafter's mix: GSM8K
-   train and templated instructions, drafter_data.py) at the paper's sampling; its last hidden
-   state at every position and its processed law at every answer position are cached
+   train and templated instructions, drafter_training/data.py) at the paper's sampling; its last
+   hidden state at every position and its processed law at every answer position are cached
    (cactus_bench/feature_drafter/collect.py) until --train-tokens answer tokens exist;
 2. held-out: the same for GSM8K *test* questions and the demo prompts (evaluation only);
 3. train: the head (feature_drafter/head.py) is distilled for --train-minutes CPU minutes,
@@ -24,8 +24,20 @@ import time
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, LlamaForCausalLM
 
-from cactus_bench.models.smollm2 import cache_root
+from cactus_bench.drafter_training.data import check_no_overlap, drafter_prompts
+from cactus_bench.drafter_training.shards import load_shards, split_records
+from cactus_bench.engine.sampling import PAPER_SAMPLING
+from cactus_bench.feature_drafter import acceptance as acc
+from cactus_bench.feature_drafter.collect import CollectSettings, collect_shards
+from cactus_bench.feature_drafter.cost import step_costs
+from cactus_bench.feature_drafter.head import FeatureHead
+from cactus_bench.feature_drafter.report import calibrate, write_report
+from cactus_bench.feature_drafter.train import HeadSettings, train_head
+from cactus_bench.models.drafter import SMOLLM2_DRAFTER_WEIGHTS, load_drafter
+from cactus_bench.models.smollm2 import cache_root, prepare_smollm2
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 DEMO_PROMPTS = Path(__file__).resolve().parents[1] / "cactus_bench/tasks/demo_prompts.jsonl"
@@ -55,10 +67,6 @@ def held_out_prompts(data_dir: Path, gsm8k_count: int) -> list[tuple[str, str]]:
 
 
 def load_verifier():
-    from transformers import AutoTokenizer, LlamaForCausalLM
-
-    from cactus_bench.models.smollm2 import prepare_smollm2
-
     model_dir = prepare_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     verifier = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
@@ -67,9 +75,6 @@ def load_verifier():
 
 
 def collect(args, log, held_out: bool) -> None:
-    from cactus_bench.drafter_training.data import check_no_overlap, drafter_prompts
-    from cactus_bench.feature_drafter.collect import CollectSettings, collect_shards
-
     if held_out:
         prompts = held_out_prompts(args.data_dir, args.held_out_gsm8k)
         run_dir, target = args.run_dir / "held_out", 10**12
@@ -91,16 +96,10 @@ def collect(args, log, held_out: bool) -> None:
 def subset_ids() -> torch.Tensor:
     """The committed distilled drafter's head ids (chosen from its training-split teacher mass):
     both drafters then propose from the same 8192 tokens."""
-    from safetensors.torch import load_file
-
-    from cactus_bench.models.drafter import SMOLLM2_DRAFTER_WEIGHTS
-
     return load_file(str(SMOLLM2_DRAFTER_WEIGHTS))["head.token_ids"].long()
 
 
 def head_settings(args):
-    from cactus_bench.feature_drafter.train import HeadSettings
-
     return HeadSettings(
         train_minutes=args.train_minutes,
         lr=args.lr,
@@ -111,15 +110,11 @@ def head_settings(args):
 
 
 def train(args, log) -> None:
-    from cactus_bench.feature_drafter.train import train_head
-
     verifier, _ = load_verifier()
     train_head(verifier, subset_ids(), args.run_dir, head_settings(args), log)
 
 
 def trained_head(verifier, run_dir: Path):
-    from cactus_bench.feature_drafter.head import FeatureHead
-
     ckpt = torch.load(run_dir / "head.pt")
     head = FeatureHead(verifier, ckpt["token_ids"])
     head.load_state_dict(ckpt["head"], strict=False)
@@ -127,19 +122,12 @@ def trained_head(verifier, run_dir: Path):
 
 
 def evaluate(args, log) -> None:
-    from cactus_bench.drafter_training.distill import split_records
-    from cactus_bench.feature_drafter import acceptance as acc
-    from cactus_bench.feature_drafter.collect import PAPER_SAMPLING, load_records
-    from cactus_bench.feature_drafter.cost import step_costs
-    from cactus_bench.feature_drafter.report import calibrate, write_report
-    from cactus_bench.models.drafter import load_drafter
-
     verifier, _ = load_verifier()
     head, state = trained_head(verifier, args.run_dir)
     drafter = load_drafter(verifier)  # the committed distilled drafter, its own logit scale
-    train_records, collected = load_records(args.run_dir / "train", state["shards"])
+    train_records, collected = load_shards(args.run_dir / "train", state["shards"])
     _, val = split_records(train_records, head_settings(args).val_every)
-    held_out, _ = load_records(args.run_dir / "held_out")
+    held_out, _ = load_shards(args.run_dir / "held_out")
     scale, grid = calibrate(head, val, subset_ids(), verifier.config.vocab_size)
     log(f"head logit scale {scale} (training-split val grid {grid})")
     results: dict = {"head": {}, "drafter": {}, "difference": {}}

@@ -20,7 +20,7 @@ MAX_LINES = 400
 ALLOWED: dict[str, set[str]] = {
     "paper": set(),
     "samplers": set(),
-    "engine": {"samplers"},
+    "engine": {"samplers", "paper"},
     "models": {"engine"},
     "tasks": {"engine", "paper"},
     "run_settings": {"samplers", "paper", "tasks"},

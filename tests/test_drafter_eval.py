@@ -11,7 +11,7 @@ from cactus_bench.bench.drafter_eval import (
     end_to_end,
     measure_costs,
 )
-from cactus_bench.bench.sampling import PAPER_SAMPLING
+from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.models import LoadedPair
 from cactus_bench.models.tiny import make_tiny_pair
 

@@ -21,11 +21,11 @@ from cactus_bench.drafter_training.distill import (
     distill_loss,
     processed_student,
 )
+from cactus_bench.drafter_training.shards import load_shards
 from cactus_bench.drafter_training.teacher import (
     TeacherSettings,
     generate_batch,
     generate_shards,
-    load_shards,
     plan_batches,
 )
 from cactus_bench.drafter_training.train import calibrate, distill

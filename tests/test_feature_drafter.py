@@ -4,20 +4,19 @@ training."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import DynamicCache
 
 from cactus_bench.drafter_training.distill import subset_lookup
-from cactus_bench.engine.sampling import process_logits
+from cactus_bench.drafter_training.shards import load_shards
+from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits
 from cactus_bench.feature_drafter import acceptance as acc
-from cactus_bench.feature_drafter.collect import (
-    PAPER_SAMPLING,
-    CollectSettings,
-    collect_shards,
-    load_records,
-)
+from cactus_bench.feature_drafter.collect import CollectSettings, collect_shards
 from cactus_bench.feature_drafter.head import FeatureHead
+from cactus_bench.feature_drafter.report import GO_THRESHOLD, decision
 from cactus_bench.feature_drafter.train import HeadSettings, train_head, val_acceptance
 from cactus_bench.models import make_tiny_pair
 
@@ -38,7 +37,7 @@ def records(pair, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("collect")
     settings = CollectSettings(max_new_tokens=10, batch_size=4)
     collect_shards(verifier, tokenizer, PROMPTS, run_dir, settings, 10**9, lambda _: None)
-    return load_records(run_dir)[0]
+    return load_shards(run_dir)[0]
 
 
 def copy_head(verifier) -> FeatureHead:
@@ -176,18 +175,14 @@ def test_collection_split_over_processes_writes_what_one_process_writes(pair, tm
             part=part,
             parts=2,
         )
-    one, _ = load_records(tmp_path / "one")
-    two, totals = load_records(tmp_path / "two")
+    one, _ = load_shards(tmp_path / "one")
+    two, totals = load_shards(tmp_path / "two")
     assert len(totals["names"]) == 4 and len(one) == len(two) == len(PROMPTS)
     for a, b in zip(one, two, strict=True):
         assert torch.equal(a["ids"], b["ids"]) and torch.equal(a["q_idx"], b["q_idx"])
 
 
 def test_decision_calls_a_low_result_no_go_only_at_the_planned_budget():
-    from types import SimpleNamespace
-
-    from cactus_bench.feature_drafter.report import GO_THRESHOLD, decision
-
     plan = SimpleNamespace(train_tokens=200_000, train_minutes=40.0)
     assert decision(GO_THRESHOLD, 10, 1.0, plan) == "go"  # a high result counts at any budget
     assert decision(0.5, 190_000, 37.0, plan) == "no-go"

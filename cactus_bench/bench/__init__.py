@@ -2,7 +2,8 @@
 check (cactus_bench/gpu_check/) measure with, so that each script is an entry point (arguments,
 sections, output).
 
-- `sampling.py`: the paper's sampling (`PAPER_SAMPLING`) and greedy decoding as SamplingParams;
+- `sampling.py`: greedy decoding as SamplingParams (the paper's law is engine.sampling's
+  `PAPER_SAMPLING`);
 - `timing.py`: CPU times of repeated calls and their spread (median and quartiles);
 - `machine.py`: the facts every benchmark row records about the CPU it ran on;
 - `models.py`: the benchmarked models (SmolLM2-135M and its drafter if cached, else tiny; or

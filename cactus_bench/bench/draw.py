@@ -19,11 +19,10 @@ from functools import partial
 
 import torch
 
-from cactus_bench.bench.sampling import PAPER_SAMPLING
 from cactus_bench.bench.timing import spread_ms
 from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
 from cactus_bench.engine.packed_model import packed_model
-from cactus_bench.engine.sampling import process_logits, sample_token
+from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits, sample_token
 
 
 def bench_draw(drafters: dict[str, torch.nn.Module], repeats: int) -> dict[tuple, tuple]:

@@ -2,7 +2,9 @@
 
 `data.py` (the prompt mix: GSM8K train and templated instructions, `templates.py`),
 `teacher.py` (phase 1: the verifier's sampled answers and top logits, in resumable shards),
-`distill.py` (phase 2's losses and batches), `train.py` (the distillation loop, the export of
-the best held-out weights, and phase 3's logit-scale calibration). `scripts/train_drafter.py`
-(`make drafter`) runs the three phases.
+`distill.py` (phase 2's losses and batches), `train.py` (the distillation, the export of the
+best held-out weights, and phase 3's logit-scale calibration). `shards.py` (shard files and the
+train / held-out split) and `loop.py` (the CPU-budgeted, resumable training loop) also serve the
+feature-drafter pilot (cactus_bench/feature_drafter/). `scripts/train_drafter.py` (`make
+drafter`) runs the three phases.
 """

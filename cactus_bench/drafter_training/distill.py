@@ -50,12 +50,6 @@ class DistillSettings:
         return SamplingParams(self.temperature, self.top_p, self.top_k)
 
 
-def split_records(records: list[dict], val_every: int) -> tuple[list[dict], list[dict]]:
-    """(train, held_out): prompt index % val_every == 0 is held out (stable as data grows)."""
-    held_out = [r for r in records if r["index"] % val_every == 0]
-    return [r for r in records if r["index"] % val_every != 0], held_out
-
-
 def choose_subset(
     records: list[dict], prior: torch.Tensor, s: DistillSettings, always: list[int]
 ) -> tuple[torch.Tensor, float]:
@@ -103,30 +97,31 @@ def subset_lookup(subset: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return lookup
 
 
+def padded_batch(seqs: list[torch.Tensor], starts: list[int], counts: list[int]) -> dict:
+    """Token id sequences -> right-padded ``ids`` [B, L] (0 after each end) and their attention
+    ``mask`` [B, L]; ``rows``, ``cols`` [N]: the targets, ``counts[b]`` consecutive positions of
+    row b from ``starts[b]`` on, row after row."""
+    ids = torch.zeros((len(seqs), max(len(x) for x in seqs)), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, x in enumerate(seqs):
+        ids[b, : len(x)] = x.long()
+        mask[b, : len(x)] = 1
+    rows = [torch.full((g,), b, dtype=torch.long) for b, g in enumerate(counts)]
+    cols = [torch.arange(start, start + g) for start, g in zip(starts, counts, strict=True)]
+    return {"ids": ids, "mask": mask, "rows": torch.cat(rows), "cols": torch.cat(cols)}
+
+
 def batch_tensors(records: list[dict], indices: list[int], lookup: torch.Tensor) -> dict:
     """Right-padded ids/mask [B, L], and the N target positions with their teacher top-k."""
     seqs = [records[i] for i in indices]
-    width = max(len(r["ids"]) for r in seqs)
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    rows, cols = [], []
-    for b, r in enumerate(seqs):
-        ids[b, : len(r["ids"])] = r["ids"].long()
-        mask[b, : len(r["ids"])] = 1
-        g = len(r["top_idx"])
-        # Position prompt_len - 1 + t predicts generated token t.
-        rows.append(torch.full((g,), b, dtype=torch.long))
-        cols.append(torch.arange(r["prompt_len"] - 1, r["prompt_len"] - 1 + g))
+    # Position prompt_len - 1 + t predicts generated token t.
+    starts = [r["prompt_len"] - 1 for r in seqs]
+    batch = padded_batch([r["ids"] for r in seqs], starts, [len(r["top_idx"]) for r in seqs])
     teacher_ids = torch.cat([r["top_idx"].long() for r in seqs])  # [N, k]
-    return {
-        "ids": ids,
-        "mask": mask,
-        "rows": torch.cat(rows),
-        "cols": torch.cat(cols),
-        "teacher_vals": torch.cat([r["top_vals"].float() for r in seqs]),  # [N, k]
-        "teacher_sub_idx": lookup[teacher_ids],  # [N, k]: position in the subset, -1 outside
-        "source": [r["source"] for r in seqs for _ in range(len(r["top_idx"]))],
-    }
+    batch["teacher_vals"] = torch.cat([r["top_vals"].float() for r in seqs])  # [N, k]
+    batch["teacher_sub_idx"] = lookup[teacher_ids]  # [N, k]: position in the subset, -1 outside
+    batch["source"] = [r["source"] for r in seqs for _ in range(len(r["top_idx"]))]
+    return batch
 
 
 def student_logits(drafter, batch: dict) -> torch.Tensor:

@@ -4,9 +4,8 @@ On-policy text (the verifier's own answers, sampled at the paper's settings, `ca
 is what maximises acceptance. Prompts are answered by the engine's batched sampler
 (`engine.batch_generate`: left padding, a KV cache, finished rows leave the batch, the engine's
 sampling law and draw). At every generated position the ``keep`` largest raw
-logits and their ids are stored (fp16 / int32) in shards of one batch each under
-``<run_dir>/shards``; a stopped run resumes at the first missing shard, and every shard is
-sampled from its own seeded generator, so a resumed run writes what an uninterrupted one would.
+logits and their ids are stored (fp16 / int32) in shards of one batch each (shards.py: a
+stopped run resumes at the first missing shard and writes what an uninterrupted one would).
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from cactus_bench.drafter_training.shards import write_shards
 from cactus_bench.engine.batch_generate import sample_continuations
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.paper import PAPER
@@ -104,10 +104,6 @@ def plan_batches(
     return batches
 
 
-def shard_path(run_dir: Path, index: int) -> Path:
-    return run_dir / "shards" / f"shard_{index:05d}.pt"
-
-
 def generate_shards(
     verifier,
     tokenizer,
@@ -119,52 +115,32 @@ def generate_shards(
     log,
 ) -> None:
     """Write shards until ``target_tokens`` teacher tokens exist or ``minutes`` have passed."""
-    (run_dir / "shards").mkdir(parents=True, exist_ok=True)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     batches = plan_batches(tokenizer, prompts, settings)
     done = [torch.load(p) for p in sorted((run_dir / "shards").glob("shard_*.pt"))]
-    total = sum(s["num_tokens"] for s in done)
-    log(f"teacher: {len(batches)} batches planned, {len(done)} shards / {total} tokens cached")
+    cached = sum(s["num_tokens"] for s in done)
+    log(f"teacher: {len(batches)} batches planned, {len(done)} shards / {cached} tokens cached")
     deadline = time.time() + minutes * 60
-    progress = tqdm(total=target_tokens, initial=min(total, target_tokens), desc="teacher tokens")
-    for index, rows in enumerate(batches):
-        path = shard_path(run_dir, index)
-        if path.exists():
-            continue
-        if total >= target_tokens or time.time() > deadline:
-            break
-        wall, cpu = time.time(), time.process_time()
-        records = generate_batch(
-            verifier,
-            [chat_ids(tokenizer, prompts[i][1]) for i in rows],
-            eos,
-            settings,
-            seed=settings.seed * 1_000_003 + index,
-        )
-        for i, record in zip(rows, records, strict=True):
-            record.update(index=i, source=prompts[i][0])
-        num_tokens = sum(len(r["top_idx"]) for r in records)
-        wall, cpu = time.time() - wall, time.process_time() - cpu
-        shard = {"records": records, "num_tokens": num_tokens, "wall_s": wall, "cpu_s": cpu}
-        torch.save(shard, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").rename(path)
-        total += num_tokens
+
+    def answer(texts: list[str], seed: int) -> list[dict]:
+        encoded = [chat_ids(tokenizer, text) for text in texts]
+        return generate_batch(verifier, encoded, eos, settings, seed=seed)
+
+    progress = tqdm(total=target_tokens, initial=min(cached, target_tokens), desc="teacher tokens")
+    for index, shard, total in write_shards(
+        run_dir,
+        batches,
+        prompts,
+        list(range(len(batches))),
+        answer,
+        settings.seed,
+        cached,
+        enough=lambda tokens: tokens >= target_tokens or time.time() > deadline,
+    ):
+        num_tokens, wall = shard["num_tokens"], shard["wall_s"]
         progress.update(num_tokens)
         log(
-            f"teacher shard {index}: {num_tokens} tok in {wall:.0f} s wall / {cpu:.0f} s cpu "
-            f"({num_tokens / wall:.0f} tok/s), total {total}"
+            f"teacher shard {index}: {num_tokens} tok in {wall:.0f} s wall / "
+            f"{shard['cpu_s']:.0f} s cpu ({num_tokens / wall:.0f} tok/s), total {total}"
         )
     progress.close()
-
-
-def load_shards(run_dir: Path) -> tuple[list[dict], dict[str, float]]:
-    """All cached records and the teacher phase's totals (tokens, wall and cpu seconds)."""
-    records, totals = [], {"tokens": 0, "wall_s": 0.0, "cpu_s": 0.0, "shards": 0}
-    for path in sorted((run_dir / "shards").glob("shard_*.pt")):
-        shard = torch.load(path)
-        records.extend(shard["records"])
-        totals["tokens"] += shard["num_tokens"]
-        totals["wall_s"] += shard.get("wall_s", 0.0)
-        totals["cpu_s"] += shard.get("cpu_s", 0.0)
-        totals["shards"] += 1
-    return records, totals

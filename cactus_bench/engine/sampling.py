@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from cactus_bench.paper import PAPER
 from cactus_bench.samplers.base import sample_categorical
 
 
@@ -57,6 +58,11 @@ class SamplingParams:
         if gen_kwargs.get("do_sample") is False:
             values["temperature"] = 0.0
         return cls(**values)
+
+
+# The paper's processed law (PAPER.md, Notation), defined once beside the law it parametrises:
+# benchmarks, the GPU check and both drafter trainers decode and distil at it.
+PAPER_SAMPLING = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
 
 
 def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -7,26 +7,28 @@ the law speculative sampling verifies against) is kept as its top-k ids and prob
 hold all of its mass since top-k is on. Answers are sampled from that same q (on-policy text).
 
 Prompts are answered in left-padded batches with a KV cache; a row that reached EOS leaves the
-batch. Each batch is one shard under ``<run_dir>/shards``, sampled from its own seeded
-generator, so a stopped run resumes at the first missing shard and writes what an uninterrupted
-run would. Features are large (~1.2 kB a position): the run directory lives in the ignored
+batch. Each batch is one shard (drafter_training/shards.py: its own seed, so a stopped run resumes
+at the first missing shard and writes what an uninterrupted run would; read back by its
+`load_shards`). Features are large (~1.2 kB a position): the run directory lives in the ignored
 cache (``~/.cache/cactus_bench``), never in the repository.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import DynamicCache
 
+from cactus_bench.drafter_training.shards import shard_path, write_shards
 from cactus_bench.drafter_training.teacher import TeacherSettings, chat_ids, plan_batches
-from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
-from cactus_bench.paper import PAPER
-
-PAPER_SAMPLING = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
+from cactus_bench.engine.sampling import (
+    PAPER_SAMPLING,
+    SamplingParams,
+    process_logits,
+    sample_token,
+)
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,6 @@ def answer_batch(
     ]
 
 
-def shard_path(run_dir: Path, index: int) -> Path:
-    return run_dir / "shards" / f"shard_{index:05d}.pt"
-
-
 def collect_shards(
     verifier,
     tokenizer,
@@ -151,52 +149,30 @@ def collect_shards(
     With ``parts`` > 1 this process writes only the shards whose index is ``part`` modulo
     ``parts`` (and stops at its share of the target), so that processes on separate cores fill
     one folder without writing the same shard."""
-    (run_dir / "shards").mkdir(parents=True, exist_ok=True)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     batches = plan_batches(tokenizer, prompts, settings.planning())
     mine = [i for i in range(len(batches)) if i % parts == part]
-    done = [shard_path(run_dir, i) for i in mine if shard_path(run_dir, i).exists()]
-    total = sum(torch.load(path)["num_tokens"] for path in done)
+    cached = [shard_path(run_dir, i) for i in mine if shard_path(run_dir, i).exists()]
+    cached_tokens = total = sum(torch.load(path)["num_tokens"] for path in cached)
     log(f"collect: {len(mine)} of {len(batches)} batches, {total} answer tokens cached")
-    for index in mine:
-        rows, path = batches[index], shard_path(run_dir, index)
-        if path.exists():
-            continue
-        if total * parts >= target_tokens:
-            break
-        wall, cpu = time.time(), time.process_time()
-        gen = torch.Generator().manual_seed(settings.seed * 1_000_003 + index)
-        encoded = [chat_ids(tokenizer, prompts[i][1]) for i in rows]
-        records = answer_batch(verifier, encoded, eos, settings.max_new_tokens, sampling, gen)
-        for i, record in zip(rows, records, strict=True):
-            record.update(index=i, source=prompts[i][0])
-        num_tokens = sum(len(r["q_idx"]) for r in records)
-        wall, cpu = time.time() - wall, time.process_time() - cpu
-        shard = {"records": records, "num_tokens": num_tokens, "wall_s": wall, "cpu_s": cpu}
-        torch.save(shard, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").rename(path)
-        total += num_tokens
+
+    def answer(texts: list[str], seed: int) -> list[dict]:
+        encoded = [chat_ids(tokenizer, text) for text in texts]
+        gen = torch.Generator().manual_seed(seed)
+        return answer_batch(verifier, encoded, eos, settings.max_new_tokens, sampling, gen)
+
+    for index, shard, total in write_shards(
+        run_dir,
+        batches,
+        prompts,
+        mine,
+        answer,
+        settings.seed,
+        cached_tokens,
+        enough=lambda tokens: tokens * parts >= target_tokens,
+    ):
         log(
-            f"collect shard {index}: {num_tokens} tok in {wall:.0f} s wall / {cpu:.0f} s cpu, "
-            f"total {total}"
+            f"collect shard {index}: {shard['num_tokens']} tok in {shard['wall_s']:.0f} s wall / "
+            f"{shard['cpu_s']:.0f} s cpu, total {total}"
         )
     return total
-
-
-def shard_names(run_dir: Path) -> list[str]:
-    """File names of the cached shards, in index order."""
-    return sorted(path.name for path in (run_dir / "shards").glob("shard_*.pt"))
-
-
-def load_records(run_dir: Path, names: list[str] | None = None) -> tuple[list[dict], dict]:
-    """The records of the shards ``names`` (default: all cached) and the collection's totals
-    (answer tokens, wall and CPU seconds, shard names)."""
-    names = shard_names(run_dir) if names is None else names
-    records, totals = [], {"tokens": 0, "wall_s": 0.0, "cpu_s": 0.0, "names": names}
-    for name in names:
-        shard = torch.load(run_dir / "shards" / name)
-        records.extend(shard["records"])
-        totals["tokens"] += shard["num_tokens"]
-        totals["wall_s"] += shard["wall_s"]
-        totals["cpu_s"] += shard["cpu_s"]
-    return records, totals

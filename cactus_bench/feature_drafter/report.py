@@ -9,9 +9,10 @@ import time
 from pathlib import Path
 
 import torch
+from matplotlib.figure import Figure
 
 from cactus_bench.drafter_training.distill import CALIBRATION_SCALES, make_batches, subset_lookup
-from cactus_bench.feature_drafter.collect import PAPER_SAMPLING
+from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.feature_drafter.train import acceptance_terms, head_batch, head_logits
 from cactus_bench.paper import PAPER
 from cactus_bench.results.metadata import device_name
@@ -119,15 +120,11 @@ def plot_curve(
     """Val acceptance (held-out training-split prompts) against training CPU minutes, and the
     final held-out test acceptance of both drafters ({"mean", "ci95"}: bars are the bootstrap
     interval over answers); `machine` (the CPU that measured it) goes in the title."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     with open(curve_csv) as fh:
         rows = list(csv.DictReader(fh))
     minutes = [float(r["cpu_min"]) for r in rows]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    fig = Figure(figsize=(6.4, 4.0))  # the object API: no pyplot state, any backend
+    ax = fig.subplots()
     ax.plot(
         minutes,
         [float(r["val_acceptance"]) for r in rows],
@@ -162,4 +159,3 @@ def plot_curve(
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
-    plt.close(fig)

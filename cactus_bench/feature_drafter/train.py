@@ -3,17 +3,15 @@
 Per position the loss is forward KL(q || p_T) over the head's subset (q the verifier's processed
 law, p_T the head's softmax at the sampling temperature: dense gradients early) plus
 1 - sum_x min(p(x), q(x)) with p the head's processed law (the acceptance itself, what is
-measured), as for the distilled drafter (drafter_training.distill). AdamW with warmup and a cosine
-schedule over the CPU-time budget (drafter_training.train.learning_rate). Every
-``ckpt_minutes`` the acceptance on held-out *training-split* prompts (every ``val_every``-th
-prompt) is appended to ``curve.csv`` and a checkpoint is written; each epoch first loads shards a
-collection running beside it wrote meanwhile.
+measured), as for the distilled drafter (drafter_training.distill). The loop is the distilled
+drafter's (drafter_training.loop: AdamW, warmup and a cosine schedule over the CPU-time budget,
+resumable inside an epoch). Every ``ckpt_minutes`` the acceptance on held-out *training-split*
+prompts (every ``val_every``-th prompt) is appended to ``curve.csv`` and a checkpoint is written;
+each epoch first loads shards a collection running beside it wrote meanwhile.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,12 +19,12 @@ import torch
 
 from cactus_bench.drafter_training.distill import (
     make_batches,
-    split_records,
+    padded_batch,
     subset_lookup,
 )
-from cactus_bench.drafter_training.train import learning_rate
-from cactus_bench.engine.sampling import SamplingParams, process_logits
-from cactus_bench.feature_drafter.collect import PAPER_SAMPLING, load_records, shard_names
+from cactus_bench.drafter_training.loop import append_curve_row, budget_loop, start_or_resume
+from cactus_bench.drafter_training.shards import TrainingRecords, save_whole
+from cactus_bench.engine.sampling import PAPER_SAMPLING, SamplingParams, process_logits
 from cactus_bench.feature_drafter.head import FeatureHead
 
 CURVE_HEADER = "step,epoch,cpu_min,wall_min,train_tokens,loss,val_acceptance\n"
@@ -51,33 +49,21 @@ def head_batch(records: list[dict], indices: list[int], lookup: torch.Tensor) ->
     computed at sequence position P - 1 + t, so head position P - 2 + t predicts it.
     """
     seqs = [records[i] for i in indices]
-    width = max(len(r["ids"]) - 1 for r in seqs)
-    hidden = seqs[0]["features"].shape[-1]
-    ids = torch.zeros((len(seqs), width), dtype=torch.long)
-    features = torch.zeros((len(seqs), width, hidden), dtype=torch.float32)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    rows, cols = [], []
+    starts, counts = [r["prompt_len"] - 2 for r in seqs], [len(r["q_idx"]) for r in seqs]
+    batch = padded_batch([r["ids"][1:] for r in seqs], starts, counts)  # i reads s_{i+1}
+    features = torch.zeros(
+        (*batch["ids"].shape, seqs[0]["features"].shape[-1]), dtype=torch.float32
+    )
     for b, r in enumerate(seqs):
-        n = len(r["ids"]) - 1
-        if r["features"].shape[0] != n or r["prompt_len"] < 2:
+        if r["features"].shape[0] != len(r["ids"]) - 1 or r["prompt_len"] < 2:
             raise ValueError("a record needs features for positions 0..S-2 and a prompt of >= 2")
-        ids[b, :n] = r["ids"][1:].long()
-        features[b, :n] = r["features"].float()
-        mask[b, :n] = 1
-        g = len(r["q_idx"])
-        rows.append(torch.full((g,), b, dtype=torch.long))
-        cols.append(torch.arange(r["prompt_len"] - 2, r["prompt_len"] - 2 + g))
+        features[b, : len(r["features"])] = r["features"].float()
     q_idx = torch.cat([r["q_idx"].long() for r in seqs])  # [N, k]
-    return {
-        "ids": ids,
-        "features": features,
-        "mask": mask,
-        "rows": torch.cat(rows),
-        "cols": torch.cat(cols),
-        "q_idx": q_idx,
-        "q_prob": torch.cat([r["q_prob"].float() for r in seqs]),  # [N, k]
-        "q_sub": lookup[q_idx],  # [N, k] position in the head's subset, -1 outside
-    }
+    batch["features"] = features
+    batch["q_idx"] = q_idx
+    batch["q_prob"] = torch.cat([r["q_prob"].float() for r in seqs])  # [N, k]
+    batch["q_sub"] = lookup[q_idx]  # [N, k] position in the head's subset, -1 outside
+    return batch
 
 
 def head_logits(head: FeatureHead, batch: dict) -> torch.Tensor:
@@ -117,99 +103,51 @@ def val_acceptance(head, records, lookup, sampling=PAPER_SAMPLING, scale: float 
 
 def train_head(verifier, token_ids, run_dir: Path, s: HeadSettings, log) -> FeatureHead:
     """Train (or resume) the head on ``run_dir/train`` shards; returns the trained head."""
-    data_dir, ckpt_path, curve_path = run_dir / "train", run_dir / "head.pt", run_dir / "curve.csv"
+    ckpt_path, curve_path = run_dir / "head.pt", run_dir / "curve.csv"
     ckpt = torch.load(ckpt_path) if ckpt_path.exists() else None
     # A resumed run sees the shards it had (its epoch's batches were planned on them).
-    records, totals = load_records(data_dir, ckpt["state"]["shards"] if ckpt else None)
-    if not records:
-        raise RuntimeError(f"no shards under {data_dir}; run the collect phase first")
-    train, val = split_records(records, s.val_every)
+    data = TrainingRecords(
+        run_dir / "train", s.val_every, "q_idx", ckpt["state"]["shards"] if ckpt else None
+    )
+    if not (data.train or data.held_out):
+        raise RuntimeError(f"no shards under {run_dir / 'train'}; run the collect phase first")
     lookup = subset_lookup(token_ids, verifier.config.vocab_size)
     torch.manual_seed(s.seed)
     head = FeatureHead(verifier, token_ids, s.init_layer)
     params = head.trainable_parameters()
-    optimizer = torch.optim.AdamW(params, lr=s.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    state = {"step": 0, "epoch": 0, "offset": 0, "cpu_s": 0.0, "wall_s": 0.0}
-    state["shards"] = totals["names"]
-    if ckpt is not None:
-        head.load_state_dict(ckpt["head"], strict=False)
-        optimizer.load_state_dict(ckpt["optimizer"])
-        state = ckpt["state"]
-    else:
-        curve_path.write_text(CURVE_HEADER)
-    budget, ema, last_val = s.train_minutes * 60, math.nan, state["cpu_s"]
-    tokens = sum(len(r["q_idx"]) for r in train)
-    log(
-        f"train: {len(train)} seqs / {tokens} answer tokens, {len(val)} val seqs; "
-        f"{head_size(params)} trainable weights; {state['cpu_s'] / 60:.1f} cpu min done"
+    optimizer, state = start_or_resume(
+        head, params, s, ckpt, "head", curve_path, CURVE_HEADER, shards=data.totals["names"]
     )
-    if state["step"] == 0:
-        point(head, val, lookup, state, ema, tokens, curve_path, log)
-    while state["cpu_s"] < budget:
-        if state["offset"] == 0 and shard_names(data_dir) != state["shards"]:
-            records, totals = load_records(data_dir)  # a collection beside us wrote more
-            train, val = split_records(records, s.val_every)
-            tokens, state["shards"] = sum(len(r["q_idx"]) for r in train), totals["names"]
-            log(f"epoch {state['epoch']}: {len(train)} seqs / {tokens} answer tokens")
-        batches = make_batches(train, s.batch_tokens, s.seed + state["epoch"])
-        for indices in batches[state["offset"] :]:
-            cpu, wall = time.process_time(), time.time()
-            lr = learning_rate(s, state["step"], state["cpu_s"] / budget)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = head_batch(train, indices, lookup)
-            head.train()
-            loss = head_loss(head_logits(head, batch), batch, PAPER_SAMPLING)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            head.eval()
-            ema = loss.item() if math.isnan(ema) else 0.95 * ema + 0.05 * loss.item()
-            state["step"] += 1
-            state["offset"] += 1
-            state["cpu_s"] += time.process_time() - cpu
-            state["wall_s"] += time.time() - wall
-            done = state["cpu_s"] >= budget
-            if done or state["cpu_s"] - last_val > s.ckpt_minutes * 60:
-                point(head, val, lookup, state, ema, tokens, curve_path, log)
-                trained = {k: v for k, v in head.state_dict().items() if "embed_tokens" not in k}
-                ckpt = {
-                    "head": trained,
-                    "optimizer": optimizer.state_dict(),
-                    "state": state,
-                    "token_ids": token_ids,
-                }
-                torch.save(ckpt, ckpt_path.with_suffix(".tmp"))
-                ckpt_path.with_suffix(".tmp").rename(ckpt_path)
-                last_val = state["cpu_s"]
-            if done:
-                break
-        else:
-            state["epoch"] += 1
-            state["offset"] = 0
+
+    def batch_loss(indices: list[int]) -> torch.Tensor:
+        batch = head_batch(data.train, indices, lookup)
+        return head_loss(head_logits(head, batch), batch, PAPER_SAMPLING)
+
+    def evaluate(state: dict, loss: float) -> None:
+        point(head, data.held_out, lookup, state, loss, data.tokens, curve_path, log)
+
+    def checkpoint(state: dict, _) -> None:
+        state["shards"] = data.totals["names"]  # what a resumed run must load again
+        trained = {k: v for k, v in head.state_dict().items() if "embed_tokens" not in k}
+        ckpt = {
+            "head": trained,
+            "optimizer": optimizer.state_dict(),
+            "state": state,
+            "token_ids": token_ids,
+        }
+        save_whole(ckpt, ckpt_path)
+
+    budget_loop(
+        head, params, optimizer, state, s, data, batch_loss, evaluate, checkpoint, 0.05, log
+    )
     log(f"train done: {state['step']} steps, {state['cpu_s'] / 60:.1f} cpu min")
     return head
-
-
-def head_size(params) -> int:
-    return sum(p.numel() for p in params)
 
 
 def point(head, val, lookup, state, loss, tokens, curve_path: Path, log) -> None:
     """Append one held-out (training-split) acceptance point to the curve and the log."""
     acc = val_acceptance(head, val, lookup)
-    row = [
-        state["step"],
-        state["epoch"],
-        f"{state['cpu_s'] / 60:.2f}",
-        f"{state['wall_s'] / 60:.2f}",
-        tokens,
-        f"{loss:.4f}",
-        f"{acc:.4f}",
-    ]
-    with open(curve_path, "a") as fh:
-        fh.write(",".join(map(str, row)) + "\n")
+    append_curve_row(curve_path, state, tokens, f"{loss:.4f}", f"{acc:.4f}")
     log(
         f"step {state['step']} epoch {state['epoch']} cpu {state['cpu_s'] / 60:.1f} min "
         f"loss {loss:.4f} val acceptance {acc:.4f}"

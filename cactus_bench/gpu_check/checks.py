@@ -17,9 +17,10 @@ from functools import partial
 import torch
 
 from cactus_bench.bench.decoders import sps_decoder
-from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
+from cactus_bench.bench.sampling import GREEDY
 from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
 from cactus_bench.engine.runtime import crop_cache, make_runner
+from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.samplers import make_sampler
 from cactus_bench.samplers.naive import naive_verify
 from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH

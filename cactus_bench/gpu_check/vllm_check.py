@@ -16,10 +16,13 @@ import subprocess
 
 import torch
 
-from cactus_bench.bench.sampling import GREEDY, PAPER_SAMPLING
+from cactus_bench.bench.sampling import GREEDY
 from cactus_bench.engine import AutoregressiveDecoder, RequestRecord
+from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.gpu_check.checks import compare_greedy, demo_prompts
 from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, QWEN3_VOCAB, chi_square_p
+from cactus_bench.models import load_pair
+from cactus_bench.models.smollm2 import prepare_smollm2
 
 SELF_DRAFT_FLOOR = 0.9  # a drafter that is the verifier: nearly every draft is accepted
 
@@ -35,9 +38,6 @@ class Replayed:
 
 
 def vllm_check(args, device) -> dict:
-    from cactus_bench.models import load_pair
-    from cactus_bench.models.smollm2 import prepare_smollm2
-
     if not args.vllm_python.exists():
         target = "cpu" if args.dry else "gpu"
         return {"error": f"no {args.vllm_python}: make setup-vllm TARGET={target}", "passed": False}
