@@ -178,6 +178,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         column="baseline_mode",
         verifier_value="none",
     ),
+    # batch=1 rows keep their hashes and baseline keys
+    Setting(
+        "batch",
+        "requests decoded at once, continuous batching (both arms); 1 = one at a time",
+        _opt(int, 1, at_least(1)),
+        unhashed=1,
+        baseline="sampling.batch",
+        grouped=True,
+    ),
     Setting(
         "delta",
         "shortcut for sampler.delta, set while the config is composed (rules without a "
