@@ -90,6 +90,7 @@ def autoregressive_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int
         [row.index for row in rows],
         fed=[1] * len(rows),
         drafts=[0] * len(rows),
+        accepted=[0] * len(rows),
         verify_s=forwarded - start,
         rule_s=clock() - forwarded,
     )
@@ -148,10 +149,12 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
             extra = {}
             if unscaled[position]:
                 extra["unscaled_draft_probs"] = torch.stack(unscaled_draft[position])[None]
-                extra["unscaled_target_probs"] = logits[position, : count + 1].float().softmax(-1)[
-                    None
-                ]
-            out = rules[position].verify(
+                extra["unscaled_target_probs"] = (
+                    logits[position, : count + 1].float().softmax(-1)[None]
+                )
+            out = rules[
+                position
+            ].verify(
                 torch.tensor([drafts[position]], dtype=torch.long, device=decoder.device),
                 torch.stack(draft_probs[position])[None],  # [1, m_b, K]
                 target[position : position + 1, : count + 1],  # [1, m_b + 1, K]
@@ -169,6 +172,7 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
         [row.index for row in rows],
         fed=[len(tokens) for tokens in inputs],
         drafts=wanted,
+        accepted=[row.record.accepted_per_step[-1] for row in rows],
         draft_s=drafted - start,
         verify_s=verified - drafted,
         rule_s=clock() - verified,

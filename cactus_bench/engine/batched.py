@@ -59,8 +59,8 @@ class BatchRequest:
 class BatchStep:
     """One entry of a decoder's `step_log`. kind "prefill": one request's prompt pass into
     `slots[0]` (fed: prompt length - 1); kind "decode": one step over the occupied slots, fed[i]
-    tokens of slot slots[i] through the verifier (pending + drafts; bonus steps 1) and drafts[i]
-    drafted. Times in seconds; start_s from the start of the run."""
+    tokens of slot slots[i] through the verifier (pending + drafts; bonus steps 1), drafts[i]
+    drafted and accepted[i] of them accepted. Times in seconds; start_s from the start of the run."""
 
     kind: str
     start_s: float
@@ -68,6 +68,7 @@ class BatchStep:
     requests: list[int]  # index of each slot's request in the run's request list
     fed: list[int]
     drafts: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
     draft_s: float = 0.0
     verify_s: float = 0.0
     rule_s: float = 0.0
