@@ -13,8 +13,8 @@ from cactus_bench.engine import (
     BatchRequest,
     SamplingParams,
     SpeculativeDecoder,
+    runtime,
 )
-from cactus_bench.engine import runtime
 from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
 from cactus_bench.samplers import make_sampler
 

@@ -110,7 +110,9 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
     unscaled_draft: list[list[torch.Tensor]] = [[] for _ in rows]
 
     start = clock()
-    inputs = [row.pending["drafter"] if count else [] for row, count in zip(rows, wanted)]
+    inputs = [
+        row.pending["drafter"] if count else [] for row, count in zip(rows, wanted, strict=True)
+    ]
     for j in range(max(wanted)):
         logits = _forward(decoder, batch, "drafter", rows, inputs, all_logits=False)[:, -1]
         probs = _process(logits, rows)  # [R, K]: each drafting row's p_j
@@ -128,7 +130,10 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
             inputs.append(_vocab_ids(decoder, [token]))
     drafted = clock()
 
-    inputs = [row.pending["verifier"] + _vocab_ids(decoder, d) for row, d in zip(rows, drafts)]
+    inputs = [
+        row.pending["verifier"] + _vocab_ids(decoder, d)
+        for row, d in zip(rows, drafts, strict=True)
+    ]
     logits = _forward(decoder, batch, "verifier", rows, inputs, all_logits=True)  # [R, n, K]
     target = _process(logits, rows)  # [R, n, K]: each row's q_1..q_{m_b + 1} (then padding)
     verified = clock()

@@ -60,7 +60,7 @@ class BatchStep:
     """One entry of a decoder's `step_log`. kind "prefill": one request's prompt pass into
     `slots[0]` (fed: prompt length - 1); kind "decode": one step over the occupied slots, fed[i]
     tokens of slot slots[i] through the verifier (pending + drafts; bonus steps 1), drafts[i]
-    drafted and accepted[i] of them accepted. Times in seconds; start_s from the start of the run."""
+    drafted and accepted[i] of them accepted. Times in seconds; start_s from the run's start."""
 
     kind: str
     start_s: float
