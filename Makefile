@@ -42,10 +42,11 @@ lint:  ## ruff check and format check
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
-bench:  ## benchmarks: samplers, engine vs transformers, fast forward (results/bench/*.csv)
+bench:  ## benchmarks: samplers, engine vs transformers, fast forward, batch sizes (results/bench/*.csv)
 	$(PYTHON) scripts/bench_samplers.py
 	$(PYTHON) scripts/bench_engine.py
 	$(PYTHON) scripts/bench_forward.py
+	$(PYTHON) scripts/bench_batch.py
 
 # The report reads CSVs only. By default it rebuilds the committed demo outputs byte for byte;
 # after a sweep: make tables plots CSV='results/table1.csv' OUT=results/table1
