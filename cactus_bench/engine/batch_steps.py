@@ -146,27 +146,10 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
             greedy = row.params.is_greedy or bonus_is_argmax
             indices = [int(sample_token(target[position, :1], row.generator, greedy))]
         else:
-            if len(draft_probs[position][0]) != target.shape[-1]:
-                raise ValueError(
-                    f"drafter gives {len(draft_probs[position][0])} probabilities, verifier "
-                    f"{target.shape[-1]}: pass a token_map of the ids both models share"
-                )
-            extra = {}
-            if unscaled[position]:
-                extra["unscaled_draft_probs"] = torch.stack(unscaled_draft[position])[None]
-                extra["unscaled_target_probs"] = (
-                    logits[position, : count + 1].float().softmax(-1)[None]
-                )
-            out = rules[
-                position
-            ].verify(
-                torch.tensor([drafts[position]], dtype=torch.long, device=decoder.device),
-                torch.stack(draft_probs[position])[None],  # [1, m_b, K]
-                target[position : position + 1, : count + 1],  # [1, m_b + 1, K]
-                generator=row.generator,
-                **extra,
-            )
-            indices = [token for token in out.token_ids[0].tolist() if token >= 0]
+            laws = (draft_probs[position], target[position, : count + 1])
+            if unscaled[position]:  # for the temperature-1 untruncated laws
+                laws += (unscaled_draft[position], logits[position, : count + 1])
+            indices = _verify_row(decoder, rules[position], row, drafts[position], *laws)
         tokens = _vocab_ids(decoder, indices)
         _roll_back(batch, row, count, tokens)
         emitted.append(tokens)
@@ -184,6 +167,30 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
     )
     record_step(batch, rows, step)
     return emitted
+
+
+def _verify_row(decoder, rule, row, drafts, draft_probs, target, *unscaled) -> list[int]:
+    """The rule on one row: drafts (m_b indices), draft_probs (m_b x [K]), target [m_b + 1, K]
+    and, for rules that read them, the drafter's temperature-1 laws (m_b x [K]) and the
+    verifier's logits [m_b + 1, K]; -> the emitted indices (accepted drafts, then one more)."""
+    if draft_probs[0].shape[-1] != target.shape[-1]:
+        raise ValueError(
+            f"drafter gives {draft_probs[0].shape[-1]} probabilities, verifier "
+            f"{target.shape[-1]}: pass a token_map of the ids both models share"
+        )
+    extra = {}
+    if unscaled:
+        draft_laws, target_logits = unscaled
+        extra["unscaled_draft_probs"] = torch.stack(draft_laws)[None]  # [1, m_b, K]
+        extra["unscaled_target_probs"] = target_logits.float().softmax(-1)[None]
+    out = rule.verify(
+        torch.tensor([drafts], dtype=torch.long, device=decoder.device),  # [1, m_b]
+        torch.stack(draft_probs)[None],  # [1, m_b, K]
+        target[None],  # [1, m_b + 1, K]
+        generator=row.generator,
+        **extra,
+    )
+    return [token for token in out.token_ids[0].tolist() if token >= 0]  # -1: unused tail
 
 
 def _roll_back(batch: Batch, row: Row, num_drafts: int, tokens: list[int]) -> None:
