@@ -207,3 +207,22 @@ def test_requests_as_dicts_and_empty_batches(tiny_pair):
     assert records[0].batch_size == 1  # one request: one slot
     with pytest.raises(ValueError, match="BatchRequest or a dict"):
         decoder.generate_batch([PROMPTS[0]], batch_size=2)
+
+
+def test_batched_decode_steps_of_more_than_probed_rows_take_the_packs_that_won():
+    """fp32 runners probe 1..8 rows; a batched decode step of up to BATCH_PACKED_ROWS rows
+    follows the 8-row choice, a prefill (or a larger step) keeps the runner's own."""
+    from cactus_bench.engine.batch_cache import BATCH_PACKED_ROWS, BatchRunner
+
+    class Runner:  # the packs won from 4 rows, as measured on SmolLM2 here
+        device = torch.device("cpu")
+
+        @staticmethod
+        def uses_packs(rows: int) -> bool:
+            return 4 <= rows <= 8
+
+    batched = BatchRunner(Runner())
+    assert [batched._packed(rows, decode=True) for rows in (1, 4, 8, 9)] == [0, 1, 1, 1]
+    assert batched._packed(BATCH_PACKED_ROWS, decode=True)
+    assert not batched._packed(BATCH_PACKED_ROWS + 1, decode=True)
+    assert not batched._packed(16, decode=False)

@@ -16,7 +16,7 @@ the rest padding) works per row:
 A row with counts[b] = 0 takes no part: its writes are stale padding, its length stays.
 
 It reuses a `FastRunner`'s model, rotary tables and oneDNN packs (`FastRunner.uses_packs` on the
-B * n rows of each product). The layers always run eagerly: compiled graphs are specialised on
+B * n rows of each product; see `BATCH_PACKED_ROWS` for decode steps of more than 8 rows). The layers always run eagerly: compiled graphs are specialised on
 the batch-1 shapes. Where the fast forward cannot run (`fast_runner.unsupported_reason`), there
 is no batched forward either and decoders batch one request at a time.
 """
@@ -27,9 +27,16 @@ import torch
 import torch.nn.functional as F
 
 from cactus_bench.engine.compact_layer import norm
+from cactus_bench.engine.cpu_kernels import PROBE_ROWS
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.packed_model import packed_model
 from cactus_bench.engine.static_cache import bucket
+
+# fp32 `FastRunner`s measure their kernels on 1..8 rows only and leave larger products (their
+# prefills) to ATen's GEMM. A batched decode step has B * n rows: up to this many, it takes the
+# packs wherever they won at 8 rows. Measured (SmolLM2-135M's MLP gate/up, one thread, Intel
+# Xeon family 6 model 167, loaded machine): packs 27-40 ms against ATen's 40-49 ms at 12-32 rows.
+BATCH_PACKED_ROWS = 32
 
 
 class BatchKVCache:
@@ -84,23 +91,30 @@ class BatchRunner:
         if token_ids:
             ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)  # [1, L]
             counts = torch.tensor([len(token_ids)], device=self.device)
-            self._run(ids, counts, cache.rows(row, row + 1))
+            self._run(ids, counts, cache.rows(row, row + 1), decode=False)
 
     def forward(
         self, input_ids: torch.Tensor, counts: torch.Tensor, cache: BatchKVCache, all_logits: bool
     ) -> torch.Tensor:
         """input_ids [B, n], counts [B] -> logits [B, n, V] (all_logits; padding positions hold
         junk) or [B, 1, V] (each row's last real position; junk where counts[b] = 0)."""
-        hidden = self._run(input_ids, counts, cache)  # [B, n, H]
+        hidden = self._run(input_ids, counts, cache, decode=True)  # [B, n, H]
         if not all_logits:
             last = (counts - 1).clamp(min=0)  # [B]
             hidden = hidden[torch.arange(hidden.shape[0], device=self.device), last][:, None]
         runner = self.runner
         rows = hidden.shape[0] * hidden.shape[1]
-        head = runner._packs.head if runner.uses_packs(rows) else None
+        head = runner._packs.head if self._packed(rows, decode=True) else None
         return runner.model.lm_head(hidden) if head is None else head(hidden)
 
-    def _run(self, input_ids: torch.Tensor, counts: torch.Tensor, cache: BatchKVCache):
+    def _packed(self, rows: int, decode: bool) -> bool:
+        """Whether a product over `rows` rows runs on the packs (`BATCH_PACKED_ROWS`)."""
+        probed = max(PROBE_ROWS)
+        if decode and probed < rows <= BATCH_PACKED_ROWS:
+            return self.runner.uses_packs(probed)
+        return self.runner.uses_packs(rows)
+
+    def _run(self, input_ids, counts, cache: BatchKVCache, decode: bool):
         """input_ids [B, n] -> final-norm hidden states [B, n, H]; lengths += counts."""
         runner = self.runner
         batch, num_new = input_ids.shape
@@ -126,7 +140,7 @@ class BatchRunner:
             .unsqueeze(1)
             for window, mask in masks.items()
         }
-        use_packs = runner.uses_packs(batch * num_new)
+        use_packs = self._packed(batch * num_new, decode)
         packs = runner._packs.layers if use_packs else [None] * len(runner.layers)
         # scatter_ index for the cache writes: [B, H_kv, n, D], row b's tokens at its positions
         index = positions[:, None, :, None].expand(
