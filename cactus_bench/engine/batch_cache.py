@@ -18,8 +18,8 @@ A row with counts[b] = 0 takes no part: its writes are stale padding, its length
 It reuses a `FastRunner`'s model, rotary tables and oneDNN packs (`FastRunner.uses_packs` on the
 B * n rows of each product; `BATCH_PACKED_ROWS` for decode steps of more than 8 rows). The
 layers always run eagerly: compiled graphs are specialised on the batch-1 shapes. Where the
-fast forward cannot run (`fast_runner.unsupported_reason`), there is no batched forward either
-and decoders batch one request at a time.
+fast forward cannot run (`fast_runner.unsupported_reason`), there is no batched forward either:
+decoders refuse batch > 1 there and run batch 1 through `generate`, request by request.
 """
 
 from __future__ import annotations
