@@ -46,10 +46,11 @@ docs:  ## regenerate the pages written from code: results schema, run settings (
 	$(PYTHON) -m cactus_bench.results.schema_doc
 	$(PYTHON) -m cactus_bench.run.settings_doc
 
-bench:  ## benchmarks: samplers, engine vs transformers, fast forward (results/bench/*.csv)
+bench:  ## benchmarks: samplers, engine vs transformers, fast forward, batch sizes (results/bench/*.csv)
 	$(PYTHON) scripts/bench_samplers.py
 	$(PYTHON) scripts/bench_engine.py
 	$(PYTHON) scripts/bench_forward.py
+	$(PYTHON) scripts/bench_batch.py
 
 # The report reads CSVs only. By default it rebuilds the committed demo outputs byte for byte;
 # after a sweep: make tables plots CSV='results/table1.csv' OUT=results/table1

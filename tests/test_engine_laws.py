@@ -14,6 +14,7 @@ import torch
 
 from cactus_bench.engine import (
     AutoregressiveDecoder,
+    BatchRequest,
     SamplingParams,
     SpeculativeDecoder,
     process_logits,
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.usefixtures("single_thread", "forward_path")
 
 
 PROMPT = [41]  # one token: no prefill, so each request costs only its decode forwards
+# Batched laws: rows of two prompt lengths in one batch, so rows sit at different positions.
+LONG_PROMPT = [72, 101, 108, 108, 111]
 P_VALUE_FLOOR = 1e-3  # fixed seeds make each test deterministic; this is the rejection level
 
 
@@ -153,6 +156,75 @@ def test_cactus_first_token_law_matches_output_distribution(tiny_pair):
     # Cactus is lossy here: the same sample rejects the verifier's own law q.
     assert sum(abs(law.get(k, 0) - target.get(k, 0)) for k in law.keys() | target.keys()) > 0.1
     assert chi_square_p_value(counts, target, n) < P_VALUE_FLOOR
+
+
+def batched_outputs(decoder, prompts, n, max_new_tokens, batch_size=4):
+    """n requests per prompt (seeds 0..n-1 each), interleaved, through `batch_size` slots;
+    -> ({prompt: [outputs]}, step log). Rows of one step differ in prompt length and usually in
+    accepted length; each draws from its own seed's generator."""
+    batch = [
+        BatchRequest(prompt, max_new_tokens, seed=seed) for seed in range(n) for prompt in prompts
+    ]
+    records = decoder.generate_batch(batch, batch_size=batch_size)
+    outputs = {tuple(prompt): [] for prompt in prompts}
+    for request, record in zip(batch, records, strict=True):
+        outputs[tuple(request.prompt_ids)].append(tuple(record.output_ids))
+    return outputs, decoder.step_log
+
+
+def mixed_steps(log) -> int:
+    """Decode steps whose rows accepted different numbers of drafts."""
+    return sum(1 for step in log if step.kind == "decode" and len(set(step.accepted)) > 1)
+
+
+def test_cactus_first_token_law_at_batch_four(tiny_pair, forward_path):
+    """The rule's first-token law (lossy: not the verifier's) per prompt, at batch 4 with rows
+    of different prompt lengths and different accepted lengths in the same step (m = 2, three
+    tokens per request)."""
+    if forward_path == "off":
+        pytest.skip("HF's forward has no batched path (batch > 1 is refused)")
+    drafter, verifier, tok = tiny_pair
+    sampling = SamplingParams(temperature=1.0, top_k=6)
+    rule = make_sampler("cactus", delta=1.0)
+    dec = SpeculativeDecoder(
+        drafter, verifier, tok, rule, num_draft_tokens=2, sampling=sampling, eos_token_ids=[]
+    )
+    n = 500
+    outputs, log = batched_outputs(dec, [PROMPT, LONG_PROMPT], n, max_new_tokens=3)
+    assert mixed_steps(log) > 50 and max(step.rows for step in log) == 4
+    for prompt, outs in outputs.items():
+        p = next_token_law(drafter, list(prompt), sampling)
+        q = next_token_law(verifier, list(prompt), sampling)
+        predicted = rule.output_distribution(p.float(), q.float())
+        support = torch.nonzero(predicted > 1e-12).flatten().tolist()
+        law = {(t,): float(predicted[t]) for t in support}
+        target = {(t,): float(q[t]) for t in torch.nonzero(q).flatten().tolist()}
+        counts = Counter(out[:1] for out in outs)
+        assert chi_square_p_value(counts, law, n) > P_VALUE_FLOOR
+        # Power: the verifier's own law differs enough here to be rejected by the same sample.
+        assert sum(abs(law.get(k, 0) - target.get(k, 0)) for k in law.keys() | target.keys()) > 0.1
+        assert chi_square_p_value(counts, target, n) < P_VALUE_FLOOR
+
+
+@pytest.mark.slow
+def test_sps_joint_law_of_three_tokens_at_batch_four(tiny_pair, forward_path):
+    """SpS is exact: at batch 4, with rows of two prompt lengths accepting 0, 1 or 2 drafts in
+    the same steps, each prompt's first three tokens follow the verifier's joint law."""
+    if forward_path == "off":
+        pytest.skip("HF's forward has no batched path (batch > 1 is refused)")
+    drafter, verifier, tok = tiny_pair
+    sampling = SamplingParams(temperature=0.9, top_k=3, top_p=0.9)
+    dec = SpeculativeDecoder(
+        drafter, verifier, tok, make_sampler("sps"), 2, sampling=sampling, eos_token_ids=[]
+    )
+    n = 800
+    outputs, log = batched_outputs(dec, [PROMPT, LONG_PROMPT], n, max_new_tokens=3)
+    assert mixed_steps(log) > 100
+    for prompt, outs in outputs.items():
+        law = exact_joint_law(verifier, list(prompt), sampling, length=3)
+        assert chi_square_p_value(Counter(outs), law, n) > P_VALUE_FLOOR
+        drafter_law = exact_joint_law(drafter, list(prompt), sampling, length=3)
+        assert chi_square_p_value(Counter(outs), drafter_law, n) < P_VALUE_FLOOR
 
 
 def test_chi_square_helpers_reject_and_accept():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.engine.base import BaseDecoder, DecodeState
+from cactus_bench.engine.batch_steps import autoregressive_step
 from cactus_bench.engine.runtime import check_token_map, make_runner, resolve_compile
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 
@@ -43,6 +44,11 @@ class AutoregressiveDecoder(BaseDecoder):
 
     def runners(self) -> list:
         return [self.verifier]
+
+    def _named_runners(self) -> dict:
+        return {"verifier": self.verifier}
+
+    _batch_step = autoregressive_step
 
     def _step(self, state: DecodeState, remaining: int) -> list[int]:
         clock, record, params = state.clock, state.record, state.params

@@ -80,6 +80,7 @@ class BaseDecoder:
 
     num_draft_tokens = 0
     sampler_name: str | None = None
+    step_log: list = []  # the last generate_batch's steps (batched.BatchStep); set per run
 
     def __init__(
         self, tokenizer, sampling: SamplingParams | None, eos_token_ids, device, eos_model=None
@@ -123,8 +124,72 @@ class BaseDecoder:
             while not tracker.done:
                 tracker.extend(self._step(state, tracker.remaining))
         record.output_ids, record.text, record.stop_reason = tracker.finish()
-        record.total_time_s = clock() - start
+        record.total_time_s = record.finished_s = clock() - start
         return record
+
+    def generate_batch(self, requests, batch_size: int = 1) -> list[RequestRecord]:
+        """Decodes many requests, `batch_size` at a time with continuous batching (a finished
+        request's slot takes the next queued one); records in request order. Each request is a
+        `batched.BatchRequest` or a dict of `generate`'s keywords; a request's seed gives the
+        draws it gets from `generate`. `step_log` then holds the run's steps (engine/batched.py).
+        Batch > 1 needs the fast forward for every model (`batch_runners`); batch 1 without it
+        runs the requests one after the other through `generate`."""
+        from cactus_bench.engine import batched
+
+        batched.check_batch_size(batch_size)
+        if batch_size == 1 and self._batch_refusal() is not None:
+            return self._generate_each(requests)
+        return batched.generate_batch(self, requests, batch_size)
+
+    def batch_runners(self, batch_size: int) -> dict:
+        """{model name: `BatchRunner`} for a batched run; a clear error where one cannot run."""
+        from cactus_bench.engine.batch_cache import BatchRunner
+
+        refusal = self._batch_refusal()
+        if refusal is not None:
+            raise ValueError(
+                f"batch_size={batch_size} needs the fast forward (Llama, Qwen2, Qwen3 causal "
+                f"LMs on one device, fast='auto' or 'on'): {refusal}; use batch_size=1"
+            )
+        return {name: BatchRunner(runner) for name, runner in self._named_runners().items()}
+
+    def _batch_refusal(self) -> str | None:
+        """Why this decoder cannot run batched forwards, or None."""
+        from cactus_bench.engine.fast_runner import FastRunner, unsupported_reason
+
+        for name, runner in self._named_runners().items():
+            if not isinstance(runner, FastRunner):
+                reason = unsupported_reason(runner.model) or "fast='off' was asked for"
+                return f"the {name} ({type(runner.model).__name__}) runs HF's forward: {reason}"
+        return None
+
+    def _generate_each(self, requests) -> list[RequestRecord]:
+        """Batch 1 on HF's forward: `generate` per request, start and end times on one clock."""
+        from cactus_bench.engine.batched import as_request
+
+        clock = Clock(self.device)
+        origin, records = clock(), []
+        self.step_log = []
+        for request in (as_request(self, request) for request in requests):
+            started = clock() - origin
+            record = self.generate(
+                request.prompt_ids,
+                request.max_new_tokens,
+                request.stop,
+                request.seed,
+                request.sampling,
+            )
+            record.started_s, record.finished_s = started, started + record.total_time_s
+            records.append(record)
+        return records
+
+    def _named_runners(self) -> dict:
+        """{"drafter": ..., "verifier": ...} (drafter first), or {"verifier": ...}."""
+        raise NotImplementedError
+
+    def _batch_step(self, batch, rows) -> list[list[int]]:
+        """One decode step over the rows of a batched run (engine/batch_steps.py)."""
+        raise NotImplementedError
 
     def runners(self) -> list:
         """The model runners (drafter first), for warm-up and inspection."""

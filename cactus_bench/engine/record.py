@@ -22,6 +22,13 @@ class RequestRecord:
     verify_time_s the verifier's decode forwards with the logits processing;
     sampler_time_s the acceptance rule (speculative) or the token draw (autoregressive);
     total_time_s the whole request, so total - (the four above) is the engine's own overhead.
+
+    Batched runs (`generate_batch`, engine/batched.py): started_s and finished_s are the
+    request's prefill start and last token, in seconds from the start of the run (its time per
+    output token is (finished_s - started_s) / num_generated; `generate`: 0 and total_time_s);
+    batch_size is the run's number of slots. A batched step's draft, verify and sampler times
+    are added to every row active in it, so at batch > 1 they are the times the request waited
+    on each phase, not its share of the machine; the decoder's `step_log` has each step once.
     """
 
     prompt_ids: list[int]
@@ -40,6 +47,9 @@ class RequestRecord:
     seed: int | None = None
     sampler_name: str | None = None  # the acceptance rule used; None for autoregressive
     sampling: dict[str, Any] = field(default_factory=dict)  # SamplingParams.to_dict()
+    started_s: float = 0.0
+    finished_s: float = 0.0
+    batch_size: int = 1
 
     @property
     def num_steps(self) -> int:

@@ -1,4 +1,5 @@
-"""Draft-verify speculative decoding with any acceptance rule (batch size 1).
+"""Draft-verify speculative decoding with any acceptance rule (`generate`: batch size 1;
+`generate_batch`: many requests at once, engine/batched.py and batch_steps.py).
 
 One step (paper §2.1): the drafter proposes m tokens n_j ~ p_j from its own KV cache; the
 verifier scores the pending token, the m drafts and thereby the bonus position in ONE forward,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.engine.base import BaseDecoder, DecodeState
+from cactus_bench.engine.batch_steps import speculative_step
 from cactus_bench.engine.runtime import (
     check_token_map,
     crop_cache,
@@ -86,6 +88,11 @@ class SpeculativeDecoder(BaseDecoder):
 
     def runners(self) -> list:
         return [self.drafter, self.verifier]
+
+    def _named_runners(self) -> dict:
+        return {"drafter": self.drafter, "verifier": self.verifier}
+
+    _batch_step = speculative_step
 
     def _sampler_name(self, params: SamplingParams) -> str:
         rule = self.greedy_sampler if params.is_greedy else self.sampler

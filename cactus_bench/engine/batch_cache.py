@@ -1,0 +1,208 @@
+"""The fast forward for B rows at once: a [B, H_kv, capacity, D] static cache with a length per
+row, so that rows of one batch sit at different positions and advance by different amounts.
+
+Why: a CPU decode step streams every weight once; with B rows in one forward the same stream
+serves B requests, so the verifier alone at batch B costs little more than at batch 1 until the
+products become compute-bound (see scripts/bench_batch.py). Speculative rows accept different
+numbers of drafts, so after a step row b holds lengths[b] positions, whatever its neighbours.
+
+A forward over `input_ids` [B, n] with `counts` [B] (0 <= counts[b] <= n real tokens per row,
+the rest padding) works per row:
+- row b's token i sits at position lengths[b] + i: rotary angles and cache writes use it;
+- the additive mask lets query i see key k iff k <= lengths[b] + i (and k > that - W in a
+  sliding-window layer); padding is written past the row's real tokens, where it is stale and
+  masked for every real query, and the next forward overwrites it;
+- lengths[b] += counts[b] afterwards; roll-back is setting lengths[b] (`BatchKVCache.crop`).
+A row with counts[b] = 0 takes no part: its writes are stale padding, its length stays.
+
+It reuses a `FastRunner`'s model, rotary tables and oneDNN packs (`FastRunner.uses_packs` on the
+B * n rows of each product; `BATCH_PACKED_ROWS` for decode steps of more than 8 rows). The
+layers always run eagerly: compiled graphs are specialised on the batch-1 shapes. Where the
+fast forward cannot run (`fast_runner.unsupported_reason`), there is no batched forward either:
+decoders refuse batch > 1 there and run batch 1 through `generate`, request by request.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cactus_bench.engine.compact_layer import norm
+from cactus_bench.engine.cpu_kernels import PROBE_ROWS
+from cactus_bench.engine.fast_runner import FastRunner
+from cactus_bench.engine.packed_model import packed_model
+from cactus_bench.engine.static_cache import bucket
+
+# fp32 `FastRunner`s measure their kernels on 1..8 rows only and leave larger products (their
+# prefills) to ATen's GEMM. A batched decode step has B * n rows: up to this many, it takes the
+# packs wherever they won at 8 rows. Measured (SmolLM2-135M's MLP gate/up, one thread, Intel
+# Xeon family 6 model 167, loaded machine): packs 27-40 ms against ATen's 40-49 ms at 12-32 rows.
+BATCH_PACKED_ROWS = 32
+
+
+class BatchKVCache:
+    """Per layer keys/values [B, H_kv, capacity, D]; `lengths` [B] int64 valid positions."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
+        self.keys, self.values = keys, values
+        self.lengths = torch.zeros(keys[0].shape[0], dtype=torch.long, device=keys[0].device)
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2]
+
+    def rows(self, first: int, stop: int) -> BatchKVCache:
+        """Slots first..stop-1 as a cache of views (buffers and lengths shared, no copy)."""
+        view = BatchKVCache.__new__(BatchKVCache)
+        view.keys = [key[first:stop] for key in self.keys]
+        view.values = [value[first:stop] for value in self.values]
+        view.lengths = self.lengths[first:stop]
+        return view
+
+    def crop(self, row: int, length: int) -> None:
+        """Rolls row `row` back to its first `length` positions: only its length moves."""
+        if not 0 <= length <= int(self.lengths[row]):
+            raise RuntimeError(f"cannot crop row {row} of {int(self.lengths[row])} to {length}")
+        self.lengths[row] = length
+
+
+class BatchRunner:
+    """Batched forwards of one `FastRunner`'s model over a `BatchKVCache` of `rows` slots."""
+
+    def __init__(self, runner: FastRunner):
+        self.runner = runner
+        self.device = runner.device
+
+    def new_cache(self, rows: int, capacity: int) -> BatchKVCache:
+        """Zeroed buffers (masked positions still enter softmax(.) @ V as 0 * value, and
+        uninitialised memory may hold NaN) for `rows` slots of at least `capacity` positions."""
+        runner = self.runner
+        capacity = bucket(capacity)
+        if runner._packs is not None:  # once per batched run: re-pack weights edited since
+            runner._packs = packed_model(runner.model)
+        runner.new_cache(capacity)  # builds the rotary tables for this capacity
+        shape = (rows, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
+        keys = [torch.zeros(shape, dtype=runner.dtype, device=self.device) for _ in runner.layers]
+        return BatchKVCache(keys, [torch.zeros_like(key) for key in keys])
+
+    def prefill(self, cache: BatchKVCache, row: int, token_ids: list[int]) -> None:
+        """Writes `token_ids` into slot `row` from position 0 (no logits): a one-row forward on
+        views of that row's buffers, so its neighbours' positions are untouched."""
+        cache.lengths[row] = 0
+        if token_ids:
+            ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)  # [1, L]
+            counts = torch.tensor([len(token_ids)], device=self.device)
+            self._run(ids, counts, cache.rows(row, row + 1), decode=False)
+
+    def forward(
+        self, input_ids: torch.Tensor, counts: torch.Tensor, cache: BatchKVCache, all_logits: bool
+    ) -> torch.Tensor:
+        """input_ids [B, n], counts [B] -> logits [B, n, V] (all_logits; padding positions hold
+        junk) or [B, 1, V] (each row's last real position; junk where counts[b] = 0)."""
+        hidden = self._run(input_ids, counts, cache, decode=True)  # [B, n, H]
+        if not all_logits:
+            last = (counts - 1).clamp(min=0)  # [B]
+            hidden = hidden[torch.arange(hidden.shape[0], device=self.device), last][:, None]
+        runner = self.runner
+        rows = hidden.shape[0] * hidden.shape[1]
+        head = runner._packs.head if self._packed(rows, decode=True) else None
+        return runner.model.lm_head(hidden) if head is None else head(hidden)
+
+    def _packed(self, rows: int, decode: bool) -> bool:
+        """Whether a product over `rows` rows runs on the packs (`BATCH_PACKED_ROWS`)."""
+        probed = max(PROBE_ROWS)
+        if decode and probed < rows <= BATCH_PACKED_ROWS:
+            return self.runner.uses_packs(probed)
+        return self.runner.uses_packs(rows)
+
+    def _run(self, input_ids, counts, cache: BatchKVCache, decode: bool):
+        """input_ids [B, n] -> final-norm hidden states [B, n, H]; lengths += counts."""
+        runner = self.runner
+        batch, num_new = input_ids.shape
+        positions = cache.lengths[:, None] + torch.arange(num_new, device=self.device)  # [B, n]
+        if int(positions.max()) >= cache.capacity:
+            raise RuntimeError(
+                f"batched cache of {cache.capacity} positions cannot hold position "
+                f"{int(positions.max())}: size it for the longest prompt + new tokens"
+            )
+        cos_table, sin_table = runner._rope_tables  # [capacity', D] x 2, capacity' >= capacity
+        cos = cos_table[positions][:, None]  # [B, 1, n, D]
+        sin = sin_table[positions][:, None]
+        visible = int(positions.max()) + 1  # no query sees a key past the largest position
+        keys_at = torch.arange(visible, device=self.device)  # [K]
+        causal = keys_at[None, None, :] <= positions[:, :, None]  # [B, n, K]
+        masks: dict[int | None, torch.Tensor] = {None: causal}
+        for window in set(runner.windows) - {None}:
+            # HF's sliding mask: key k visible from query q iff q - W < k <= q.
+            masks[window] = causal & (keys_at[None, None, :] > positions[:, :, None] - window)
+        masks = {  # additive [B, 1, n, K], broadcast over the heads
+            window: torch.zeros(mask.shape, dtype=runner.dtype, device=self.device)
+            .masked_fill_(~mask, float("-inf"))
+            .unsqueeze(1)
+            for window, mask in masks.items()
+        }
+        use_packs = self._packed(batch * num_new, decode)
+        packs = runner._packs.layers if use_packs else [None] * len(runner.layers)
+        # scatter_ index for the cache writes: [B, H_kv, n, D], row b's tokens at its positions
+        index = positions[:, None, :, None].expand(
+            batch, runner.shape.num_kv_heads, num_new, runner.shape.head_dim
+        )
+        hidden = runner.model.model.embed_tokens(input_ids)  # [B, n, H]
+        for layer, packed, window, key_cache, value_cache in zip(
+            runner.layers, packs, runner.windows, cache.keys, cache.values, strict=True
+        ):
+            hidden = batched_layer(
+                runner.shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache,
+                masks[window],
+            )  # fmt: skip
+        cache.lengths.add_(counts)  # in place: a view's lengths are its parent's
+        return norm(runner.shape, runner.model.model.norm, hidden)
+
+
+def batched_layer(shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache, mask):
+    """hidden [B, n, H] -> [B, n, H]: `compact_layer.decoder_layer` with a batch of rows, each
+    at its own positions (`index`: the scatter index of its new keys, [B, H_kv, n, D])."""
+    residual = hidden
+    hidden = norm(shape, layer.input_layernorm, hidden)
+    hidden = residual + _attention(
+        shape, layer.self_attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask
+    )
+    normed = norm(shape, layer.post_attention_layernorm, hidden)
+    if packed is None:
+        return hidden + layer.mlp(normed)
+    gate, up = packed.gate_up(normed).chunk(2, dim=-1)  # [B, n, I] x 2
+    return hidden + packed.down(packed.act_fn(gate) * up)
+
+
+def _attention(shape, attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask):
+    """`compact_layer.attention` for [B, n, H] inputs: the same operations in the same order,
+    with per-row rotary angles (cos, sin [B, 1, n, D]) and per-row cache writes."""
+    batch, num_new = hidden.shape[:2]
+    if packed is None:
+        qkv = torch.cat([attn.q_proj(hidden), attn.k_proj(hidden), attn.v_proj(hidden)], dim=-1)
+    else:
+        qkv = packed.qkv(hidden)
+    heads = qkv.view(batch, num_new, -1, shape.head_dim)  # [B, n, H_q + 2 H_kv, D]
+    num_q, num_qk = shape.num_q_heads, shape.num_q_heads + shape.num_kv_heads
+    if shape.has_qk_norm:
+        query = norm(shape, attn.q_norm, heads[:, :, :num_q])
+        qk = torch.cat([query, norm(shape, attn.k_norm, heads[:, :, num_q:num_qk])], dim=2)
+    else:
+        qk = heads[:, :, :num_qk]
+    qk = qk.transpose(1, 2)  # [B, H_q + H_kv, n, D]
+    qk = qk * cos + qk.roll(shape.head_dim // 2, dims=-1) * sin  # RoPE (compact_layer)
+    query, key = qk.split([num_q, shape.num_kv_heads], dim=1)  # [B, H_q | H_kv, n, D]
+    value = heads[:, :, num_qk:].transpose(1, 2)  # [B, H_kv, n, D]
+    key_cache.scatter_(2, index, key)
+    value_cache.scatter_(2, index, value)
+    visible = mask.shape[-1]
+    out = F.scaled_dot_product_attention(
+        query,
+        key_cache[:, :, :visible],
+        value_cache[:, :, :visible],
+        attn_mask=mask,
+        scale=shape.scaling,
+        enable_gqa=True,
+    )  # [B, H_q, n, D]
+    out = out.transpose(1, 2).reshape(batch, num_new, -1)  # [B, n, H_q * D]
+    return attn.o_proj(out) if packed is None else packed.o(out)

@@ -1,0 +1,232 @@
+"""Many requests at once: B slots, continuous batching, one record per request (request order).
+
+    from cactus_bench.engine import BatchRequest
+    records = decoder.generate_batch(
+        [BatchRequest(prompt_ids, max_new_tokens=256, stop=["\\n\\n"], seed=7), ...],
+        batch_size=8,
+    )
+    decoder.step_log  # [BatchStep]: one per prefill and per decode step of the last run
+
+A request is what `generate` takes (a `BatchRequest`, or a dict of generate's keywords); its
+record is what `generate` would return for it, plus its wall-clock start and end within the run
+(`started_s`, `finished_s`) and the batch size. The same seed gives the same random draws as at
+batch 1: each request draws from its own generator, seeded as `generate` seeds it, in the same
+order, so its tokens depend on its neighbours only through float rounding in the batched
+products (equal in the tests' fp32 runs).
+
+Scheduling: a queue in request order and B slots. Before each step every empty slot takes the
+next queued request and prefills it (prompt[:-1] into that slot's rows of the batched caches,
+`batch_cache.BatchRunner`); then one decode step runs over every occupied slot (the decoder's
+`_batch_step`: for the speculative decoder, m drafter forwards and ONE verifier forward over all
+rows); a row that finishes (EOS, stop string, token budget: `OutputTracker`) frees its slot at
+once, so throughput is not set by the longest request.
+
+Timings: `prefill_time_s` is the request's own prefill. A decode step's draft, verify and rule
+times are added to the record of EVERY row active in it (each row waited for the whole step), so
+at batch > 1 the phase times of the records sum to more than the wall time of the run;
+`total_time_s` is the request's wall time from its prefill to its last token, neighbours' work
+included. `step_log` keeps the per-step times once, with the rows and tokens they covered, for a
+step-cost model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from cactus_bench.engine.base import Request
+from cactus_bench.engine.record import RequestRecord
+from cactus_bench.engine.runtime import Clock
+from cactus_bench.engine.sampling import SamplingParams
+from cactus_bench.engine.stopping import OutputTracker
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """`generate`'s arguments for one request of a batch."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    stop: list[str] | str | None = None
+    seed: int | None = None
+    sampling: SamplingParams | None = None
+
+
+@dataclass
+class BatchStep:
+    """One entry of a decoder's `step_log`. kind "prefill": one request's prompt pass into
+    `slots[0]` (fed: prompt length - 1); kind "decode": one step over the occupied slots, fed[i]
+    tokens of slot slots[i] through the verifier (pending + drafts; bonus steps 1), drafts[i]
+    drafted and accepted[i] of them accepted. Times in seconds; start_s from the run's start."""
+
+    kind: str
+    start_s: float
+    slots: list[int]
+    requests: list[int]  # index of each slot's request in the run's request list
+    fed: list[int]
+    drafts: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    rule_s: float = 0.0
+    prefill_s: float = 0.0
+
+    @property
+    def rows(self) -> int:
+        return len(self.slots)
+
+
+@dataclass
+class Row:
+    """One request in a slot: what `DecodeState` is to `generate`, per row."""
+
+    index: int  # position in the request list
+    slot: int
+    request: Request
+    generator: torch.Generator
+    record: RequestRecord
+    tracker: OutputTracker
+    seq_len: int  # prompt + emitted tokens so far
+    pending: dict[str, list[int]] = field(default_factory=dict)  # ids not yet in each cache
+
+    @property
+    def params(self) -> SamplingParams:
+        return self.request.sampling
+
+
+@dataclass
+class Batch:
+    """What a decoder's `_batch_start` / `_batch_step` work on: runners and caches by model
+    name ("drafter", "verifier"), the run's clock and its step log."""
+
+    runners: dict
+    caches: dict
+    clock: Clock
+    origin: float  # clock() at the start of the run
+    log: list[BatchStep]
+
+    def since(self, moment: float) -> float:
+        return moment - self.origin
+
+
+def as_request(decoder, request) -> Request:
+    """A BatchRequest, a Request or a dict of generate's keywords -> a checked `Request`."""
+    if isinstance(request, Request):
+        return request
+    if isinstance(request, Mapping):
+        request = BatchRequest(**request)
+    if not isinstance(request, BatchRequest):
+        raise ValueError("each request must be a BatchRequest or a dict of generate's keywords")
+    return Request.make(
+        decoder,
+        request.prompt_ids,
+        request.max_new_tokens,
+        request.stop,
+        request.seed,
+        request.sampling,
+    )
+
+
+def check_batch_size(batch_size) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
+    return batch_size
+
+
+def generate_batch(decoder, requests, batch_size: int) -> list[RequestRecord]:
+    """The decoder's `generate_batch` (module docstring); records in request order."""
+    check_batch_size(batch_size)
+    requests = [as_request(decoder, request) for request in requests]
+    if not requests:
+        return []
+    slots = min(batch_size, len(requests))
+    # Positions a row may reach: its prompt, its budget, and a step's drafts plus padding.
+    capacity = max(len(r.prompt_ids) + r.max_new_tokens for r in requests)
+    capacity += 2 * (decoder.num_draft_tokens + 1)
+    clock = Clock(decoder.device)
+    with torch.inference_mode():
+        runners = decoder.batch_runners(slots)  # raises where the architecture cannot batch
+        caches = {name: runner.new_cache(slots, capacity) for name, runner in runners.items()}
+        batch = Batch(runners, caches, clock, clock(), [])
+        decoder.step_log = batch.log
+        records: list[RequestRecord | None] = [None] * len(requests)
+        queue = deque(enumerate(requests))
+        occupied: list[Row | None] = [None] * slots
+        while queue or any(occupied):
+            for slot in range(slots):
+                if occupied[slot] is None and queue:
+                    occupied[slot] = _start_row(decoder, batch, slot, *queue.popleft())
+            rows = [row for row in occupied if row is not None]
+            for row, emitted in zip(rows, decoder._batch_step(batch, rows), strict=True):
+                row.tracker.extend(emitted)
+                if row.tracker.done:
+                    records[row.index] = _finish_row(decoder, batch, row, slots)
+                    occupied[row.slot] = None
+                    for cache in caches.values():
+                        cache.crop(row.slot, 0)  # an empty slot costs no attention
+    return records
+
+
+def _start_row(decoder, batch: Batch, slot: int, index: int, request: Request) -> Row:
+    params = request.sampling
+    record = RequestRecord(
+        prompt_ids=list(request.prompt_ids),
+        num_draft_tokens=decoder.num_draft_tokens,
+        seed=request.seed,
+        sampler_name=decoder._sampler_name(params),
+        sampling=params.to_dict(),
+    )
+    tracker = OutputTracker(
+        decoder.tokenizer, decoder.eos_token_ids, request.stop, request.max_new_tokens
+    )
+    row = Row(
+        index=index,
+        slot=slot,
+        request=request,
+        generator=torch.Generator(device=decoder.device).manual_seed(request.seed),
+        record=record,
+        tracker=tracker,
+        seq_len=len(request.prompt_ids),
+    )
+    start = batch.clock()
+    for name, runner in batch.runners.items():
+        runner.prefill(batch.caches[name], slot, request.prompt_ids[:-1])
+        row.pending[name] = request.prompt_ids[-1:]
+    end = batch.clock()
+    record.started_s = batch.since(start)
+    record.prefill_time_s = end - start
+    fed = [len(request.prompt_ids) - 1]
+    batch.log.append(
+        BatchStep("prefill", batch.since(start), [slot], [index], fed, prefill_s=end - start)
+    )
+    return row
+
+
+def _finish_row(decoder, batch: Batch, row: Row, slots: int) -> RequestRecord:
+    record = row.record
+    record.output_ids, record.text, record.stop_reason = row.tracker.finish()
+    record.finished_s = batch.since(batch.clock())
+    record.total_time_s = record.finished_s - record.started_s
+    record.batch_size = slots
+    return record
+
+
+def record_step(batch: Batch, rows: list[Row], step: BatchStep) -> None:
+    """Appends a decode step to the log and adds its times to every row active in it."""
+    batch.log.append(step)
+    for row in rows:
+        row.record.draft_time_s += step.draft_s
+        row.record.verify_time_s += step.verify_s
+        row.record.sampler_time_s += step.rule_s
+
+
+def group_by_sampling(rows: list[Row]) -> dict[SamplingParams, list[int]]:
+    """Row positions grouped by their sampling settings, so each group's logits are processed
+    in one `process_logits` call (rows of a group share temperature, top-k and top-p)."""
+    groups: dict[SamplingParams, list[int]] = {}
+    for position, row in enumerate(rows):
+        groups.setdefault(row.params, []).append(position)
+    return groups
