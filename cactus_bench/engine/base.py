@@ -124,22 +124,23 @@ class BaseDecoder:
             while not tracker.done:
                 tracker.extend(self._step(state, tracker.remaining))
         record.output_ids, record.text, record.stop_reason = tracker.finish()
-        record.total_time_s = record.finished_s = clock() - start
+        record.total_time_s = record.finished_s = record.share_time_s = clock() - start
         return record
 
-    def generate_batch(self, requests, batch_size: int = 1) -> list[RequestRecord]:
+    def generate_batch(self, requests, batch_size: int = 1, on_finish=None) -> list[RequestRecord]:
         """Decodes many requests, `batch_size` at a time with continuous batching (a finished
         request's slot takes the next queued one); records in request order. Each request is a
         `batched.BatchRequest` or a dict of `generate`'s keywords; a request's seed gives the
-        draws it gets from `generate`. `step_log` then holds the run's steps (engine/batched.py).
+        draws it gets from `generate`. `on_finish(index, record)` is called as each request
+        ends. `step_log` then holds the run's steps (engine/batched.py).
         Batch > 1 needs the fast forward for every model (`batch_runners`); batch 1 without it
         runs the requests one after the other through `generate`."""
         from cactus_bench.engine import batched
 
         batched.check_batch_size(batch_size)
         if batch_size == 1 and self._batch_refusal() is not None:
-            return self._generate_each(requests)
-        return batched.generate_batch(self, requests, batch_size)
+            return self._generate_each(requests, on_finish)
+        return batched.generate_batch(self, requests, batch_size, on_finish)
 
     def batch_runners(self, batch_size: int) -> dict:
         """{model name: `BatchRunner`} for a batched run; a clear error where one cannot run."""
@@ -163,7 +164,7 @@ class BaseDecoder:
                 return f"the {name} ({type(runner.model).__name__}) runs HF's forward: {reason}"
         return None
 
-    def _generate_each(self, requests) -> list[RequestRecord]:
+    def _generate_each(self, requests, on_finish=None) -> list[RequestRecord]:
         """Batch 1 on HF's forward: `generate` per request, start and end times on one clock."""
         from cactus_bench.engine.batched import as_request
 
@@ -181,6 +182,8 @@ class BaseDecoder:
             )
             record.started_s, record.finished_s = started, started + record.total_time_s
             records.append(record)
+            if on_finish is not None:
+                on_finish(len(records) - 1, record)
         return records
 
     def _named_runners(self) -> dict:

@@ -21,13 +21,15 @@ next queued request and prefills it (prompt[:-1] into that slot's rows of the ba
 rows); a row that finishes (EOS, stop string, token budget: `OutputTracker`) frees its slot at
 once, so throughput is not set by the longest request.
 
-Timings: `prefill_time_s` is the request's own prefill. A decode step's draft, verify and rule
-times are added to the record of EVERY row active in it (each row waited for the whole step), so
-at batch > 1 the phase times of the records sum to more than the wall time of the run;
+Timings: `share_time_s` is the request's share of the machine: each loop iteration's time (prefills,
+the step, the scheduler) split evenly over the rows active in it, so the shares of a run sum to its
+wall time, and generated tokens over summed shares is its throughput (at batch 1 the share is the
+request's own time). `prefill_time_s` is the request's own prefill. A decode step's draft, verify
+and rule times are added to the record of EVERY row active in it (each row waited for the whole
+step), so at batch > 1 the phase times of the records sum to more than the wall time of the run;
 `total_time_s` is the request's wall time from its prefill to its last token, neighbours' work
 included. `step_log` keeps the per-step times once, with the rows and tokens they covered, for a
-step-cost model.
-"""
+step-cost model."""
 
 from __future__ import annotations
 
@@ -136,8 +138,9 @@ def check_batch_size(batch_size) -> int:
     return batch_size
 
 
-def generate_batch(decoder, requests, batch_size: int) -> list[RequestRecord]:
-    """The decoder's `generate_batch` (module docstring); records in request order."""
+def generate_batch(decoder, requests, batch_size: int, on_finish=None) -> list[RequestRecord]:
+    """The decoder's `generate_batch` (module docstring); records in request order.
+    `on_finish(index, record)` is called as each request ends (a journal keeps it at once)."""
     check_batch_size(batch_size)
     requests = [as_request(decoder, request) for request in requests]
     if not requests:
@@ -156,17 +159,25 @@ def generate_batch(decoder, requests, batch_size: int) -> list[RequestRecord]:
         queue = deque(enumerate(requests))
         occupied: list[Row | None] = [None] * slots
         while queue or any(occupied):
+            began = clock()
             for slot in range(slots):
                 if occupied[slot] is None and queue:
                     occupied[slot] = _start_row(decoder, batch, slot, *queue.popleft())
             rows = [row for row in occupied if row is not None]
-            for row, emitted in zip(rows, decoder._batch_step(batch, rows), strict=True):
+            emitted_by_row = decoder._batch_step(batch, rows)
+            # The iteration's whole time (prefills, the step, the scheduler) split evenly over
+            # its rows: each request's share of the machine; the shares sum to the run's time.
+            share = (clock() - began) / len(rows)
+            for row, emitted in zip(rows, emitted_by_row, strict=True):
+                row.record.share_time_s += share
                 row.tracker.extend(emitted)
                 if row.tracker.done:
                     records[row.index] = _finish_row(decoder, batch, row, slots)
                     occupied[row.slot] = None
                     for cache in caches.values():
                         cache.crop(row.slot, 0)  # an empty slot costs no attention
+                    if on_finish is not None:
+                        on_finish(row.index, records[row.index])
     return records
 
 

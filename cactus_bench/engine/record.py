@@ -23,12 +23,13 @@ class RequestRecord:
     sampler_time_s the acceptance rule (speculative) or the token draw (autoregressive);
     total_time_s the whole request, so total - (the four above) is the engine's own overhead.
 
-    Batched runs (`generate_batch`, engine/batched.py): started_s and finished_s are the
-    request's prefill start and last token, in seconds from the start of the run (its time per
-    output token is (finished_s - started_s) / num_generated; `generate`: 0 and total_time_s);
-    batch_size is the run's number of slots. A batched step's draft, verify and sampler times
-    are added to every row active in it, so at batch > 1 they are the times the request waited
-    on each phase, not its share of the machine; the decoder's `step_log` has each step once.
+    Batched runs (`generate_batch`, engine/batched.py): started_s and finished_s are the request's
+    prefill start and last token, in seconds from the start of the run (its time per output token is
+    (finished_s - started_s) / num_generated; `generate`: 0 and total_time_s); batch_size is the
+    run's number of slots; share_time_s its share of the run's wall time. A batched step's draft,
+    verify and sampler times are added to every row active in it, so at batch > 1 they are the times
+    the request waited on each phase, not its share of the machine; the decoder's `step_log` has
+    each step once.
     """
 
     prompt_ids: list[int]
@@ -50,6 +51,7 @@ class RequestRecord:
     started_s: float = 0.0
     finished_s: float = 0.0
     batch_size: int = 1
+    share_time_s: float = 0.0  # its share of the machine: total_time_s at batch 1 (batched.py)
 
     @property
     def num_steps(self) -> int:

@@ -8,6 +8,9 @@ prompt come along) and recomputes every statistic the way the row's point estima
     tokens_per_step  = sum(emitted) / sum(steps)
     speedup_tokens   = (sum(gen) / sum(time)) / (sum(gen_base) / sum(time_base))
     speedup_walltime = sum(time_base) / sum(time)
+    tokens_per_s_spec = sum(gen) / sum(time)                   time: each request's machine time
+    tpot_median_s / tpot_p90_s = quantiles over the resampled prompts' requests of each request's
+                       time per output token (its wall time / its generated tokens)
     score            = mean over prompts of the per-prompt score (averaged over repeats)
     accept_rate_by_pos[j] = sum(steps accepting position j) / sum(steps drafting position j)
 
@@ -36,11 +39,22 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cactus_bench.results.baseline_cache import prompts_hash
+from cactus_bench.results.summarise import machine_time
 
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95
 BOOTSTRAP_STREAM = 16_003  # mixed with the run seed: the bootstrap's own random stream
-INTERVAL_STATS = ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime")
+INTERVAL_STATS = (
+    "score",
+    "al",
+    "tokens_per_step",
+    "tokens_per_s_spec",
+    "speedup_tokens",
+    "speedup_walltime",
+    "tpot_median_s",
+    "tpot_p90_s",
+)
+LATENCY_QUANTILES = {"tpot_median_s": 0.5, "tpot_p90_s": 0.9}
 # JSON lists of m entries, a None where the position's rate is undefined on some resample
 POSITION_INTERVAL_COLUMNS = ("accept_rate_by_pos_ci_low", "accept_rate_by_pos_ci_high")
 
@@ -119,7 +133,7 @@ def per_prompt_totals(records: Sequence, n_prompts: int) -> dict[str, np.ndarray
         totals["steps"][prompt] += len(accepted)
         totals["emitted"][prompt] += sum(_get(record, "emitted_per_step"))
         totals["gen"][prompt] += len(_get(record, "output_ids"))
-        totals["time"][prompt] += float(_get(record, "total_time_s"))
+        totals["time"][prompt] += machine_time(record)
         if m:  # position j is drafted by a step drafting > j tokens, accepted if it accepts > j
             drafted = np.asarray(_get(record, "drafted_per_step"), dtype=int)  # [steps]
             taken = np.asarray(accepted, dtype=int)  # [steps]
@@ -161,11 +175,47 @@ def bootstrap_intervals(
         put("tokens_per_step", _ratio(total["spec_emitted"], total["spec_steps"]))
         if "accepted_by_pos" in spec:
             out.update(_position_intervals(counts, spec))
+    if spec is not None:
+        put("tokens_per_s_spec", _ratio(total["spec_gen"], total["spec_time"]))
     if spec is not None and base is not None:
         rate = _ratio(total["spec_gen"], total["spec_time"])  # [B] tokens/s of the run
         base_rate = _ratio(total["base_gen"], total["base_time"])
         put("speedup_tokens", _ratio(rate, base_rate))
         put("speedup_walltime", _ratio(total["base_time"], total["spec_time"]))
+    return out
+
+
+def time_per_output_token(records: Sequence) -> np.ndarray:
+    """[N] each request's wall time over its generated tokens (NaN for an empty answer): the
+    latency a user of a batched server sees, neighbours' work included."""
+    out = np.full(len(records), np.nan)
+    for index, record in enumerate(records):
+        generated = len(_get(record, "output_ids"))
+        if generated:
+            out[index] = float(_get(record, "total_time_s")) / generated
+    return out
+
+
+def latency_columns(records: Sequence, n_prompts: int, counts: np.ndarray | None) -> dict:
+    """tpot_median_s / tpot_p90_s over the requests and, given the [B, n] resample counts, their
+    intervals: each resample weighs a request by how often its prompt was drawn."""
+    tpot = time_per_output_token(records)  # [N]
+    prompt_of = np.arange(len(records)) % n_prompts  # [N] request -> prompt (repeat order)
+    kept = ~np.isnan(tpot)
+    out: dict = {}
+    for name, quantile in LATENCY_QUANTILES.items():
+        out[name] = float(np.quantile(tpot[kept], quantile)) if kept.any() else None
+        out[f"{name}_ci_low"] = out[f"{name}_ci_high"] = None
+        if counts is None or not kept.any():
+            continue
+        order = np.argsort(tpot[kept])  # [K] the kept requests, fastest first
+        values = tpot[kept][order]
+        weights = np.asarray(counts, dtype=float)[:, prompt_of[kept][order]]  # [B, K]
+        cumulative = weights.cumsum(axis=1)  # [B, K]
+        reached = cumulative >= quantile * cumulative[:, -1:]  # lower weighted quantile
+        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = percentile_interval(
+            values[reached.argmax(axis=1)]
+        )
     return out
 
 
@@ -226,6 +276,7 @@ def per_prompt_columns(
         "score_by_prompt": compact_scores(scores_by_prompt) if scores_by_prompt else None,
         "prompts_hash": prompts_hash([_get(r, "prompt_ids") for r in records[:n_prompts]]),
         **dict.fromkeys([*interval_column_names(), *POSITION_INTERVAL_COLUMNS]),
+        **dict.fromkeys(LATENCY_QUANTILES),
         "ci_resamples": None,
     }
     arms = [records] + ([] if baseline_records is None else [list(baseline_records)])
@@ -237,6 +288,7 @@ def per_prompt_columns(
         )
         return row
     if n_prompts < 2:  # one prompt: no spread to resample, so no interval (not a zero-width one)
+        row.update(latency_columns(records, n_prompts, None))
         return row
     spec = per_prompt_totals(records, n_prompts)
     base = None if baseline_records is None else per_prompt_totals(arms[1], n_prompts)
@@ -244,6 +296,7 @@ def per_prompt_columns(
     speculative = int(_get(records[0], "num_draft_tokens")) > 0
     scores = None if not scores_by_prompt else np.asarray(scores_by_prompt, dtype=float)
     row.update(bootstrap_intervals(counts, spec, base, scores, speculative))
+    row.update(latency_columns(records, n_prompts, counts))
     row["ci_resamples"] = resamples
     return row
 

@@ -119,10 +119,25 @@ _SCHEMA: tuple[Column, ...] = (
     Column("draft_time_s", "float", "seconds spent drafting, summed over prompts"),
     Column("verify_time_s", "float", "seconds spent in verifier forwards"),
     Column("sampler_time_s", "float", "seconds spent in the acceptance rule"),
-    Column("wall_time_spec_s", "float", "total decode seconds of this run's decoder"),
+    Column(
+        "wall_time_spec_s",
+        "float",
+        "decode seconds of this run's decoder: summed per request at batch 1, the batched run's "
+        "wall time at batch > 1 (each request's share of it)",
+    ),
     Column("wall_time_baseline_s", "float", "total decode seconds of the verifier-only baseline"),
     Column("baseline_generated_tokens", "int", "output tokens of the baseline, all prompts"),
-    Column("tokens_per_s_spec", "float", "generated_tokens / wall_time_spec_s"),
+    Column(
+        "tokens_per_s_spec",
+        "float",
+        "generated_tokens / wall_time_spec_s: the run's throughput (at batch > 1 too)",
+    ),
+    Column(
+        "tokens_per_s_spec_ci_low", "float", "lower end of the 95% interval of tokens_per_s_spec"
+    ),
+    Column(
+        "tokens_per_s_spec_ci_high", "float", "upper end of the 95% interval of tokens_per_s_spec"
+    ),
     Column("tokens_per_s_baseline", "float", "baseline_generated_tokens / wall_time_baseline_s"),
     Column(
         "speedup_tokens",
@@ -137,6 +152,17 @@ _SCHEMA: tuple[Column, ...] = (
     Column(
         "speedup_walltime_ci_high", "float", "upper end of the 95% interval of speedup_walltime"
     ),
+    Column(
+        "tpot_median_s",
+        "float",
+        "median over requests of a request's wall time per output token (neighbours' work "
+        "included at batch > 1): the latency a served user sees",
+    ),
+    Column("tpot_median_s_ci_low", "float", "lower end of the 95% interval of tpot_median_s"),
+    Column("tpot_median_s_ci_high", "float", "upper end of the 95% interval of tpot_median_s"),
+    Column("tpot_p90_s", "float", "90th percentile over requests of the time per output token"),
+    Column("tpot_p90_s_ci_low", "float", "lower end of the 95% interval of tpot_p90_s"),
+    Column("tpot_p90_s_ci_high", "float", "upper end of the 95% interval of tpot_p90_s"),
     Column(
         "ci_resamples",
         "int",

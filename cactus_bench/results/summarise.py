@@ -8,7 +8,9 @@ every request, so long generations weigh by their steps as in the reference code
     accept_rate      = sum(accepted) / sum(drafted)
     accept_rate_by_pos[j] = #steps with accepted > j / #steps with drafted > j   (j = 0..m-1)
     draft_tokens_rejected = sum(drafted - accepted)        every discarded draft token
-    tokens_per_s     = generated tokens / summed total_time_s   (the same count for both arms)
+    tokens_per_s     = generated tokens / summed machine time (the same count for both arms):
+                       a request's own time at batch 1, its share of the batched run's time at
+                       batch > 1 (`machine_time`), so it is the run's throughput at any batch
     speedup_tokens   = tokens_per_s_spec / tokens_per_s_baseline
     speedup_walltime = wall_time_baseline_s / wall_time_spec_s
 
@@ -49,6 +51,20 @@ def _as_dict(record) -> Mapping:
     if hasattr(record, "to_dict"):
         return record.to_dict()
     raise TypeError(f"expected a RequestRecord or its dict, got {type(record).__name__}")
+
+
+def machine_time(record) -> float:
+    """A request's time on the machine: its own decode time (`total_time_s`) at batch 1, and at
+    batch > 1 its share of the batched run's time (`share_time_s`, engine/batched.py), which
+    sums to the run's wall time over its requests."""
+    get = (
+        record.get
+        if isinstance(record, Mapping)
+        else lambda key, default=None: getattr(record, key, default)
+    )
+    if int(get("batch_size", 1) or 1) > 1:
+        return float(get("share_time_s"))
+    return float(get("total_time_s"))
 
 
 def _totals(records: Iterable, arm: str) -> _Totals:
@@ -99,7 +115,7 @@ def _totals(records: Iterable, arm: str) -> _Totals:
             else totals.prefill_time_s + float(prefill)
         )
         for key in _TIMES:
-            value = float(record[key])
+            value = machine_time(record) if key == "total_time_s" else float(record[key])
             if value < 0:
                 raise ValueError(f"{arm} record {index}: negative {key} = {value}")
             totals.times[key] += value
