@@ -75,6 +75,10 @@ def mentored_alpha_beta(p, q, budget):
 
     if kl(q, p) <= budget:
         return None, None, list(p)
+    ratios = [qx / px for px, qx in zip(p, q, strict=True) if px > 0 and qx > 0]
+    ruled_out = sum(px for px, qx in zip(p, q, strict=True) if qx == 0)
+    if ruled_out > 0 and ratios and kl(q, law(min(min(ratios), 1.0))[0]) < budget:
+        return None, *second_phase(p, q, budget, ruled_out)
     low, high = 1e-12, 1.0
     for _ in range(200):
         middle = (low + high) / 2
@@ -83,13 +87,32 @@ def mentored_alpha_beta(p, q, budget):
     return high, beta, pi
 
 
+def second_phase(p, q, budget, ruled_out):
+    """Where q has zeros under p and alpha = min ratio leaves budget (mentored.py's KKT note):
+    pi = max(p, q / beta) on q > 0, c p on q = 0, beta bisected on KL(q || pi) = D."""
+
+    def law(beta):
+        kept = [max(px, qx / beta) if qx > 0 else 0.0 for px, qx in zip(p, q, strict=True)]
+        share = (1 - sum(kept)) / ruled_out
+        return [k if qx > 0 else share * px for k, px, qx in zip(kept, p, q, strict=True)]
+
+    low, high = 1.0, 1e300  # KL(q || law(beta)) increases with beta; bisect log beta
+    for _ in range(400):
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if kl(q, law(middle)) <= budget else (low, middle)
+    return low, law(low)
+
+
 def reference(name, params, p, q, pb, qb):
     """(a, r, pi or None) from the source; pb, qb: the laws the rule's test reads."""
     vocab = range(len(p))
     if name == "mentored":
         alpha, beta, pi = mentored_alpha_beta(p, q, params["delta"])
-        if alpha is None:
+        if alpha is None and beta is None:
             return [1.0] * len(p), list(q), pi
+        if alpha is None:  # the second phase: accepted with min(1, pi / p), GenSpecSample
+            accept = [min_ratio(pi[x], p[x]) for x in vocab]
+            return accept, [max(pi[x] - p[x], 0.0) for x in vocab], pi
         accept = [min_ratio(q[x], alpha * p[x]) for x in vocab]  # eq. 23
         residual = [max(q[x] / beta - p[x], 0.0) for x in vocab]  # eq. 26
         return accept, residual, pi
