@@ -301,6 +301,7 @@ def test_errors_name_the_argument():
         "tokenv3",
         "fsd",
         "fsd_reducible",
+        "fsd_unsmoothed",
         "bild",
     }
 

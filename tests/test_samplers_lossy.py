@@ -145,7 +145,10 @@ def reference(name, params, p, q, pb, qb):
         accept = [1.0 if not deferred[x] else min_ratio(eta * q[x], p[x]) for x in vocab]
         residual = [max(pi[x] - p[x], 0.0) for x in vocab]
         return accept, residual, pi
-    if name in ("fsd", "fsd_reducible"):
+    if name in ("fsd", "fsd_reducible", "fsd_unsmoothed"):
+        if name != "fsd_unsmoothed":  # the release's smoothing: + 1e-10, renormalised
+            pb = [(x + 1e-10) / (sum(pb) + 1e-10 * len(pb)) for x in pb]
+            qb = [(x + 1e-10) / (sum(qb) + 1e-10 * len(qb)) for x in qb]
         if params["div"] == "js":  # F.kl_div(log q, m) = KL(m || q), as the code
             middle = [(a + b) / 2 for a, b in zip(pb, qb, strict=True)]
             div = 0.5 * kl(middle, qb) + 0.5 * kl(middle, pb)
@@ -155,7 +158,7 @@ def reference(name, params, p, q, pb, qb):
                 div = 0.5 * sum(abs(a - b) for a, b in zip(pb, qb, strict=True))
         if div <= params["threshold"]:
             return [1.0] * len(p), list(q), list(p)
-        if name == "fsd":  # the released code samples q itself on rejection
+        if name != "fsd_reducible":  # the released code samples q itself on rejection
             return [0.0] * len(p), list(q), list(q)
         return [min_ratio(q[x], p[x]) for x in vocab], [max(q[x] - p[x], 0) for x in vocab], q
     if name == "bild":  # cross-entropy of the draft under the verifier <= tau_RB
@@ -192,6 +195,7 @@ CASES = [
     ("fsd", {"threshold": 0.2, "div": "js"}),
     ("fsd", {"threshold": 1.0, "div": "kl"}),
     ("fsd", {"threshold": 0.5, "div": "reverse_kl"}),
+    ("fsd_unsmoothed", {"threshold": 0.3, "div": "js"}),
     ("fsd_reducible", {"threshold": 0.4, "div": "tv"}),
     ("fsd_reducible", {"threshold": 0.1, "div": "js"}),
     ("bild", {"tau": 1.0}),

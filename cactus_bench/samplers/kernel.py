@@ -133,7 +133,7 @@ class PlanRule(AcceptanceRule):
             # there for every rule): with top-k 20 that is <= 40 columns of 49,152, and mentored
             # decoding's bisection costs O(support) per step instead of O(V).
             support = ((p > 0) | (q > 0)).any(0).nonzero().squeeze(-1)  # [K]
-            if support.numel() == vocab:
+            if support.numel() == vocab or getattr(self.builder, "full_rows", False):
                 return self.plan(p, q)
             accept, residual = self.plan(p[:, support], q[:, support])
             full = torch.zeros((p.shape[0], vocab), dtype=torch.float64, device=p.device)
