@@ -174,3 +174,29 @@ def test_the_hf_engine_runs_fly_over_its_whole_draft(tiny_pair):
         shut_al += per_step(shut)
         open_al += per_step(run(opened, seed))
     assert open_al > shut_al
+
+
+def test_the_vllm_bridge_hands_fly_the_whole_draft():
+    """`verify_ragged` (vLLM's rejection sampler, generic path) passes one request's drafts to
+    `verify` together: FLy there gives the tokens it gives alone, for each generator."""
+    from cactus_bench.vllm.bridge import verify_ragged
+
+    draft, target = laws(seed=4, m=4, vocab=8)
+    draft, target = draft.float(), target.float()
+    ids = torch.stack([torch.multinomial(draft[j], 1, generator=torch.Generator().manual_seed(j))
+                       for j in range(4)]).view(4)  # fmt: skip
+    rule = make_sampler("fly", entropy_threshold=0.0, window=1)
+    lengths = set()
+    for seed in range(30):
+        row, k = verify_ragged(
+            rule, [ids], [draft], [target[:4]], [target[4]], [False],
+            [torch.Generator().manual_seed(seed)], 4,
+        )  # fmt: skip
+        alone = rule.verify(
+            ids.view(1, 4), draft[None], target[None], torch.Generator().manual_seed(seed)
+        )
+        k = int(k[0])
+        assert k == int(alone.num_accepted[0])
+        assert torch.equal(row[0, : k + 1], alone.token_ids[0, : k + 1])
+        lengths.add(k)
+    assert len(lengths) > 1  # the seeds reach different accepted lengths
