@@ -19,7 +19,9 @@ from cactus_bench.samplers import make_sampler
 
 scipy_optimize = pytest.importorskip("scipy.optimize")  # a dev dependency (pyproject.toml)
 
-GAP = 1e-3  # the brief's tolerance on acceptance; SLSQP's own accuracy is ~1e-6 here
+GAP = 1e-3  # the tolerance on acceptance; SLSQP's own accuracy is ~1e-6 here
+STARTS = (0.0, 0.25, 0.5, 0.75, 0.9)  # starting laws (1 - w) q + w p for the solver
+BUDGETS = (0.01, 0.1, 0.5, 2.0)  # nats: from a sliver of the budget to past KL(q || p) at times
 
 
 def solver_optimum(p: np.ndarray, q: np.ndarray, delta: float) -> float:
@@ -46,29 +48,36 @@ def solver_optimum(p: np.ndarray, q: np.ndarray, delta: float) -> float:
          "jac": lambda x: np.hstack([eye, -eye])},
     ]  # fmt: skip
     bounds = [(floor if s else 0.0, 1.0) for s in support] + [(0.0, float(v)) for v in p]
-    start = np.concatenate([q, np.minimum(p, q)])
-    result = scipy_optimize.minimize(
-        lambda x: -np.sum(x[vocab:]),
-        start,
-        jac=lambda x: np.concatenate([np.zeros(vocab), -np.ones(vocab)]),
-        bounds=bounds,
-        constraints=constraints,
-        method="SLSQP",
-        options={"ftol": 1e-12, "maxiter": 1000},
-    )
-    assert result.success, result.message
-    assert budget(result.x) >= -1e-7 and abs(result.x[:vocab].sum() - 1) < 1e-7
-    return float(np.minimum(p, result.x[:vocab]).sum())
+    best = -np.inf
+    # SLSQP can stall at the kink s = min(p, pi) from a single start (seen from pi = q on laws
+    # where p = 0 < q): several starts between q and p, the best feasible end kept
+    for weight in STARTS:
+        start_pi = (1 - weight) * q + weight * p
+        result = scipy_optimize.minimize(
+            lambda x: -np.sum(x[vocab:]),
+            np.concatenate([start_pi, np.minimum(p, start_pi)]),
+            jac=lambda x: np.concatenate([np.zeros(vocab), -np.ones(vocab)]),
+            bounds=bounds,
+            constraints=constraints,
+            method="SLSQP",
+            options={"ftol": 1e-12, "maxiter": 1000},
+        )
+        feasible = budget(result.x) >= -1e-7 and abs(result.x[:vocab].sum() - 1) < 1e-7
+        if result.success and feasible:
+            best = max(best, float(np.minimum(p, result.x[:vocab]).sum()))
+    assert best > -np.inf, "SLSQP found no feasible optimum from any start"
+    return best
 
 
 def truncated_laws(seed: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
-    """p with full support, q zero on about a third of the drafter's tokens (never all)."""
+    """p and q each zero on about a third of the vocabulary (top-k style truncation on both
+    sides): q zero where p has mass, and p zero where q has mass (KL(q || p) infinite)."""
     rng = np.random.default_rng(seed)
-    p = rng.dirichlet(np.full(vocab, 0.8))
-    q = rng.dirichlet(np.full(vocab, 0.8)) * (rng.random(vocab) < 0.65)
-    if q.sum() == 0 or (q > 0).all():
-        q[rng.integers(vocab)] = 0.0 if (q > 0).all() else 1.0
-    return p, q / q.sum()
+    while True:
+        p = rng.dirichlet(np.full(vocab, 0.8)) * (rng.random(vocab) < 0.7)
+        q = rng.dirichlet(np.full(vocab, 0.8)) * (rng.random(vocab) < 0.65)
+        if p.sum() > 0 and q.sum() > 0 and (p[q == 0] > 0).any():  # a zero of q under p
+            return p / p.sum(), q / q.sum()
 
 
 def kl(q: np.ndarray, law: np.ndarray) -> float:
@@ -76,18 +85,15 @@ def kl(q: np.ndarray, law: np.ndarray) -> float:
     return float(np.sum(q[support] * np.log(q[support] / law[support])))
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(10))
 def test_mentored_reaches_the_optimum_on_truncated_laws(seed):
-    p, q = truncated_laws(seed, 5 + seed % 4)
-    spent = kl(q, p)  # finite only when p > 0 wherever q > 0, as here: the budget to reach p
-    for fraction in (0.02, 0.2, 0.5, 0.9):
-        delta = fraction * spent
+    p, q = truncated_laws(seed, 4 + seed % 5)
+    pt, qt = torch.from_numpy(p), torch.from_numpy(q)
+    for delta in BUDGETS:
         rule = make_sampler("mentored", delta=delta)
-        pt, qt = torch.from_numpy(p), torch.from_numpy(q)
         ours = rule.acceptance_probability(pt, qt).item()
-        law = rule.emitted_law(pt, qt).numpy()
-        assert kl(q, law) <= delta * (1 + 1e-9) + 1e-12  # within the budget
-        assert ours == pytest.approx(solver_optimum(p, q, delta), abs=GAP), (seed, fraction)
+        assert kl(q, rule.emitted_law(pt, qt).numpy()) <= delta * (1 + 1e-9)  # within budget
+        assert ours == pytest.approx(solver_optimum(p, q, delta), abs=GAP), (seed, delta)
 
 
 def test_truncated_acceptance_keeps_rising_with_the_budget():
