@@ -24,6 +24,8 @@ of its own: the builder gives the native plan and `across_window` the override, 
 Not covered: vLLM's greedy variant (temperature 0: draft != argmax q_j deferred under the same
 gate when the next W drafts equal their argmax), because the HF engine verifies every request of
 temperature 0 with the `greedy` rule; and drafts without the drafter's law (vLLM's p = 1).
+The formulas are vLLM's upstream kernel; the paper's two tiers (an "entropy-level gate", a
+"token-level deferred window") match it, but its own code (AMD-AGI/FLy) was not read here.
 """
 
 from __future__ import annotations
