@@ -75,6 +75,10 @@ def mentored_alpha_beta(p, q, budget):
 
     if kl(q, p) <= budget:
         return None, None, list(p)
+    ratios = [qx / px for px, qx in zip(p, q, strict=True) if px > 0 and qx > 0]
+    ruled_out = sum(px for px, qx in zip(p, q, strict=True) if qx == 0)
+    if ruled_out > 0 and ratios and kl(q, law(min(min(ratios), 1.0))[0]) < budget:
+        return None, *second_phase(p, q, budget, ruled_out)
     low, high = 1e-12, 1.0
     for _ in range(200):
         middle = (low + high) / 2
@@ -83,13 +87,32 @@ def mentored_alpha_beta(p, q, budget):
     return high, beta, pi
 
 
+def second_phase(p, q, budget, ruled_out):
+    """Where q has zeros under p and alpha = min ratio leaves budget (mentored.py's KKT note):
+    pi = max(p, q / beta) on q > 0, c p on q = 0, beta bisected on KL(q || pi) = D."""
+
+    def law(beta):
+        kept = [max(px, qx / beta) if qx > 0 else 0.0 for px, qx in zip(p, q, strict=True)]
+        share = (1 - sum(kept)) / ruled_out
+        return [k if qx > 0 else share * px for k, px, qx in zip(kept, p, q, strict=True)]
+
+    low, high = 1.0, 1e300  # KL(q || law(beta)) increases with beta; bisect log beta
+    for _ in range(400):
+        middle = math.sqrt(low * high)
+        low, high = (middle, high) if kl(q, law(middle)) <= budget else (low, middle)
+    return low, law(low)
+
+
 def reference(name, params, p, q, pb, qb):
     """(a, r, pi or None) from the source; pb, qb: the laws the rule's test reads."""
     vocab = range(len(p))
     if name == "mentored":
         alpha, beta, pi = mentored_alpha_beta(p, q, params["delta"])
-        if alpha is None:
+        if alpha is None and beta is None:
             return [1.0] * len(p), list(q), pi
+        if alpha is None:  # the second phase: accepted with min(1, pi / p), GenSpecSample
+            accept = [min_ratio(pi[x], p[x]) for x in vocab]
+            return accept, [max(pi[x] - p[x], 0.0) for x in vocab], pi
         accept = [min_ratio(q[x], alpha * p[x]) for x in vocab]  # eq. 23
         residual = [max(q[x] / beta - p[x], 0.0) for x in vocab]  # eq. 26
         return accept, residual, pi
@@ -122,7 +145,10 @@ def reference(name, params, p, q, pb, qb):
         accept = [1.0 if not deferred[x] else min_ratio(eta * q[x], p[x]) for x in vocab]
         residual = [max(pi[x] - p[x], 0.0) for x in vocab]
         return accept, residual, pi
-    if name in ("fsd", "fsd_reducible"):
+    if name in ("fsd", "fsd_reducible", "fsd_unsmoothed"):
+        if name != "fsd_unsmoothed":  # the release's smoothing: + 1e-10, renormalised
+            pb = [(x + 1e-10) / (sum(pb) + 1e-10 * len(pb)) for x in pb]
+            qb = [(x + 1e-10) / (sum(qb) + 1e-10 * len(qb)) for x in qb]
         if params["div"] == "js":  # F.kl_div(log q, m) = KL(m || q), as the code
             middle = [(a + b) / 2 for a, b in zip(pb, qb, strict=True)]
             div = 0.5 * kl(middle, qb) + 0.5 * kl(middle, pb)
@@ -132,7 +158,7 @@ def reference(name, params, p, q, pb, qb):
                 div = 0.5 * sum(abs(a - b) for a, b in zip(pb, qb, strict=True))
         if div <= params["threshold"]:
             return [1.0] * len(p), list(q), list(p)
-        if name == "fsd":  # the released code samples q itself on rejection
+        if name != "fsd_reducible":  # the released code samples q itself on rejection
             return [0.0] * len(p), list(q), list(q)
         return [min_ratio(q[x], p[x]) for x in vocab], [max(q[x] - p[x], 0) for x in vocab], q
     if name == "bild":  # cross-entropy of the draft under the verifier <= tau_RB
@@ -169,6 +195,7 @@ CASES = [
     ("fsd", {"threshold": 0.2, "div": "js"}),
     ("fsd", {"threshold": 1.0, "div": "kl"}),
     ("fsd", {"threshold": 0.5, "div": "reverse_kl"}),
+    ("fsd_unsmoothed", {"threshold": 0.3, "div": "js"}),
     ("fsd_reducible", {"threshold": 0.4, "div": "tv"}),
     ("fsd_reducible", {"threshold": 0.1, "div": "js"}),
     ("bild", {"tau": 1.0}),

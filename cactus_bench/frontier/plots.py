@@ -25,7 +25,7 @@ from matplotlib.ticker import MaxNLocator
 from cactus_bench.frontier.plot_style import HEADLINE, add_title, rule_label, rule_style, stat_rows
 from cactus_bench.frontier.plots_divergence import frontier_figure, gamma_figure
 from cactus_bench.frontier.plots_matched import matched_figure
-from cactus_bench.report.figure_parts import save_figure
+from cactus_bench.report.figure_parts import clipped_errors, mark_excluded, save_figure
 
 
 def _versus_delta(ax: Axes, frame: pd.DataFrame, statistic: str, rules) -> None:
@@ -96,7 +96,8 @@ def _headline_lines(ax: Axes, frame: pd.DataFrame, prefix: str, x_of) -> None:
         if rows.empty:
             continue
         xs = [x_of(s) for s in rows.statistic]
-        err = [rows.value - rows.ci_low, rows.ci_high - rows.value]
+        err, excluded = clipped_errors(rows.value, rows.ci_low, rows.ci_high)
+        style = rule_style(rule)
         ax.errorbar(
             xs,
             rows.value,
@@ -104,8 +105,9 @@ def _headline_lines(ax: Axes, frame: pd.DataFrame, prefix: str, x_of) -> None:
             capsize=2,
             markersize=4,
             label=f"{rule_label(rule)} {parameter}".strip(),
-            **rule_style(rule),
+            **style,
         )
+        mark_excluded(ax, xs, rows.value, excluded, style["color"])
 
 
 def entropy_figure(frame: pd.DataFrame) -> Figure:

@@ -21,6 +21,7 @@ from cactus_bench.frontier.plot_style import (
     stat_rows,
 )
 from cactus_bench.frontier.plots_divergence import FRONTIER_AXES
+from cactus_bench.report.figure_parts import EXCLUDED_NOTE, clipped_errors, mark_excluded
 
 REFERENCE = "cactus"  # the curve every other rule is matched against in this figure
 LINEAR = 0.01  # the y axis is linear within +-LINEAR
@@ -53,10 +54,13 @@ def matched_figure(frame: pd.DataFrame) -> Figure | None:
         for rule, rows in spread.groupby("rule", sort=False):
             rows = rows.sort_values("value_div")
             style = rule_style(rule)
+            # a paired percentile interval can lie beside its difference (the labelled GSM8K
+            # set): clipped at the estimate and marked, never a negative bar (figure_parts)
+            yerr, excluded = clipped_errors(rows.value, rows.ci_low, rows.ci_high)
             drawn = ax.errorbar(
                 rows.value_div,
                 rows.value,
-                yerr=[rows.value - rows.ci_low, rows.ci_high - rows.value],
+                yerr=yerr,
                 capsize=2,
                 markersize=3,
                 elinewidth=0.8,
@@ -64,6 +68,9 @@ def matched_figure(frame: pd.DataFrame) -> Figure | None:
                 **style,
             )
             handles.setdefault(rule_label(rule), drawn)
+            mark = mark_excluded(ax, rows.value_div, rows.value, excluded, style["color"])
+            if mark is not None:
+                handles.setdefault(EXCLUDED_NOTE, mark)
         ax.axhline(0, color="0.3", linewidth=1)
         # differences span 1e-4 (exact vs Taylor) to 0.3 (FSD as released): linear within
         # +-LINEAR, logarithmic beyond, so neither end flattens the other

@@ -18,7 +18,9 @@ from cactus_bench.report.figure_parts import (
     MARKERS,
     bars,
     describe,
+    excluded_points,
     figure_legend,
+    mark_excluded,
     sampler_color,
     save_figure,
 )
@@ -61,6 +63,13 @@ def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
                 marker=MARKERS.get(sampler, "o"),
                 color=sampler_color(sampler),
                 label=label,
+            )
+            mark_excluded(
+                ax,
+                line["m"].astype(int),
+                line[column].astype(float),
+                excluded_points(line, column),
+                sampler_color(sampler),
             )
         if column == "speedup_tokens":
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")

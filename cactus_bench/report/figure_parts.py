@@ -151,17 +151,63 @@ def readable_score_axis(ax: Axes, scores: pd.Series, scale: float) -> None:
         ax.set_ylim(values.iloc[0] - 5.0, values.iloc[0] + 5.0)
 
 
+# A percentile (bootstrap) interval need not contain its point estimate: the estimate of a ratio
+# or of a difference at matched divergence can sit beside the resamples' 2.5-97.5 % range.
+# matplotlib refuses a negative bar length ("'yerr' must not contain negative values"), so such
+# an interval is drawn clipped at the estimate (only its part on the far side shows) and the
+# point gets an open diamond, explained once in the legend.
+EXCLUDED_NOTE = "open diamond: the 95 % interval excludes the estimate (bar clipped at it)"
+
+
+def clipped_errors(value, low, high) -> tuple[np.ndarray, np.ndarray]:
+    """([2, n] distances from each estimate down to `low` and up to `high`, never negative: the
+    asymmetric yerr / xerr; [n] bool: the interval lies wholly beside its estimate)."""
+    value, low, high = (np.asarray(x, dtype=float) for x in (value, low, high))
+    errors = np.vstack([value - low, high - value])
+    excluded = (errors < 0).any(axis=0)  # NaN (no interval) compares False: not marked
+    return np.clip(errors, 0.0, None), excluded
+
+
+def mark_excluded(ax: Axes, x, y, excluded: np.ndarray, color) -> object | None:
+    """Open diamonds on the points whose interval excludes them (none: nothing is drawn, so a
+    figure without such a point is byte-identical to one drawn before this mark existed). The
+    legend label is given once per axes; returns the artist, for legends built by hand."""
+    if not excluded.any():
+        return None
+    labels = [artist.get_label() for artist in ax.collections]
+    return ax.scatter(
+        np.asarray(x, dtype=float)[excluded],
+        np.asarray(y, dtype=float)[excluded],
+        marker="D",
+        s=64,
+        facecolors="none",
+        edgecolors=color,
+        linewidths=1.2,
+        zorder=6,
+        label="_nolegend_" if EXCLUDED_NOTE in labels else EXCLUDED_NOTE,
+    )
+
+
 def interval_errors(rows: pd.DataFrame, column: str, scale: float = 1.0) -> np.ndarray | None:
     """[2, n] distances from each point down and up to its 95% interval's ends (matplotlib's
-    asymmetric yerr / xerr), or None unless every row has an interval for `column`."""
+    asymmetric yerr / xerr, clipped at the estimate: `clipped_errors`), or None unless every row
+    has an interval for `column`. `excluded_points` says which points to mark."""
     low, high = f"{column}_ci_low", f"{column}_ci_high"
     if low not in rows or high not in rows or rows[[low, high]].isna().any().any():
         return None
     value = rows[column].astype(float).to_numpy() * scale
-    below = value - rows[low].astype(float).to_numpy() * scale
-    above = rows[high].astype(float).to_numpy() * scale - value
-    # a percentile interval of a ratio may sit just beside its point: never a negative bar
-    return np.clip(np.vstack([below, above]), 0.0, None)
+    return clipped_errors(
+        value, rows[low].astype(float).to_numpy() * scale, rows[high].astype(float) * scale
+    )[0]
+
+
+def excluded_points(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """[n] bool: the rows whose 95% interval for `column` lies beside the estimate."""
+    low, high = f"{column}_ci_low", f"{column}_ci_high"
+    if column not in rows or low not in rows or high not in rows:
+        return np.zeros(len(rows), dtype=bool)
+    values = (pd.to_numeric(rows[name], errors="coerce") for name in (column, low, high))
+    return clipped_errors(*values)[1]
 
 
 def score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:

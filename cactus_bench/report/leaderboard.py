@@ -136,8 +136,10 @@ def score_vs_al_figure(rows, board):
     from cactus_bench.report.figure_parts import (
         COLORS,
         MARKERS,
+        clipped_errors,
         describe,
         figure_legend,
+        mark_excluded,
         sampler_color,
     )
 
@@ -148,11 +150,13 @@ def score_vs_al_figure(rows, board):
         part = board[board.task == task]
         for rule, line in part.groupby("rule", sort=False):
             line = line.sort_values("al")
+            xerr, x_out = clipped_errors(line.al, line.al_ci_low, line.al_ci_high)
+            yerr, y_out = clipped_errors(line.score, line.score_ci_low, line.score_ci_high)
             drawn = ax.errorbar(
                 line.al,
                 line.score,
-                xerr=[line.al - line.al_ci_low, line.al_ci_high - line.al],
-                yerr=[line.score - line.score_ci_low, line.score_ci_high - line.score],
+                xerr=xerr,
+                yerr=yerr,
                 marker=MARKERS.get(rule, "o"),
                 color=sampler_color(rule),
                 markersize=5,
@@ -163,6 +167,7 @@ def score_vs_al_figure(rows, board):
             )
             for bars in drawn[2]:  # the interval bars recede; the curves stay readable
                 bars.set_alpha(0.35)
+            mark_excluded(ax, line.al, line.score, x_out | y_out, sampler_color(rule))
         count = int(part.n_prompts.max())
         ax.set_title(f"{task} ({count} prompts)", fontsize=10)
         ax.set_xlabel(f"AL: accepted drafts per step (m = {part_m(rows, task)}, 95 % interval)")

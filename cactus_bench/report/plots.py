@@ -32,10 +32,13 @@ from cactus_bench.report.figure_parts import (
     MARKERS,
     SWEEP_SAMPLERS,
     bars,
+    clipped_errors,
     draw_references,
+    excluded_points,
     figure_legend,
     has_delta_sweep,
     interval_errors,
+    mark_excluded,
     new_figure,
     readable_score_axis,
     sampler_color,
@@ -79,6 +82,13 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
                     marker=MARKERS[sampler],
                     color=sampler_color(sampler),
                     label="Cactus" if sampler == "cactus" else "Cactus-exact",
+                )
+                mark_excluded(
+                    ax,
+                    sweep["delta"].astype(float) * DODGE[sampler],
+                    sweep[column].astype(float) * scale,
+                    excluded_points(sweep, column),
+                    sampler_color(sampler),
                 )
                 drew, max_delta = True, max(max_delta, float(sweep["delta"].max()))
         if not drew:
@@ -174,6 +184,13 @@ def score_vs_al(rows, pair, m) -> Figure:
                     capsize=2,
                 )
                 shown_bars = True
+                mark_excluded(
+                    ax,
+                    group["al"].astype(float),
+                    group["score"].astype(float) * 100,
+                    excluded_points(group, "al") | excluded_points(group, "score"),
+                    sampler_color(sampler),
+                )
             if sampler in SWEEP_SAMPLERS:
                 labels += [
                     (float(row["al"]), float(row["score"]) * 100, f"δ={float(row['delta']):g}")
@@ -269,7 +286,9 @@ def accept_by_position(rows, pair, m) -> Figure:
             x, y = [j + 1 + offset for j in defined], [rates[j] for j in defined]
             ax.plot(x, y, dashes, marker=".", color=color, label=label)
             if error is not None:
+                error, excluded = error
                 ax.errorbar(x, y, yerr=error[:, defined], fmt="none", ecolor=color, capsize=2)
+                mark_excluded(ax, x, y, excluded[defined], color)
         ax.set_xlabel("draft position j (1 = first drafted token)")
         ylabel = "P(position j accepted) over steps"
         if spread:
@@ -300,10 +319,11 @@ def _sweep_shades(rows) -> dict:
 POSITION_SPREAD = 0.3  # total width, in positions, over which the methods' bars are spread
 
 
-def _position_errors(row) -> np.ndarray | None:
-    """[2, m] distances from each rate down and up to its 95% interval's ends (NaN where a
-    position has none: matplotlib draws no bar there), or None when the row has no per-position
-    intervals (an older CSV, or a cell averaging several runs: report/load.py)."""
+def _position_errors(row) -> tuple[np.ndarray, np.ndarray] | None:
+    """([2, m] distances from each rate down and up to its 95% interval's ends, NaN where a
+    position has none: matplotlib draws no bar there; [m] bool: the interval excludes the rate),
+    or None when the row has no per-position intervals (an older CSV, or a cell averaging
+    several runs: report/load.py)."""
     cells = [row.get(name) for name in POSITION_INTERVAL_COLUMNS]
     if any(is_missing(cell) for cell in cells):
         return None
@@ -311,8 +331,7 @@ def _position_errors(row) -> np.ndarray | None:
         np.array(json.loads(cell), dtype=float)  # null -> NaN
         for cell in (row["accept_rate_by_pos"], *cells)
     )
-    # a percentile interval of a ratio may sit just beside its point: never a negative bar
-    return np.clip(np.vstack([rates - low, high - rates]), 0.0, None)
+    return clipped_errors(rates, low, high)  # clipped at the rate where it lies beside it
 
 
 FIGURES: dict[str, Callable] = {

@@ -68,7 +68,7 @@ RULES: dict[str, RuleInfo] = {
 RULE_NAMES: tuple[str, ...] = tuple(RULES)
 # Every CSV column a rule parameter owns, in catalogue order (delta, divergence, threshold, ...).
 PARAM_COLUMNS: tuple[str, ...] = tuple(
-    dict.fromkeys(p.csv_column for rule in RULES.values() for p in rule.params)
+    dict.fromkeys(p.csv_column for rule in RULES.values() for p in rule.params if p.csv_column)
 )
 
 

@@ -21,6 +21,12 @@ the temperature-1 untruncated laws where the source reads those (`reads_unscaled
 
 The bonus token (all m drafts accepted) is drawn from q, as in every reference implementation:
 the rules' pi needs the drafter's law at position m + 1, which the loop never computes.
+
+A builder may also define `across_window(accepted, draft_probs, target_probs, ids)`: [B, m] bool
+decisions in, [B, m] bool out, for a rule whose decision at position j reads the decisions after
+it (FLy's deferred window, `rules/fly.py`). `verify` applies it to the per-position decisions
+before the accepted prefix is counted; such a rule has no law per position, so its exact
+statistics raise (test it through `verify`).
 Random draws happen in the order of `base.AcceptanceRule.verify` (torch.rand [B, m], then one
 uniform per row), so a builder whose plan is SpS's returns SpS's tokens for one generator.
 """
@@ -57,6 +63,18 @@ class PlanRule(AcceptanceRule):
         return self.builder.params()
 
     @property
+    def reads_window(self) -> bool:
+        """True when a position's decision reads the later positions' (module doc)."""
+        return hasattr(self.builder, "across_window")
+
+    def _per_position(self) -> None:
+        if self.reads_window:
+            raise NotImplementedError(
+                f"rule {self.name!r} decides a position from the decisions after it (its "
+                "window): it has no acceptance or law per position; measure it through verify"
+            )
+
+    @property
     def reads_unscaled(self) -> bool:
         """True when the engine must pass the temperature-1 laws to `verify`."""
         return self.builder.reads_unscaled
@@ -72,10 +90,12 @@ class PlanRule(AcceptanceRule):
         return accept.clamp(0.0, 1.0), torch.where(empty, q, residual)
 
     def acceptance_probability(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
+        self._per_position()
         accept, _ = self.plan(p, q, p_bar, q_bar)
         return (normalised(p, q)[0] * accept).sum(-1)
 
     def emitted_law(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
+        self._per_position()
         accept, residual = self.plan(p, q, p_bar, q_bar)
         return threshold_law(normalised(p, q)[0], accept, residual)[1]
 
@@ -84,6 +104,7 @@ class PlanRule(AcceptanceRule):
         candidate (the [V, V] reference the batched law is tested against)."""
         if p.dim() != 1 or q.dim() != 1 or p.shape != q.shape:
             raise ValueError(f"p and q must be 1-D of equal size; got {tuple(p.shape)}, {q.shape}")
+        self._per_position()
         accept, residual = self.plan(p, q, p_bar, q_bar)
         p64 = normalised(p, q)[0]
         recovery = residual / residual.sum()
@@ -133,7 +154,7 @@ class PlanRule(AcceptanceRule):
             # there for every rule): with top-k 20 that is <= 40 columns of 49,152, and mentored
             # decoding's bisection costs O(support) per step instead of O(V).
             support = ((p > 0) | (q > 0)).any(0).nonzero().squeeze(-1)  # [K]
-            if support.numel() == vocab:
+            if support.numel() == vocab or getattr(self.builder, "full_rows", False):
                 return self.plan(p, q)
             accept, residual = self.plan(p[:, support], q[:, support])
             full = torch.zeros((p.shape[0], vocab), dtype=torch.float64, device=p.device)
@@ -145,7 +166,10 @@ class PlanRule(AcceptanceRule):
             a, _ = plan_at(rows, torch.full_like(rows, j))
             accept[:, j] = a.gather(-1, ids[:, j : j + 1]).squeeze(-1)
         uniform = torch.rand((batch, m), generator=generator, device=ids.device)
-        num_accepted = (uniform < accept).long().cumprod(dim=1).sum(dim=1)  # [B]
+        accepted = uniform < accept  # [B, m] each position's own decision
+        if self.reads_window:  # FLy: a rejection overridden by the decisions after it
+            accepted = self.builder.across_window(accepted, draft_probs, target_probs, ids)
+        num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
 
         rejected = num_accepted < m
         _, residual = plan_at(rows, num_accepted.clamp(max=m - 1))  # [B, V]

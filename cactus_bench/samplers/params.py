@@ -26,11 +26,11 @@ class Param:
     high: float | None = None  # inclusive
     low_open: bool = False
     choices: tuple[str, ...] = ()
-    column: str | None = None  # CSV column, when not `name`
+    column: str | None = None  # CSV column, when not `name`; "" for none (sampler_params only)
 
     @property
-    def csv_column(self) -> str:
-        return self.column or self.name
+    def csv_column(self) -> str | None:
+        return self.name if self.column is None else self.column or None
 
     def coerce(self, rule: str, value: Any) -> Any:
         """`value` as this parameter's type, or a one-line ValueError naming the fix."""
