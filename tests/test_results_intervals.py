@@ -11,16 +11,20 @@ import pytest
 from cactus_bench.results import COLUMNS, MEASUREMENT_COLUMNS, ResultStore, row_to_cells, summarise
 from cactus_bench.results.intervals import (
     BOOTSTRAP_RESAMPLES,
+    LATENCY_QUANTILES,
     POSITION_INTERVAL_COLUMNS,
     bootstrap_intervals,
     bootstrap_rng,
     interval_column_names,
+    latency_columns,
     per_prompt_columns,
     per_prompt_totals,
     percentile_interval,
     ratio_of_sums,
     resample_counts,
+    time_per_output_token,
 )
+from cactus_bench.results.summarise import machine_time
 
 
 def record(accepted: list[int], seconds: float, m: int = 4, prompt: int = 0) -> dict:
@@ -164,6 +168,7 @@ def test_row_columns_of_a_speculative_run_with_repeats():
         "ci_resamples",
         *interval_column_names(),
         *POSITION_INTERVAL_COLUMNS,
+        *LATENCY_QUANTILES,
     }
     assert row["score_by_prompt"] == [0.5, 1] and row["ci_resamples"] == BOOTSTRAP_RESAMPLES
     for stat in ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime"):
@@ -270,6 +275,48 @@ def test_schema_holds_the_new_columns_and_error_rows_leave_them_empty():
         row_to_cells({**base, low: [0.5, 0.4], high: [0.7, 0.2]})
     with pytest.raises(ValueError, match="has 1 entries but its upper end 2"):
         row_to_cells({**base, low: [0.5], high: [0.7, 0.2]})
+
+
+def test_a_batched_request_counts_its_share_of_the_machine():
+    """At batch > 1 a request's throughput time is its share of the run (share_time_s), not its
+    wall time, which includes its neighbours' work; at batch 1 it is its own time."""
+    alone = {"batch_size": 1, "total_time_s": 2.0, "share_time_s": 0.0}
+    batched = {"batch_size": 4, "total_time_s": 2.0, "share_time_s": 0.5}
+    assert machine_time(alone) == 2.0 and machine_time(batched) == 0.5
+    assert machine_time({"total_time_s": 3.0}) == 3.0  # a record from before batching
+    spec = [record([1], 1.0, prompt=p) for p in (0, 1)]
+    for one in spec:
+        one.update(batch_size=2, share_time_s=0.25)  # 1 s of wall time each, shared by two
+    row = summarise(spec)
+    assert row["wall_time_spec_s"] == 0.5
+    assert row["tokens_per_s_spec"] == row["generated_tokens"] / 0.5
+
+
+def test_latency_quantiles_match_a_brute_force_resample():
+    """tpot_* are quantiles of each request's time per output token; each resample's weighted
+    quantile equals the quantile of the resampled requests laid out one by one."""
+    rng = np.random.default_rng(3)
+    n_prompts, repeats = 7, 2
+    records = []
+    for _ in range(n_prompts * repeats):
+        tokens = int(rng.integers(1, 9))
+        records.append({"total_time_s": float(rng.uniform(0.5, 3.0)), "output_ids": [0] * tokens})
+    tpot = time_per_output_token(records)
+    counts = resample_counts(n_prompts, 50, bootstrap_rng(1))
+    columns = latency_columns(records, n_prompts, counts)
+    for name, quantile in LATENCY_QUANTILES.items():
+        assert columns[name] == np.quantile(tpot, quantile, method="inverted_cdf")
+        by_hand = []
+        for drawn in counts:  # [n_prompts] how often each prompt was drawn
+            values = [
+                tpot[i] for i in range(len(records)) for _ in range(int(drawn[i % n_prompts]))
+            ]
+            by_hand.append(np.quantile(values, quantile, method="inverted_cdf"))
+        assert (columns[f"{name}_ci_low"], columns[f"{name}_ci_high"]) == percentile_interval(
+            np.array(by_hand)
+        )
+    assert columns["tpot_median_s_ci_low"] <= columns["tpot_median_s"]
+    assert columns["tpot_p90_s"] >= columns["tpot_median_s"]
 
 
 def test_an_old_csv_is_widened_and_its_rows_read_with_empty_intervals(tmp_path):

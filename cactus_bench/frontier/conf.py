@@ -23,9 +23,11 @@ from cactus_bench.samplers.params import DIVERGENCE_NAMES
 
 PROMPT_SOURCES = ("demo", "gsm8k_test", "ifeval", "gsm8k_train")
 HELD_OUT = ("demo", "gsm8k_test", "ifeval")  # not in the embedded drafter's training data
-# Every rule of the catalogue (aliases run as their rule), in the catalogue's order: a new rule
-# file reaches the frontier's default grid without an edit here.
-RULE_FAMILIES = tuple(name for name, info in RULES.items() if info.alias_of is None)
+# Every rule of the catalogue with a per-position law (aliases run as their rule; FLy's window
+# has none), in the catalogue's order: a new rule file reaches the frontier without an edit here.
+RULE_FAMILIES = tuple(
+    name for name, info in RULES.items() if info.alias_of is None and info.per_position_law
+)
 # Budgets from 0.01 to 8 nats, roughly log-spaced (at most a factor 2 apart) on round values
 # that include the paper's and the demo's (0.25, 0.5, 0.75, 1, 2).
 DEFAULT_DELTAS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)

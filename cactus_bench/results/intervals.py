@@ -204,7 +204,12 @@ def latency_columns(records: Sequence, n_prompts: int, counts: np.ndarray | None
     kept = ~np.isnan(tpot)
     out: dict = {}
     for name, quantile in LATENCY_QUANTILES.items():
-        out[name] = float(np.quantile(tpot[kept], quantile)) if kept.any() else None
+        # the inverted-CDF quantile (the smallest value with a share >= quantile below it), the
+        # same rule as the weighted one of each resample below
+        kept_values = tpot[kept]
+        out[name] = (
+            float(np.quantile(kept_values, quantile, method="inverted_cdf")) if kept.any() else None
+        )
         out[f"{name}_ci_low"] = out[f"{name}_ci_high"] = None
         if counts is None or not kept.any():
             continue
@@ -212,7 +217,7 @@ def latency_columns(records: Sequence, n_prompts: int, counts: np.ndarray | None
         values = tpot[kept][order]
         weights = np.asarray(counts, dtype=float)[:, prompt_of[kept][order]]  # [B, K]
         cumulative = weights.cumsum(axis=1)  # [B, K]
-        reached = cumulative >= quantile * cumulative[:, -1:]  # lower weighted quantile
+        reached = cumulative >= quantile * cumulative[:, -1:] - 1e-9  # weighted inverted CDF
         out[f"{name}_ci_low"], out[f"{name}_ci_high"] = percentile_interval(
             values[reached.argmax(axis=1)]
         )

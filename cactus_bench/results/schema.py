@@ -35,7 +35,7 @@ class Column:
 _PARAM_COLUMNS: tuple[Column, ...] = (
     Column("delta", "float", "divergence budget (cactus, cactus_exact, mentored)"),
     Column("divergence", "str", "f-divergence of the constraint, e.g. kl"),
-    Column("threshold", "float", "TAS posterior threshold epsilon, or FSD's T"),
+    Column("threshold", "float", "TAS posterior threshold epsilon, FSD's T, or FLy's theta"),
     Column("alpha", "float", "TAS alpha, interp's drafter weight, a cascade's alpha"),
     Column("top_k_accept", "int", "k of the top-k acceptance baseline"),
     Column("lenience_l", "float", "Leviathan's lenience l (lenience; 1 = SpS)"),
@@ -43,6 +43,7 @@ _PARAM_COLUMNS: tuple[Column, ...] = (
     Column("fsd_div", "str", "FSD's divergence: js | kl | reverse_kl | tv"),
     Column("test_law", "str", "unscaled | processed: law a cascade/FSD/BiLD test reads"),
     Column("w", "float", "ensemble weight on q (runs as interp, alpha = 1 - w)"),
+    Column("fly_window", "int", "FLy's deferred window W (fly)"),
 )
 
 _SCHEMA: tuple[Column, ...] = (

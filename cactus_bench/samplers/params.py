@@ -81,6 +81,9 @@ class RuleInfo:
     params: tuple[Param, ...] = ()
     alias_of: str | None = None
     to_target: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # False for a rule whose decision at one position reads later drafts (FLy's window): it
+    # has no emitted law of one position's p and q, so the frontier's exact statistics skip it
+    per_position_law: bool = True
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

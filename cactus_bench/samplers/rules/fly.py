@@ -49,7 +49,7 @@ class Fly(Builder):
         "fly",
         "FLy: a native SpS rejection is accepted when H3(q) >= theta and the next W drafts pass",
         (
-            # the run's `threshold` column (the TAS / FSD threshold): schema.py has no FLy column
+            # the run's `threshold` column, shared with TAS's epsilon and FSD's T
             Param(
                 "entropy_threshold",
                 float,
@@ -57,9 +57,15 @@ class Fly(Builder):
                 low=0.0,
                 column="threshold",
             ),
-            # no CSV column yet (results/schema.py): in sampler_params only
-            Param("window", int, "deferred window W (vLLM fly_window_size)", low=0, column=""),
+            Param(
+                "window",
+                int,
+                "deferred window W (vLLM fly_window_size)",
+                low=0,
+                column="fly_window",
+            ),
         ),
+        per_position_law=False,  # the window reads later drafts: no one-position law
     )
 
     def __init__(self, entropy_threshold: float = 0.3, window: int = 6):
