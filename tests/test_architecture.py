@@ -8,6 +8,8 @@ functions count too: a lazy import is still a dependency); module-level imports 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,65 @@ def test_scripts_are_entry_points_without_import_cycles():
     assert_acyclic(graph)
     for module, path in MODULES.items():
         assert not top_level_names(path) & set(SCRIPTS), f"{module} imports a script"
+
+
+# The folders (and modules) whose function-level imports are checked below; the remaining ones
+# (run, tasks, engine, samplers, vllm, gpu_check, run_settings, frontier/plots_matched.py) join as
+# they are done.
+LAZY_CHECKED = (
+    "results",
+    "report",
+    "models",
+    "rehearsal",
+    "frontier",
+    "drafter_training",
+    "feature_drafter",
+    "bench",
+    "paper.py",
+)
+LAZY_NOT_YET = ("frontier/plots_matched.py",)
+
+
+def uncommented_lazy_imports(path: Path) -> list[int]:
+    """Lines of the imports inside functions that have no trailing `# lazy: <why>` comment (on
+    any line of the statement, for one the formatter wraps)."""
+    source = path.read_text(encoding="utf-8")
+    comments = {
+        token.start[0]
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT and token.string.startswith("# lazy:")
+    }
+    lines = set()
+    for function in ast.walk(ast.parse(source)):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+                    if not comments.intersection(span):
+                        lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_imports_sit_at_the_top_unless_they_say_why():
+    """An import inside a function keeps a heavy library (torch, transformers, vLLM, lm-eval,
+    matplotlib, pandas, wandb, huggingface_hub, ...) out of a command's start-up, or breaks an
+    import cycle; it says which in a trailing `# lazy: ...` comment. Any other import sits at the
+    top of the module."""
+    checked = [
+        path
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] in LAZY_CHECKED
+        and path.relative_to(PACKAGE).as_posix() not in LAZY_NOT_YET
+    ]
+    assert len(checked) > 50
+    missing = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}"
+        for path in checked
+        for line in uncommented_lazy_imports(path)
+    ]
+    assert not missing, "function-level imports without a `# lazy: why` comment: " + ", ".join(
+        missing
+    )
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 from tqdm import tqdm
-from transformers import DynamicCache
+from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
 
 from cactus_bench.bench.decoders import sps_decoder
 from cactus_bench.drafter_training.teacher import chat_ids
@@ -194,8 +194,6 @@ def end_to_end(pair, prompts: list[str], sampling: SamplingParams, m: int, new_t
 def load_smollm2_pair(weights: Path, config: Path, dtype: str = "float32") -> LoadedPair:
     """The smollm2_135m pair with the drafter weights at ``weights`` (default: committed), both
     models in ``dtype``."""
-    from transformers import AutoTokenizer, LlamaForCausalLM
-
     model_dir = prepare_smollm2()
     torch_dtype = getattr(torch, dtype)
     verifier = LlamaForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype).eval()

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import torch
 
+from cactus_bench.models import load_pair
+from cactus_bench.models.smollm2 import smollm2_dir
+from cactus_bench.models.tiny import make_tiny_pair
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def tiny_pair(dtype: torch.dtype, device: str = "cpu"):
     """(drafter, verifier, tokenizer): the tiny random pair (seed 0) on `device` in `dtype`."""
-    from cactus_bench.models.tiny import make_tiny_pair
-
     drafter, verifier, tokenizer = make_tiny_pair(seed=0)
     return drafter.to(device, dtype), verifier.to(device, dtype), tokenizer
 
@@ -20,11 +22,7 @@ def load_models(choice: str, dtype: torch.dtype):
     """(name, drafter or None, verifier, tokenizer, model dir or None) in `dtype`; `choice` is
     auto (SmolLM2 if cached, else the tiny pair), smollm2 or tiny."""
     if choice in ("auto", "smollm2"):
-        from cactus_bench.models.smollm2 import smollm2_dir
-
         if (smollm2_dir() / "model.safetensors").exists():
-            from cactus_bench.models import load_pair
-
             pair = load_pair("smollm2_135m", device="cpu", dtype=dtype)
             return "smollm2_135m", pair.drafter, pair.verifier, pair.tokenizer, smollm2_dir()
         if choice == "smollm2":
@@ -39,7 +37,5 @@ def load_named_pair(name: str, device: str, dtype: str | None):
     if name == "tiny":
         dtype_ = getattr(torch, dtype) if dtype else torch.float32
         return *tiny_pair(dtype_, device), None, {}
-    from cactus_bench.models import load_pair
-
     pair = load_pair(name, device=device, dtype=dtype)
     return pair.drafter, pair.verifier, pair.tokenizer, pair.token_map, pair.chat_template_kwargs

@@ -19,8 +19,8 @@ __all__ = ["FrontierConf", "FrontierConfigError", "run_frontier"]
 
 
 def __getattr__(name: str):
-    if name == "run_frontier":  # imports torch: only on use
-        from cactus_bench.frontier.pipeline import run_frontier
+    if name == "run_frontier":
+        from cactus_bench.frontier.pipeline import run_frontier  # lazy: FrontierConf without torch
 
         return run_frontier
     raise AttributeError(f"module 'cactus_bench.frontier' has no attribute {name!r}")

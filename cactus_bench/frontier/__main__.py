@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import sys
 import typing
+from pathlib import Path
 
 from cactus_bench.frontier.conf import FrontierConf
 
@@ -52,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             plots.add_argument("--csv", required=True)
             plots.add_argument("--out", default=None, help="default: <csv folder>/figures")
             args = plots.parse_args(argv[1:])
-            from pathlib import Path
-
-            from cactus_bench.frontier.plots import make_figures
+            from cactus_bench.frontier.plots import make_figures  # lazy: matplotlib for plots only
 
             out = args.out or Path(args.csv).parent / "figures"
             for path in make_figures(args.csv, out):
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         conf = FrontierConf(**vars(_parser().parse_args(argv)))
         conf.check()
-        from cactus_bench.frontier.pipeline import run_frontier
+        from cactus_bench.frontier.pipeline import run_frontier  # lazy: torch after the checks
 
         outcome = run_frontier(conf)
     except KeyboardInterrupt:
@@ -81,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_from_run_conf(run_conf) -> str:
     """`python run.py experiment=frontier`: the frontier of the run's pair, data and sampling
     (FrontierConf.from_run), reported as the module CLI reports it."""
-    from cactus_bench.frontier.pipeline import run_frontier
+    from cactus_bench.frontier.pipeline import run_frontier  # lazy: keeps torch out of the CLI
 
     return format_outcome(run_frontier(FrontierConf.from_run(run_conf)))
 

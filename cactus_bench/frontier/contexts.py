@@ -22,7 +22,11 @@ from pathlib import Path
 
 import torch
 
+from cactus_bench.engine import SamplingParams
+from cactus_bench.engine.batch_generate import sample_continuations
+from cactus_bench.engine.runtime import resolve_eos_ids
 from cactus_bench.frontier.conf import FrontierConf, FrontierConfigError
+from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
 
 CACHE_VERSION = 2  # bump when the sampled tokens of a given key change (e.g. the generator)
 KEEP_TOP_MAX = 256  # keep q from the generation when top_k <= this (else teacher-force it)
@@ -45,8 +49,6 @@ class Contexts:
 
 def load_prompt_texts(conf: FrontierConf) -> list[tuple[str, str]]:
     """(source, text) pairs in the order of conf.prompts."""
-    from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
-
     texts: list[tuple[str, str]] = []
     for source, size in conf.source_sizes().items():
         if size == 0:
@@ -121,10 +123,6 @@ def keep_top(conf: FrontierConf) -> int:
 
 def build_contexts(conf: FrontierConf, pair, cache_dir: Path, device: torch.device) -> Contexts:
     """The cached contexts for this pair and prompt set, sampling them when absent."""
-    from cactus_bench.engine import SamplingParams
-    from cactus_bench.engine.batch_generate import sample_continuations
-    from cactus_bench.engine.runtime import resolve_eos_ids
-
     sourced = load_prompt_texts(conf)
     prompt_ids = encode_prompts([t for _, t in sourced], pair.tokenizer, pair.chat_template_kwargs)
     sources = [source for source, _ in sourced]

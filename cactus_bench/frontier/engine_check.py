@@ -16,6 +16,7 @@ import math
 import torch
 from tqdm.auto import tqdm
 
+from cactus_bench.engine import SpeculativeDecoder
 from cactus_bench.frontier.contexts import Contexts
 
 CHECK_ARMS = (("sps", None), ("cactus", 1.0))  # (family, delta): the lossless rule and the paper's
@@ -61,8 +62,6 @@ def engine_first_acceptance(
     progress: bool = True,
 ) -> list[int]:
     """0/1 per (position, seed): did the engine accept its single draft at that position?"""
-    from cactus_bench.engine import SpeculativeDecoder
-
     device = next(pair.verifier.parameters()).device
     decoder = SpeculativeDecoder(
         pair.drafter,

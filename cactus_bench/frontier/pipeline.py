@@ -14,11 +14,40 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+import torch
+
+from cactus_bench.engine import SamplingParams
+from cactus_bench.frontier.aggregate import bootstrap_weights
+from cactus_bench.frontier.arms import build_arms
 from cactus_bench.frontier.conf import FrontierConf, FrontierConfigError
+from cactus_bench.frontier.contexts import build_contexts, load_prompt_texts
+from cactus_bench.frontier.definitions import write_definitions
+from cactus_bench.frontier.distribution import (
+    distribution_rows,
+    overshoot_cell_rows,
+    paired_rows,
+    theorem3_findings,
+)
+from cactus_bench.frontier.engine_check import (
+    CHECK_ARMS,
+    engine_first_acceptance,
+    sample_positions,
+    wilson_interval,
+)
+from cactus_bench.frontier.matched import matched_rows
+from cactus_bench.frontier.plots import make_figures
+from cactus_bench.frontier.rows import COLUMNS, summary_rows
+from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
+from cactus_bench.frontier.teacher import iter_chunks
+from cactus_bench.models import load_pair
+from cactus_bench.models.loading import resolve_device
+from cactus_bench.results.metadata import device_name, git_state
 
 
 @dataclass
@@ -33,25 +62,6 @@ class FrontierOutcome:
 
 def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     conf.check()
-    import pandas as pd
-    import torch
-
-    from cactus_bench.engine import SamplingParams
-    from cactus_bench.frontier.aggregate import bootstrap_weights
-    from cactus_bench.frontier.arms import build_arms
-    from cactus_bench.frontier.contexts import build_contexts, load_prompt_texts
-    from cactus_bench.frontier.definitions import write_definitions
-    from cactus_bench.frontier.distribution import (
-        distribution_rows,
-        overshoot_cell_rows,
-        paired_rows,
-        theorem3_findings,
-    )
-    from cactus_bench.frontier.matched import matched_rows
-    from cactus_bench.frontier.rows import COLUMNS, summary_rows
-    from cactus_bench.models import load_pair
-    from cactus_bench.models.loading import resolve_device
-
     if conf.threads is not None:
         torch.set_num_threads(conf.threads)
     torch.manual_seed(conf.seed)
@@ -114,8 +124,6 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     _write_metadata(csv_path.with_suffix(".json"), conf, pair, timings, positions, sequences)
     outcome = FrontierOutcome(csv_path, positions, sequences, timings)
     if conf.figures:
-        from cactus_bench.frontier.plots import make_figures
-
         outcome.figures = make_figures(csv_path, out_dir / "figures")
     outcome.highlights = highlights(frame) + theorem3_findings(rows)
     return outcome
@@ -125,11 +133,6 @@ def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
     """Per-position statistics of every arm: {"stats": {name: [A, N]}, "entropy": [N],
     "sequence": [N], "lengths": [S], "sources": [S], "cells": [A, Qb, Gb, 2] overshoot cells}
     over the sequences with a position."""
-    import torch
-
-    from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
-    from cactus_bench.frontier.teacher import iter_chunks
-
     kept = [i for i, tokens in enumerate(contexts.tokens) if tokens]
     lengths = torch.tensor([len(contexts.tokens[i]) for i in kept], dtype=torch.long)
     renumber = {original: new for new, original in enumerate(kept)}
@@ -161,8 +164,6 @@ def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
 
 
 def _engine_check_arms(conf: FrontierConf, arms) -> list[int]:
-    from cactus_bench.frontier.engine_check import CHECK_ARMS
-
     if not conf.engine_check:
         return []
     found = []
@@ -180,12 +181,6 @@ def _engine_check_arms(conf: FrontierConf, arms) -> list[int]:
 
 
 def _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling) -> list[dict]:
-    from cactus_bench.frontier.engine_check import (
-        engine_first_acceptance,
-        sample_positions,
-        wilson_interval,
-    )
-
     # Global position indices count positions only, in sequence order, as measure_positions.
     positions = sample_positions(contexts, conf.engine_check, conf.seed)
     rows = []
@@ -227,12 +222,6 @@ def _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, samplin
 
 
 def _write_metadata(path: Path, conf, pair, timings, positions, sequences) -> None:
-    import platform
-
-    import torch
-
-    from cactus_bench.results.metadata import device_name, git_state
-
     sha, dirty = git_state()
     meta = {
         "conf": dataclasses.asdict(conf),

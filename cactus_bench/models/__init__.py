@@ -6,6 +6,7 @@ pair = load_pair("smollm2_135m", device="cpu")  # or a PairSpec; -> LoadedPair
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from cactus_bench.models.registry import PAIR_NAMES, PAIRS, PairSpec, get_pair_spec
@@ -23,8 +24,6 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     """Loaders import torch and transformers on first use; the registry stays light."""
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f"cactus_bench.models.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'cactus_bench.models' has no attribute {name!r}")
 

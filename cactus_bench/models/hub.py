@@ -71,7 +71,7 @@ def explain_unavailable(
 
 
 def _repo_dir(model_id: str) -> Path:
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # lazy: keeps huggingface_hub out of the run's identity
 
     return Path(constants.HF_HUB_CACHE) / ("models--" + model_id.replace("/", "--"))
 
@@ -101,7 +101,7 @@ def explain_not_cached(
     model_id: str, revision: str | None, role: str, error: BaseException | None = None
 ) -> str:
     """Why the cache cannot serve `model_id` at `revision`, and the fix (one line)."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # lazy: keeps huggingface_hub out of the run's identity
 
     wanted = f"{model_id} (revision {revision})" if revision else model_id
     cache = Path(constants.HF_HUB_CACHE)
@@ -133,8 +133,8 @@ def explain_not_cached(
 
 def hub_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
     """One HEAD request to the hub endpoint, no retries (huggingface_hub retries each file)."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import get_session
+    from huggingface_hub import constants  # lazy: keeps huggingface_hub out of the run's identity
+    from huggingface_hub.utils import get_session  # lazy: as above
 
     try:
         get_session().head(constants.ENDPOINT, timeout=timeout_s)
@@ -153,7 +153,7 @@ def go_offline_if_unreachable(models: list[tuple[str, str, str | None]]) -> None
     DNS fails at once (measured: 5 min 56 s for one run that takes 30 s offline) and longer
     when the firewall drops packets; every job of a Slurm array would pay it.
     """
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # lazy: keeps huggingface_hub out of the run's identity
 
     if constants.is_offline_mode() or hub_reachable():
         return

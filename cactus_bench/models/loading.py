@@ -37,7 +37,11 @@ from cactus_bench.models.registry import (
     PairSpec,
     get_pair_spec,
 )
+from cactus_bench.models.smollm2 import prepare_smollm2
 
+# transformers, and the modules that import it (tiny, drafter, engine), load inside the functions
+# that use them: the run's identity (RunIdentity.dtype: resolve_pair_dtype) needs torch only, so
+# checking a run's config hash (a resumed or skipped run) never pays for importing transformers.
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -72,7 +76,7 @@ def resolve_dtype(
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto" and device.type == "cpu" and cpu_bf16:
-        from cactus_bench.engine.cpu_kernels import auto_cpu_dtype
+        from cactus_bench.engine.cpu_kernels import auto_cpu_dtype  # lazy: as the top says
 
         return auto_cpu_dtype()
     if dtype == "auto":
@@ -111,15 +115,13 @@ def _source(model_id: str) -> tuple[str, dict[str, Any]]:
 
 def load_tokenizer(model_id: str, revision: str | None = None):
     """The tokenizer for a hub id, local directory or GGUF file (never remote code)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: transformers (see the top)
 
     if model_id in (TINY_DRAFTER_ID, TINY_VERIFIER_ID):
-        from cactus_bench.models.tiny import make_tiny_tokenizer
+        from cactus_bench.models.tiny import make_tiny_tokenizer  # lazy: transformers (see the top)
 
         return make_tiny_tokenizer()
     if model_id in (SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID):
-        from cactus_bench.models.smollm2 import prepare_smollm2
-
         return AutoTokenizer.from_pretrained(str(prepare_smollm2()))
     source, extra = _source(model_id)
     return AutoTokenizer.from_pretrained(
@@ -135,7 +137,7 @@ def load_model(
     spread: bool = False,
 ) -> torch.nn.Module:
     """A causal LM in eval mode; ``spread`` uses ``device_map="auto"`` (CUDA only)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: transformers (see the top)
 
     if model_id.startswith(EMBEDDED_PREFIX):
         raise ValueError(f"{model_id} is built by load_pair, not load_model")
@@ -150,10 +152,9 @@ def load_model(
 
 
 def _load_embedded_smollm2(device: torch.device, dtype: torch.dtype | str):
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaForCausalLM  # lazy: transformers (see the top)
 
-    from cactus_bench.models.drafter import load_drafter
-    from cactus_bench.models.smollm2 import prepare_smollm2
+    from cactus_bench.models.drafter import load_drafter  # lazy: transformers (see the top)
 
     dtype = torch.float32 if dtype == "auto" else dtype
     model_dir = prepare_smollm2()
@@ -291,7 +292,7 @@ def _load_embedded(spec: PairSpec, device: torch.device, dtype: torch.dtype | st
         drafter, verifier = _load_embedded_smollm2(device, dtype)
         return drafter, verifier, load_tokenizer(SMOLLM2_VERIFIER_ID)
     if (spec.drafter, spec.verifier) == (TINY_DRAFTER_ID, TINY_VERIFIER_ID):
-        from cactus_bench.models.tiny import make_tiny_pair
+        from cactus_bench.models.tiny import make_tiny_pair  # lazy: transformers (see the top)
 
         dtype = torch.float32 if dtype == "auto" else dtype
         drafter, verifier, tokenizer = make_tiny_pair(seed=0)

@@ -77,8 +77,13 @@ def extract_gguf(root: Path | None = None) -> Path:
 
 def convert_gguf(gguf_file: Path, out_dir: Path) -> None:
     """Load the GGUF with transformers, rebuild a plain Llama model, save it and the tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    import torch  # lazy: keeps torch out of the cache checks (smollm2_dir, is_prepared)
+    from transformers import (  # lazy: as torch
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
 
     kwargs = {"gguf_file": gguf_file.name}
     tokenizer = AutoTokenizer.from_pretrained(str(gguf_file.parent), **kwargs)

@@ -133,8 +133,10 @@ def _etag(path: Path) -> str:
 
 
 def _write_files(folder: Path, spec: HubModel, qwen3_dir: Path) -> None:
-    from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM
+    # Not at the top: `cactus_bench.rehearsal` imports without transformers (gpu_memory_table.py
+    # reads its specs; rehearse.py only checks a cache already built).
+    from safetensors.torch import save_file  # lazy: keeps safetensors out, as transformers
+    from transformers import AutoConfig, AutoModelForCausalLM  # lazy: see above
 
     (folder / "config.json").write_text(json.dumps(spec.config, indent=2, sort_keys=True))
     (folder / "generation_config.json").write_text(

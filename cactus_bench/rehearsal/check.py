@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from cactus_bench.models.loading import shared_token_ids
 from cactus_bench.rehearsal.specs import hub_model
 
 # (start, end) of a rendered GSM8K prompt per tokenizer kind: one BOS where the family has one,
@@ -59,9 +60,7 @@ def snapshot_dir(hub: Path, repo_id: str, revision: str | None) -> Path:
 def vocab_facts(hub: Path, spec) -> VocabFacts:
     """Output sizes from the snapshots' config.json and load_pair's token_map rule applied to
     the snapshots' tokenizers (the same function load_pair calls)."""
-    from transformers import AutoTokenizer
-
-    from cactus_bench.models.loading import shared_token_ids
+    from transformers import AutoTokenizer  # lazy: keeps transformers out of rehearse.py's start
 
     folders = [
         snapshot_dir(hub, spec.drafter, spec.drafter_revision),

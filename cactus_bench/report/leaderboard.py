@@ -17,6 +17,21 @@ import json
 import math
 from pathlib import Path
 
+import pandas as pd
+from matplotlib.figure import Figure
+
+from cactus_bench.report.figure_parts import (
+    COLORS,
+    MARKERS,
+    clipped_errors,
+    describe,
+    figure_legend,
+    mark_excluded,
+    sampler_color,
+    save_figure,
+)
+from cactus_bench.results.schema import RENAMED_COLUMNS
+
 # The frontier's parameter label of an arm (frontier/arms.py), to join its exact statistics.
 FRONTIER_LABEL = {
     "cactus": "delta",
@@ -66,11 +81,6 @@ def part_m(rows, task: str) -> int:
 
 def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list[Path]:
     """Table, definitions and figure of the runs in rows_csv into out_dir; returns the figures."""
-    import pandas as pd
-
-    from cactus_bench.report.figure_parts import COLORS, save_figure
-    from cactus_bench.results.schema import RENAMED_COLUMNS
-
     # rows written before the renames (n_samples, speedup) read under today's names
     rows = pd.read_csv(rows_csv).rename(columns=RENAMED_COLUMNS)
     rows = rows[rows.status == "ok"].copy()
@@ -131,18 +141,6 @@ def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list
 def score_vs_al_figure(rows, board):
     """One panel per task: the score against AL, each rule's arms joined in order of AL, in the
     rule's colour and marker of every other figure; one legend below the panels."""
-    from matplotlib.figure import Figure
-
-    from cactus_bench.report.figure_parts import (
-        COLORS,
-        MARKERS,
-        clipped_errors,
-        describe,
-        figure_legend,
-        mark_excluded,
-        sampler_color,
-    )
-
     tasks = list(board.task.unique())
     figure = Figure(figsize=(6 * len(tasks) + 0.6, 5.4), layout="constrained")
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]

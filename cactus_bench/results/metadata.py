@@ -108,12 +108,12 @@ def device_name(device: str) -> str:
     """Human name of the device timings come from, e.g. 'NVIDIA A100-SXM4-40GB' or the CPU."""
     device = str(device)
     if device.startswith("cuda"):
-        import torch  # only here: reading a CSV must never need torch
+        import torch  # lazy: reading a CSV must never need torch
 
         index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
         return torch.cuda.get_device_name(index)
     if device == "cpu":
-        import torch  # the runner has loaded it already; its thread count shapes every timing
+        import torch  # lazy: as above (a runner has it loaded; its threads shape every timing)
 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         cores = cores or os.cpu_count()

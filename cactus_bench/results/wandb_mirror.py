@@ -68,7 +68,7 @@ class WandbMirror:
         group: str | None = None,
         tags: Sequence[str] = (),
     ):
-        import wandb  # imported here: the CSV path must work without touching wandb
+        import wandb  # lazy: the CSV path must work without touching wandb
 
         mode = os.environ.get("WANDB_MODE")
         if not mode and wandb_credentials() is None:
