@@ -85,13 +85,13 @@ def test_the_committed_frontier_figures_get_no_mark():
 
 
 def test_the_rules_board_draws_an_interval_beside_its_estimate(tmp_path, monkeypatch):
-    from cactus_bench.report import figure_parts
+    from cactus_bench.report import figure_parts, leaderboard
     from cactus_bench.report.leaderboard import write_leaderboard
 
     drawn = []
     save = figure_parts.save_figure
     monkeypatch.setattr(
-        figure_parts, "save_figure", lambda figure, *a: drawn.append(figure) or save(figure, *a)
+        leaderboard, "save_figure", lambda figure, *a: drawn.append(figure) or save(figure, *a)
     )
 
     rows = pd.read_csv(REPO / "results" / "rules" / "rules.csv")

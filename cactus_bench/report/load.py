@@ -78,6 +78,8 @@ _MEAN_COLUMNS = (
     "tokens_per_s_baseline",
     "speedup_tokens",
     "speedup_walltime",
+    "tpot_median_s",
+    "tpot_p90_s",
 )
 _SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens", "n_prompts")
 INTERVAL_COLUMNS = tuple(interval_column_names())
@@ -88,6 +90,9 @@ OPTIONAL_COLUMNS = (
     "score_by_prompt",
     "prompts_hash",
     "repeats",
+    "batch",
+    "tpot_median_s",
+    "tpot_p90_s",
 )
 
 
