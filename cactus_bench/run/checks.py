@@ -86,6 +86,7 @@ def validate(conf: RunConf) -> SamplerChoice:
     _fail_if(complaint is not None, str(complaint))
     _check_groups(conf)
     _check_choices(conf)
+    _check_batch(conf)
     _fail_if(
         conf.backend.name == "vllm" and choice.params.get("test_law") == "unscaled",
         f"backend=vllm gives rules only the sampling laws p and q, not the temperature-1 laws "
@@ -95,17 +96,40 @@ def validate(conf: RunConf) -> SamplerChoice:
     return choice
 
 
+def _check_batch(conf: RunConf) -> None:
+    """batch > 1 needs a backend and a forward path that decode rows together."""
+    if conf.batch == 1:
+        return
+    _fail_if(
+        conf.backend.name != "hf",
+        f"batch={conf.batch} runs on backend=hf only so far (backend={conf.backend.name} "
+        "decodes one request at a time here); use backend=hf or batch=1",
+    )
+    _fail_if(
+        conf.engine.fast == "off",
+        f"batch={conf.batch} needs the fast forward (static batched caches): engine.fast=off "
+        "decodes one request at a time; set engine.fast=auto or batch=1",
+    )
+
+
 def ignored_settings(conf: RunConf, choice: SamplerChoice) -> list[str]:
     """Warnings (one line each) for settings the run accepts but cannot use: a divergence budget
-    (`delta=`) given to a rule without one. Printed by run.py; never an error, so that a sweep
-    such as `-m sampler=sps,cactus delta=0.5` still runs its SpS arm."""
-    if conf.delta is None or "delta" in choice.params:
-        return []
-    budgeted = [name for name, info in RULES.items() if info.param("delta") is not None]
-    return [
-        f"warning: sampler {choice.name!r} has no divergence budget, so delta={conf.delta} is "
-        f"ignored (rules with one: {', '.join(budgeted)})"
-    ]
+    (`delta=`) given to a rule without one, a batch larger than the prompts. Printed by run.py;
+    never an error, so that a sweep such as `-m sampler=sps,cactus delta=0.5` still runs its
+    SpS arm."""
+    lines = []
+    if conf.delta is not None and "delta" not in choice.params:
+        budgeted = [name for name, info in RULES.items() if info.param("delta") is not None]
+        lines.append(
+            f"warning: sampler {choice.name!r} has no divergence budget, so delta={conf.delta} "
+            f"is ignored (rules with one: {', '.join(budgeted)})"
+        )
+    if conf.limit is not None and conf.batch > conf.limit:  # each repeat is one batched pass
+        lines.append(
+            f"warning: batch={conf.batch} but limit={conf.limit} prompts, so at most "
+            f"{conf.limit} decode at once (the row records batch={conf.batch})"
+        )
+    return lines
 
 
 def _check_groups(conf: RunConf) -> None:

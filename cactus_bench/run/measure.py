@@ -64,6 +64,7 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
             max_gen_toks=conf.max_new_tokens,
             repeats=conf.repeats,
             think_filter=conf.think_filter,
+            batch=conf.batch,
         )
 
     result = decode_journaled(identity, decoders, evaluate)

@@ -53,6 +53,38 @@ class JournaledDecoder:
         self.decoded += 1
         return record
 
+    def generate_batch(self, requests, batch_size: int = 1, on_finish=None):
+        """The batched form: journaled requests are replayed, the rest decoded together by the
+        decoder's `generate_batch` and journaled one by one as each ends."""
+        from cactus_bench.engine import RequestRecord  # lazy: keeps torch out of the checks
+        from cactus_bench.engine.batched import as_request  # lazy: as above
+
+        requests = [as_request(self.decoder, request) for request in requests]
+        records: list = [None] * len(requests)
+        todo = []
+        for index, request in enumerate(requests):
+            saved = self._finished.get(int(request.seed))
+            if saved is not None and saved["prompt_ids"] == list(request.prompt_ids):
+                records[index] = RequestRecord.from_dict(saved)
+                self.replayed += 1
+                if on_finish is not None:
+                    on_finish(index, records[index])
+            else:
+                todo.append(index)
+
+        def finished(position: int, record) -> None:
+            self.journal.append(self.arm, record)  # durable as soon as the request ends
+            self.decoded += 1
+            records[todo[position]] = record
+            if on_finish is not None:
+                on_finish(todo[position], record)
+
+        if todo:
+            self.decoder.generate_batch(
+                [requests[index] for index in todo], batch_size, on_finish=finished
+            )
+        return records
+
     def __getattr__(self, name):  # anything else a backend's decoder offers
         if name == "decoder":  # not set yet (e.g. while unpickling): no recursion
             raise AttributeError(name)

@@ -126,6 +126,7 @@ def evaluate_task(
     show_progress: bool = True,
     repeats: int = 1,
     think_filter: str = "paper",
+    batch: int = 1,
 ) -> TaskResult:
     """Runs `task` (gsm8k | ifeval | gpqa | demo) through lm-eval with `decoder`.
 
@@ -140,6 +141,7 @@ def evaluate_task(
     think_filter: "paper" (default) scores an unfinished `<think>` block's text with only the
     tag removed, as the reference code does; "strict" never scores unfinished reasoning
     (paper_settings.strip_thinking).
+    batch: requests decoded at once by `decoder.generate_batch` (both arms; 1 = one at a time).
     """
     spec = get_spec(task)
     if tokenizer is None:
@@ -179,6 +181,7 @@ def evaluate_task(
             max_gen_toks=int(generation["max_gen_toks"]),
             seed=repeat_seed(seed, repeat),
             show_progress=show_progress,
+            batch=batch,
         )
         for repeat in range(repeats)
     ]

@@ -7,6 +7,10 @@ engine records (acceptance per step, timings) are kept on the model for the run'
 With a baseline decoder (the verifier alone), every prompt is also decoded by it, interleaved
 prompt by prompt with the speculative decoder and alternating which goes first, so that slow
 drifts of a shared machine hit both arms alike. Only the speculative output is scored.
+
+With batch > 1 every request of the task goes to the decoder's `generate_batch` at once (that
+many decoded together, continuous batching), and the baseline decodes the same requests at the
+same batch right after: a batch cannot be interleaved prompt by prompt.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs
 from tqdm.auto import tqdm
 
-from cactus_bench.engine import RequestRecord, SamplingParams, cut_at_stop
+from cactus_bench.engine import BatchRequest, RequestRecord, SamplingParams, cut_at_stop
 from cactus_bench.paper import PAPER
 from cactus_bench.tasks.paper_settings import THINK_CLOSE, THINK_OPEN
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
@@ -73,6 +77,7 @@ class CactusBenchLM(LM):
         max_gen_toks: int = DEFAULT_MAX_GEN_TOKS,
         seed: int = PAPER.seed,
         show_progress: bool = True,
+        batch: int = 1,
     ) -> None:
         super().__init__()
         if not hasattr(decoder, "generate"):
@@ -81,6 +86,8 @@ class CactusBenchLM(LM):
             raise TypeError("baseline must be None or a cactus_bench.engine decoder")
         if max_gen_toks < 1:
             raise ValueError(f"max_gen_toks must be >= 1; got {max_gen_toks}")
+        if batch > 1 and not hasattr(decoder, "generate_batch"):
+            raise TypeError(f"batch={batch} needs a decoder with generate_batch (backend=hf)")
         self.decoder = decoder
         self.baseline = baseline
         self.tokenizer = tokenizer
@@ -88,6 +95,7 @@ class CactusBenchLM(LM):
         self.max_gen_toks = max_gen_toks
         self.seed = seed
         self.show_progress = show_progress
+        self.batch = batch
         self.records: list[RequestRecord] = []  # speculative (or only) arm, request order
         self.baseline_records: list[RequestRecord] = []  # same requests, verifier alone
 
@@ -133,15 +141,18 @@ class CactusBenchLM(LM):
         return list(self.tokenizer.encode(context, add_special_tokens=add_special))
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
-        outputs = []
         hide = disable_tqdm or not self.show_progress
+        if self.batch > 1:
+            return self._generate_batched(requests, hide)
+        outputs = []
         for request in tqdm(requests, desc="generate_until", disable=hide):
             context, gen_kwargs = request.args
             outputs.append(self._generate_one(context, gen_kwargs))
             self.cache_hook.add_partial("generate_until", request.args, outputs[-1])
         return outputs
 
-    def _generate_one(self, context: str, gen_kwargs: dict[str, Any]) -> str:
+    def _request(self, context: str, gen_kwargs: dict[str, Any], index: int) -> BatchRequest:
+        """Request `index` as both arms decode it: same prompt, budget, stops and seed."""
         unknown = set(gen_kwargs) - SUPPORTED_GEN_KWARGS
         if unknown:
             raise ValueError(
@@ -149,26 +160,62 @@ class CactusBenchLM(LM):
                 f"{sorted(SUPPORTED_GEN_KWARGS)}"
             )
         kwargs = normalize_gen_kwargs(gen_kwargs, default_max_gen_toks=self.max_gen_toks)
-        stop = [term for term in kwargs["until"] if term]
-        sampling = sampling_from_gen_kwargs(kwargs)
-        prompt_ids = self.encode_prompt(context)
-        index = len(self.records)
+        return BatchRequest(
+            prompt_ids=self.encode_prompt(context),
+            max_new_tokens=kwargs["max_gen_toks"],
+            stop=[term for term in kwargs["until"] if term],
+            seed=request_seed(self.seed, index),
+            sampling=sampling_from_gen_kwargs(kwargs),
+        )
 
-        def run(decoder) -> RequestRecord:  # both arms: same prompt, budget, stops and seed
+    def _generate_one(self, context: str, gen_kwargs: dict[str, Any]) -> str:
+        request = self._request(context, gen_kwargs, len(self.records))
+
+        def run(decoder) -> RequestRecord:
             return decoder.generate(
-                list(prompt_ids),
-                max_new_tokens=kwargs["max_gen_toks"],
-                stop=stop,
-                seed=request_seed(self.seed, index),
-                sampling=sampling,
+                list(request.prompt_ids),
+                max_new_tokens=request.max_new_tokens,
+                stop=request.stop,
+                seed=request.seed,
+                sampling=request.sampling,
             )
 
+        index = len(self.records)
         if self.baseline is not None and index % 2 == 1:  # alternate which arm goes first
             self.baseline_records.append(run(self.baseline))
         record = run(self.decoder)
         self.records.append(record)
         if self.baseline is not None and index % 2 == 0:
             self.baseline_records.append(run(self.baseline))
+        return self._answer(context, record, request.stop)
+
+    def _generate_batched(self, requests: list[Instance], hide: bool) -> list[str]:
+        """Every request through `generate_batch` at `batch`, then the baseline the same way."""
+        first = len(self.records)
+        batch = [
+            self._request(*request.args, first + offset) for offset, request in enumerate(requests)
+        ]
+        arms = [("generate_until", self.decoder, self.records)]
+        if self.baseline is not None:
+            arms.append(("baseline", self.baseline, self.baseline_records))
+        for label, decoder, kept in arms:
+            with tqdm(total=len(batch), desc=f"{label} (batch {self.batch})", disable=hide) as bar:
+                kept.extend(
+                    decoder.generate_batch(
+                        batch, self.batch, on_finish=lambda index, record: bar.update(1)
+                    )
+                )
+        outputs = []
+        for request, (context, _), record in zip(
+            batch, (r.args for r in requests), self.records[first:], strict=True
+        ):
+            outputs.append(self._answer(context, record, request.stop))
+        for request, output in zip(requests, outputs, strict=True):
+            self.cache_hook.add_partial("generate_until", request.args, output)
+        return outputs
+
+    @staticmethod
+    def _answer(context: str, record: RequestRecord, stop: list[str]) -> str:
         # Every Decoder cuts at stop strings with cut_at_stop; cutting the returned text again
         # with the same function guards the scorer against a decoder that does not.
         return continues_thinking(context) + cut_at_stop(record.text, stop)[0]
