@@ -76,6 +76,12 @@ def test_a_batched_run_scores_and_decodes_as_at_batch_1_and_resumes(tmp_path, mo
     assert {x["batch_size"] for x in by_run[four.run_id]} == {3}
     shares = sum(x["share_time_s"] for x in by_run[four.run_id])
     assert shares == pytest.approx(float(rows["3"]["wall_time_spec_s"]))
+    steps = [json.loads(line) for line in (results / "runs.steps.jsonl").read_text().splitlines()]
+    assert sorted(s["arm"] for s in steps if s["run_id"] == four.run_id) == ["baseline", "spec"]
+    (spec_steps,) = [s for s in steps if s["run_id"] == four.run_id and s["arm"] == "spec"]
+    decode = [i for i, kind in enumerate(spec_steps["kind"]) if kind == "decode"]
+    assert max(spec_steps["rows"][i] for i in decode) == 3  # three requests at once
+    assert sum(spec_steps["accepted"]) == int(rows["3"]["draft_tokens_accepted"])
 
 
 @pytest.mark.slow
@@ -88,6 +94,8 @@ def test_an_interrupted_batched_run_resumes_from_its_journal(tmp_path, monkeypat
     real = batched.generate_batch
 
     def killed_after_two(decoder, requests, batch_size, on_finish=None):
+        if on_finish is None:  # the warm-up: not journaled, not killed
+            return real(decoder, requests, batch_size)
         finished = []
 
         def finish(index, record):

@@ -83,6 +83,7 @@ class ResultStore:
         if self.csv_path.suffix != ".csv":
             raise ValueError(f"results file must end in .csv, got {self.csv_path}")
         self.records_path = self.csv_path.with_name(self.csv_path.stem + ".records.jsonl")
+        self.steps_path = self.csv_path.with_name(self.csv_path.stem + ".steps.jsonl")
         self._lock = FileLock(str(self.csv_path) + ".lock", timeout=LOCK_TIMEOUT_S)
 
     # -- writing ---------------------------------------------------------------------------
@@ -115,6 +116,34 @@ class ResultStore:
                 _cut_torn_tail(self.records_path)
             _append_bytes(self.records_path, "".join(lines).encode("utf-8"))
         return len(lines)
+
+    def append_steps(self, run_id: str, arm: str, steps: Iterable) -> int:
+        """Append a batched run's decoder steps (engine.batched.BatchStep) to `<stem>.steps.jsonl`
+        as ONE line per arm: `{"run_id", "arm", <field>: [one value per step]}` with the step's
+        kind, rows, verifier tokens fed, drafts per row (max), and its draft / verify / rule /
+        prefill seconds: what the step-cost model fits (report/batch_cost.py). Returns steps."""
+        steps = list(steps)
+        if not steps:
+            return 0
+        entry = {
+            "run_id": run_id,
+            "arm": arm,
+            "kind": [step.kind for step in steps],
+            "rows": [step.rows for step in steps],
+            "fed": [sum(step.fed) for step in steps],
+            "drafts": [max(step.drafts, default=0) for step in steps],
+            "accepted": [sum(step.accepted) for step in steps],
+            **{
+                name: [round(getattr(step, name), 7) for step in steps]
+                for name in ("draft_s", "verify_s", "rule_s", "prefill_s")
+            },
+        }
+        self.steps_path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            _append_bytes(
+                self.steps_path, (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+            )
+        return len(steps)
 
     def _header_after_upgrade(self) -> list[str]:
         """The file's header, created or widened to hold every current column. Lock held."""

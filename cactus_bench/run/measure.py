@@ -8,7 +8,7 @@ Every request is journaled as it ends, and a rerun replays the journal (`decode_
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cactus_bench.results import summarise
@@ -29,6 +29,7 @@ class Measured:
     row: dict[str, Any]  # task and speculation columns
     records: list  # RequestRecords of the run's decoder
     baseline_records: list | None  # of the verifier-only baseline (records or their dicts)
+    step_logs: dict[str, list] = field(default_factory=dict)  # batch > 1: arm -> BatchSteps
 
 
 def measure(identity: RunIdentity, rule) -> Measured:
@@ -40,7 +41,7 @@ def measure(identity: RunIdentity, rule) -> Measured:
     if conf.threads is not None:
         torch.set_num_threads(conf.threads)
     decoders = load_decoders(identity, rule)
-    warm_up([decoders.decoder, decoders.interleaved], decoders.tokenizer)
+    warm_up([decoders.decoder, decoders.interleaved], decoders.tokenizer, batch=conf.batch)
     return evaluate_and_summarise(identity, decoders)
 
 
@@ -88,7 +89,7 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
     }
     if not decoders.per_phase_times:  # empty cells, never a 0 the backend did not measure
         row.update(dict.fromkeys(PHASE_TIME_COLUMNS))
-    return Measured(row, list(result.records), baseline_records)
+    return Measured(row, list(result.records), baseline_records, dict(result.step_logs))
 
 
 def decode_journaled(identity: RunIdentity, decoders: Decoders, evaluate):
@@ -113,8 +114,8 @@ def decode_journaled(identity: RunIdentity, decoders: Decoders, evaluate):
     return result
 
 
-def warm_up(decoders: list, tokenizer, new_tokens: int = 8) -> None:
-    """Decode a few tokens with each decoder before anything is timed.
+def warm_up(decoders: list, tokenizer, new_tokens: int = 8, batch: int = 1) -> None:
+    """Decode a few tokens with each decoder before anything is timed (at the run's batch).
 
     The first forwards of a model pay one-off costs (allocations, kernel selection, lazy
     initialisation) that would otherwise land on whichever arm decodes the first prompt, or on a
@@ -122,8 +123,15 @@ def warm_up(decoders: list, tokenizer, new_tokens: int = 8) -> None:
     """
     prompt_ids = tokenizer.encode(WARM_UP_TEXT)
     for decoder in decoders:
-        if decoder is not None:
-            decoder.generate(prompt_ids, max_new_tokens=new_tokens, seed=0)
+        if decoder is None:
+            continue
+        decoder.generate(prompt_ids, max_new_tokens=new_tokens, seed=0)
+        if batch > 1:  # the batched forwards' shapes too
+            requests = [
+                {"prompt_ids": prompt_ids, "max_new_tokens": new_tokens, "seed": s}
+                for s in range(batch)
+            ]
+            decoder.generate_batch(requests, batch)
 
 
 def gen_kwargs(conf: RunConf) -> dict[str, Any]:

@@ -130,6 +130,8 @@ def _claimed_run(conf: RunConf, identity: RunIdentity, rule, store: ResultStore)
     store.append_records(run_id, measured.records, arm="spec")
     if measured.baseline_records is not None:
         store.append_records(run_id, measured.baseline_records, arm="baseline")
+    for arm, steps in measured.step_logs.items():
+        store.append_steps(run_id, arm, steps)
     store.append(row)
     if conf.logger.name == "wandb":
         from cactus_bench.run.wandb import mirror_to_wandb

@@ -82,6 +82,7 @@ class TaskResult:
     samples: list[dict[str, Any]] = field(default_factory=list)
     repeats: int = 1
     scores_by_prompt: list[float] = field(default_factory=list)
+    step_logs: dict[str, list] = field(default_factory=dict)  # batch > 1: arm -> BatchSteps
 
 
 def lm_eval_seeds(seed: int) -> dict[str, int]:
@@ -294,6 +295,10 @@ def _task_result(
         n_samples=int(first_results["n-samples"][name]["effective"]),
         records=[record for _, lm in runs for record in lm.records],
         baseline_records=[record for _, lm in runs for record in lm.baseline_records],
+        step_logs={
+            arm: [step for _, lm in runs for step in lm.step_logs[arm]]
+            for arm in ("spec", "baseline")
+        },
         data_source="package" if spec.name == "demo" else str(folder) if folder else "hub",
         gen_kwargs=dict(lm_task.get_config("generation_kwargs")),
         seeds=dict(seeds),

@@ -98,6 +98,8 @@ class CactusBenchLM(LM):
         self.batch = batch
         self.records: list[RequestRecord] = []  # speculative (or only) arm, request order
         self.baseline_records: list[RequestRecord] = []  # same requests, verifier alone
+        # batch > 1: each arm's decoder steps (engine.batched.BatchStep), for the step-cost model
+        self.step_logs: dict[str, list] = {"spec": [], "baseline": []}
 
     # ---- what lm-eval asks of a chat model ------------------------------------------------------
     @property
@@ -195,16 +197,17 @@ class CactusBenchLM(LM):
         batch = [
             self._request(*request.args, first + offset) for offset, request in enumerate(requests)
         ]
-        arms = [("generate_until", self.decoder, self.records)]
+        arms = [("spec", self.decoder, self.records)]
         if self.baseline is not None:
             arms.append(("baseline", self.baseline, self.baseline_records))
-        for label, decoder, kept in arms:
-            with tqdm(total=len(batch), desc=f"{label} (batch {self.batch})", disable=hide) as bar:
+        for arm, decoder, kept in arms:
+            with tqdm(total=len(batch), desc=f"{arm} (batch {self.batch})", disable=hide) as bar:
                 kept.extend(
                     decoder.generate_batch(
                         batch, self.batch, on_finish=lambda index, record: bar.update(1)
                     )
                 )
+            self.step_logs[arm].extend(getattr(decoder, "step_log", []))
         outputs = []
         for request, (context, _), record in zip(
             batch, (r.args for r in requests), self.records[first:], strict=True
