@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu test test-fast lint docs bench tables plots frontier-figures drafter \
-	eval-drafter pilot-feature-drafter run demo frontier rules rules-report rehearse slurm-install slurm-up slurm-down gpu-check \
+	eval-drafter pilot-feature-drafter run demo frontier rules rules-report batch-sweep batch-report rehearse slurm-install slurm-up slurm-down gpu-check \
 	setup-vllm test-vllm bench-vllm
 
 help:  ## list the targets
@@ -166,6 +166,18 @@ endif
 # the GSM8K slice with a data folder): results/rules/leaderboard.{csv,md} and its figure.
 rules:  ## the rules leaderboard: every acceptance rule side by side (docs/rules.md)
 	$(PYTHON) scripts/rules_board.py --tasks demo $(if $(strip $(DATA_DIR)),gsm8k --data-dir $(abspath $(DATA_DIR)))
+
+# The batch sweep: one job after another, each on one thread (threads=1); resumable by config hash.
+batch-sweep:  ## speedup against batch size for every rule family (CPU, embedded pair; docs/batch.md)
+	$(PYTHON) run.py experiment=batch_sweep
+ifneq ($(strip $(DATA_DIR)),)
+	$(PYTHON) run.py experiment=batch_sweep_ifeval data_dir=$(abspath $(DATA_DIR))
+endif
+	$(MAKE) batch-report
+
+batch-report:  ## re-draw the batch sweep's table, crossover, cost model and figure (no model runs)
+	$(PYTHON) -m cactus_bench.report batch --csv results/batch/batch_sweep.csv --out results/batch \
+		$(if $(COST_TABLE),--cost-table $(COST_TABLE))
 
 rules-report:  ## re-draw the leaderboard table and figure from results/rules/rules.csv (no model runs)
 	$(PYTHON) scripts/rules_board.py --report-only --rows results/rules/rules.csv \

@@ -1,7 +1,9 @@
-"""`python -m cactus_bench.report {tables,plots,all} [--csv GLOB ...] [--out DIR]`.
+"""`python -m cactus_bench.report {tables,plots,all,batch} [--csv GLOB ...] [--out DIR]`.
 
 Reads results CSVs only. Tables go to OUT/tables (Markdown + LaTeX), figures to OUT/figures
-(PNG + PDF). Quote globs so the CLI expands them: --csv 'results/demo/*.csv'.
+(PNG + PDF). Quote globs so the CLI expands them: --csv 'results/demo/*.csv'. `batch` writes the
+batch sweep's report (report/batch.py) from one CSV and its steps file; `--cost-table` adds a
+forecast from another device's step costs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from cactus_bench.report import (
     make_figures,
     write_tables,
 )
+from cactus_bench.report.batch import write_batch_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("what", choices=("tables", "plots", "all"))
+    parser.add_argument("what", choices=("tables", "plots", "all", "batch"))
     parser.add_argument(
         "--csv",
         action="append",
@@ -45,7 +48,19 @@ def main(argv: list[str] | None = None) -> int:
         default=str(DEFAULT_REFERENCE),
         help="paper values YAML, or 'none' to leave the paper out",
     )
+    parser.add_argument(
+        "--cost-table", type=Path, default=None, help="batch: another device's step costs (CSV)"
+    )
     args = parser.parse_args(argv)
+    if args.what == "batch":
+        try:
+            (csv,) = args.csv or ["results/batch/batch_sweep.csv"]
+            written = write_batch_report(Path(csv), args.out, cost_table=args.cost_table)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print("\n".join(f"  {path}" for path in written))
+        return 0
     try:
         frame = load_results(args.csv or ["results/*.csv"])
         agg = aggregate(frame)

@@ -1,0 +1,121 @@
+"""The batch sweep's report: best m per batch, the crossover batch, the step-cost model (it
+recovers known costs from synthetic steps) and the forecast from another device's cost table,
+then the whole report from a real tiny sweep."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_run_orchestrate import tiny_conf
+
+from cactus_bench.report.batch import best_m, crossover, write_batch_report
+from cactus_bench.report.batch_cost import (
+    StepCosts,
+    costs_from_table,
+    fit_costs,
+    forecast,
+    predicted_speedup,
+    tokens_per_row_step,
+)
+from cactus_bench.run import run
+
+
+def _row(rule, batch, m, speedup, low, high):
+    return dict(
+        task="demo", rule=rule, sampler=rule, batch=batch, m=m, speedup_tokens=speedup,
+        speedup_tokens_ci_low=low, speedup_tokens_ci_high=high,
+    )  # fmt: skip
+
+
+def test_best_m_and_the_crossover_batch():
+    rows = pd.DataFrame(
+        [
+            _row("sps", 1, 1, 1.10, 1.02, 1.20),
+            _row("sps", 1, 2, 0.95, 0.90, 1.01),
+            _row("sps", 4, 1, 0.97, 0.90, 1.03),  # interval holds 1: no crossover yet
+            _row("sps", 8, 1, 0.80, 0.75, 0.86),  # wholly below 1: the crossover
+            _row("sps", 16, 1, 0.70, 0.60, 0.80),
+            _row("cactus", 1, 2, 1.30, 1.20, 1.40),
+            _row("cactus", 16, 3, 1.05, 0.98, 1.12),
+        ]
+    )
+    chosen = best_m(rows)
+    assert chosen[(chosen.rule == "sps") & (chosen.batch == 1)].m.item() == 1
+    says = crossover(chosen, [1, 4, 8, 16]).set_index("rule").says
+    assert says["sps"] == "batch 8" and says["cactus"] == "none up to 16"
+
+
+def _steps(costs: StepCosts, noise: float, seed: int = 0) -> list[dict]:
+    """Synthetic decode steps whose times follow `costs` (plus a little noise)."""
+    rng = np.random.default_rng(seed)
+    line = {k: [] for k in ("kind", "rows", "fed", "drafts", "verify_s", "draft_s", "rule_s")}
+    for rows in (2, 3, 4, 6, 8, 12, 16):
+        for m in (1, 2, 3):
+            fed = rows * (m + 1)
+            line["kind"].append("decode")
+            line["rows"].append(rows)
+            line["fed"].append(fed)
+            line["drafts"].append(m)
+            jitter = 1 + noise * rng.standard_normal(3)
+            line["verify_s"].append(costs.verify_s(rows, fed) * jitter[0])
+            line["draft_s"].append(m * costs.draft_s(rows) * jitter[1])
+            line["rule_s"].append(costs.rule_s(rows) * jitter[2])
+    return [{"run_id": "r", "arm": "spec", **line}]
+
+
+def test_the_cost_fit_recovers_known_costs_and_predicts_their_speedup():
+    truth = StepCosts(verify=(0.02, 0.004, 0.001), draft=(0.005, 0.0008), rule=(0.001, 0.0002))
+    no_batch_one = pd.DataFrame(columns=["batch", "sampler", "num_steps"])
+    fitted = fit_costs(no_batch_one, _steps(truth, noise=0.0))
+    for got, want in ((fitted.verify, truth.verify), (fitted.draft, truth.draft)):
+        assert np.allclose(got, want, rtol=1e-6)
+    # by hand at 8 rows, m = 2, 1.9 tokens a row-step, no prefill
+    spec = 2 * truth.draft_s(8) + truth.verify_s(8, 24) + truth.rule_s(8)
+    base = truth.verify_s(8, 8) + truth.rule_s(8)
+    expected = (base / 8) / (spec / (8 * 1.9))
+    assert predicted_speedup(fitted, 2, 8, 1.9, (0.0, 0.0)) == pytest.approx(expected, rel=1e-6)
+    noisy = fit_costs(no_batch_one, _steps(truth, noise=0.05, seed=1))
+    assert predicted_speedup(noisy, 2, 8, 1.9, (0, 0)) == pytest.approx(expected, rel=0.05)
+    assert tokens_per_row_step(json.dumps([0.6, None])) == pytest.approx(1.6)
+
+
+def test_a_cost_table_from_another_device_gives_a_labelled_forecast():
+    """FABRICATED cost table (not a measurement): a device whose verify cost is flat in the
+    batch until it saturates gives a forecast that shrinks with the batch."""
+    rows = []
+    for batch in (1, 8, 32, 64):
+        for tokens in (1, 3):
+            work = batch * tokens
+            rows.append(("FABRICATED gpu", "verifier", batch, tokens, 0.02 + 0.0002 * work))
+        rows.append(("FABRICATED gpu", "drafter", batch, 1, 0.004 + 0.00001 * batch))
+    table = pd.DataFrame(rows, columns=["device", "model", "batch", "tokens_per_row", "seconds"])
+    costs = costs_from_table(table)
+    chosen = pd.DataFrame(
+        [dict(task="demo", rule="cactus", m=2, batch=1, accept_rate_by_pos="[0.6, 0.4]")]
+    )
+    ahead = forecast(chosen, costs, [1, 8, 32, 64])
+    assert set(ahead.kind) == {"forecast"} and set(ahead.device) == {"FABRICATED gpu"}
+    speedups = ahead.sort_values("batch").forecast_speedup.to_numpy()
+    assert speedups[0] > 1 and np.all(np.diff(speedups) < 0)
+
+
+@pytest.mark.slow
+def test_the_report_of_a_tiny_sweep(tmp_path):
+    """Verifier, SpS and Cactus at batch 1 and 2 on the tiny pair: every file is written, the
+    table names the machine, and the cost model compares every speculative row."""
+    for batch in (1, 2):
+        for sampler in ("verifier", "sps", "cactus"):
+            overrides = (f"sampler={sampler}", f"batch={batch}", "limit=4", "m=2")
+            assert run(tiny_conf(tmp_path, *overrides, "experiment_name=batch")).status == "ok"
+    csv = tmp_path / "results" / "batch.csv"
+    written = write_batch_report(csv, tmp_path / "out", formats=("png",))
+    names = {path.name for path in written}
+    assert {"batch_all_m.csv", "batch_best_m.csv", "batch.md", "batch_cost.csv"} <= names
+    assert "speedup_vs_batch.png" in names
+    text = (tmp_path / "out" / "batch.md").read_text()
+    assert "Timed on CPU" in text and "crossover" in text and "Step-cost model" in text
+    compared = pd.read_csv(tmp_path / "out" / "batch_cost.csv")
+    assert len(compared) == 4 and compared.predicted.gt(0).all()
