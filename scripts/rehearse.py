@@ -8,7 +8,8 @@
    real Qwen3 tokenizer) in a hub cache, default ~/.cache/cactus_bench/rehearsal_hub.
 2. Runs them through the unchanged CLI with HF_HOME pointed there and HF_HUB_OFFLINE=1, as
        python run.py -m model=<every pair> task=gsm8k limit=2 max_new_tokens=32 data_dir=...
-   plus one Qwen3 run with enable_thinking=false and both revisions pinned to commit hashes.
+   plus one Qwen3 run with enable_thinking=false and both revisions pinned to commit hashes,
+   and experiment=batch_gpu's Qwen3 config at batch 4.
 3. Prints a table (pair, loaded, template ok, vocab sizes, token_map, steps, AL, tokens/s,
    CSV row) and exits 1 when a pair failed. The weights are random: output text is gibberish,
    scores are 0 and tokens/s says nothing about speed; what passes is the plumbing.
@@ -42,6 +43,7 @@ from cactus_bench.rehearsal.check import (
 REPO = Path(__file__).resolve().parents[1]
 
 PINNED_NAME = "qwen3_8b_pinned_nothink"  # the extra run: commits pinned, thinking off
+BATCH_NAME = "qwen3_8b_batch4"  # the other: experiment=batch_gpu's config at batch 4
 COLUMNS = (
     "pair",
     "loaded",
@@ -138,6 +140,7 @@ def main() -> int:
     qwen = next((spec for spec in pairs if spec.name == "qwen3_8b"), None)
     if qwen is not None:
         checks.append(run_pinned_without_thinking(qwen, hub, common, env, log))
+        checks.append(run_batched(qwen, common, env, log))
     table, failures = rehearsal_table(hub, checks, out / "rehearsal.csv")
     minutes = (time.perf_counter() - started) / 60
     passed = f"{len(checks) - len(failures)}/{len(checks)} pairs passed in {minutes:.1f} min"
@@ -167,6 +170,23 @@ def run_pinned_without_thinking(qwen, hub: Path, common: list[str], env, log: Pa
         verifier_revision=commits[1],
         chat_template_kwargs={"enable_thinking": False},
     )
+
+
+def run_batched(qwen, common: list[str], env, log: Path):
+    """experiment=batch_gpu's config for qwen3_8b at batch 4 (Cactus, m = 2): the batched
+    engine on the pair's real architecture and vocabulary; returns its PairSpec."""
+    overrides = [
+        "experiment=batch_gpu",
+        f"model={qwen.name}",
+        f"model.name={BATCH_NAME}",
+        "sampler=cactus_1.0",
+        "batch=4",
+        "m=2",
+    ]
+    run_cli(
+        [*overrides, *common, "limit=4", "hydra.sweep.dir=" + str(log.parent / "batch")], env, log
+    )
+    return replace(qwen, name=BATCH_NAME)
 
 
 def rehearsal_table(hub: Path, checks, csv_path: Path) -> tuple[str, list[str]]:
