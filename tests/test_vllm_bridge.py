@@ -302,3 +302,20 @@ def test_batch_of_8_with_mixed_draft_lengths_emits_each_rules_law():
             assert abs(float(accepted_first[b]) / steps - rate) <= spread, (name, b)
             if name == "cactus" and b == 0:
                 assert chi_square_p(tokens, q)[0] < floor  # lossy: q is rejected
+
+
+def test_v2_seed_uniforms_are_reproducible_uniform_and_below_one():
+    """The counter-based uniforms of runner V2: same seed and position, same draws; another
+    position, other draws; float32 ones < 1 (a = 1 always accepts); roughly uniform."""
+    seed, position = torch.arange(4000), torch.full((4000,), 17)
+    first = va.SeedUniforms(seed, position)
+    again = va.SeedUniforms(seed, position)
+    assert torch.equal(first.accept((4000, 3)), again.accept((4000, 3)))
+    assert torch.equal(first.last(4000), again.last(4000))
+    moved = va.SeedUniforms(seed, position + 1).accept((4000, 3))
+    assert not torch.equal(first.accept((4000, 3)), moved)
+    draws = torch.cat([first.accept((4000, 3)).double().flatten(), first.last(4000)])
+    assert float(draws.max()) < 1.0 and float(draws.min()) >= 0.0
+    bins = torch.histc(draws, bins=10, min=0.0, max=1.0)  # [10] counts
+    expected = draws.numel() / 10
+    assert float(((bins - expected) ** 2 / expected).sum()) < 33.7  # df 9, 1e-4 critical value
