@@ -55,6 +55,7 @@ class Step:
     bonus_ids: torch.Tensor | None  # [B] int64 a bonus id vLLM drew (V1) ...
     bonus_rows: torch.Tensor | None  # ... or [B] int64: the row of target holding its law (V2)
     width: int  # output columns minus one (max_spec_len / num_speculative_steps)
+    regular: bool = False  # every request has M drafts in rows b M .. b M + M - 1 (V1's layout)
 
 
 class Uniforms(Protocol):
@@ -212,12 +213,13 @@ def _rule_rows(step: Step) -> torch.Tensor:
 
 def _accept(rule, compact: Compact, step: Step, uniforms: Uniforms):
     """-> (accepted [B, M] bool, residual_at(position [B], u_last [B]) -> slot [B])."""
-    p = compact.p[step.row_of]  # [B, M, K]
-    q = compact.q[step.row_of]  # [B, M, K]
+    batch, m = step.row_of.shape
+    rows = torch.arange(batch, device=step.row_of.device)
+    # [B, M, K] drafter rows: a view when request b's drafts are rows b M .. b M + M - 1
+    p = compact.p.view(batch, m, -1) if step.regular else compact.p[step.row_of]
     slot = compact.ids[step.row_of].unsqueeze(-1)  # [B, M, 1]
-    batch, m, _ = p.shape
-    rows = torch.arange(batch, device=p.device)
     if hasattr(rule, "plan"):  # samplers/rules/: the builder's (a, r), every position at once
+        q = compact.q.view(batch, m, -1) if step.regular else compact.q[step.row_of]
         accept, residual = rule.plan(p, q)  # [B, M, K] float64 each
         uniform = uniforms.accept((batch, m))
         accepted = (uniform < accept.gather(-1, slot).squeeze(-1)) & step.valid
@@ -227,15 +229,18 @@ def _accept(rule, compact: Compact, step: Step, uniforms: Uniforms):
 
         return accepted, residual_at
 
+    # the rule contract's [B, M + 1, K] verifier rows in one gather; row M (the bonus row of
+    # rule.verify) repeats row M - 1: the hooks read rows :M only
+    q_ext = compact.q[torch.cat([step.row_of, step.row_of[:, -1:]], dim=1)]
+    q = q_ext[:, :m]  # [B, M, K] (a view)
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     q_sums, p_sums = q.sum(-1, dtype=dtype), p.sum(-1, dtype=dtype)  # [B, M]
     q_n = (q.gather(-1, slot).squeeze(-1) / q_sums).clamp(0.0, 1.0)
     p_n = (p.gather(-1, slot).squeeze(-1) / p_sums).clamp(0.0, 1.0)
-    # a rule reads rows :m of the verifier; row m (the bonus row) is never read here
     stats = DraftStats(
         q_n=q_n,
         p_n=p_n,
-        target_probs=torch.cat([q, q[:, -1:]], dim=1),
+        target_probs=q_ext,
         target_sums=torch.cat([q_sums, q_sums[:, -1:]], dim=1),
         draft_token_ids=slot.squeeze(-1),
     )

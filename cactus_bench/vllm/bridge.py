@@ -263,6 +263,7 @@ def rejection_sample_v1(
         bonus_ids=bonus_token_ids.view(-1),
         bonus_rows=None,
         width=max_spec_len,
+        regular=min(counts, default=0) == max(counts, default=0) > 0,
     )
     generators = getattr(sampling_metadata, "generators", None) or {}
     out, _ = verify_step(rule, step, GeneratorUniforms(generators, counts, device))
