@@ -1,4 +1,4 @@
-"""make gpu-check: everything a first GPU contact needs, under 8 minutes on one GPU.
+"""make gpu-check: everything a first GPU contact needs, about 10 minutes on one GPU.
 
     make gpu-check                      # writes results/bench/gpu_check.json, prints a summary
     make gpu-check DRY=1                # every check's CPU part, small (CI runs it)
