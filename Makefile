@@ -4,9 +4,10 @@ PIP    ?= .venv/bin/pip
 TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-gpu test test-fast lint docs bench tables plots frontier-figures drafter \
-	eval-drafter pilot-feature-drafter run demo frontier rules rules-report batch-sweep batch-report rehearse slurm-install slurm-up slurm-down gpu-check \
-	setup-vllm test-vllm bench-vllm
+.PHONY: help setup setup-gpu test test-fast lint docs bench tables plots frontier-figures \
+	drafter eval-drafter pilot-feature-drafter run demo frontier rules rules-report batch-sweep \
+	batch-report rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm \
+	bench-vllm bench-bridge
 
 help:  ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-17s %s\n", $$1, $$2}'
@@ -148,6 +149,9 @@ bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/ben
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \
 		--out results/bench/vllm_cpu.csv
 	$(VLLM_PYTHON) scripts/bench_vllm_linear.py --out results/bench/vllm_linear.csv
+
+bench-bridge:  ## the batched bridge and drafter law vs vLLM's own, V=151,936, one thread (results/bench/bridge.csv; ~10 min)
+	$(VLLM_PYTHON) scripts/bench_bridge.py --out results/bench/bridge.csv
 
 # fp32 laws (the FrontierConf default): the committed results/frontier/ are a fact about the
 # models, not about this CPU's bf16. Held-out contexts first (with the engine check), then the

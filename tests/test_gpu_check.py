@@ -93,6 +93,30 @@ def test_dry_run_writes_the_report(tmp_path):
     assert "gpu-check on CPU" in done.stdout
 
 
+def test_a_check_the_budget_left_out_is_incomplete_never_passed(tmp_path):
+    """Budget 0: no check runs; each is marked incomplete, the run exits INCOMPLETE (3), not 0;
+    --skip'ed checks (asked for) still pass."""
+    import time
+
+    results = dict(gpu_check.run_checks(None, {"speedup"}, -1.0, time.perf_counter()))
+    assert list(results) == list(gpu_check.CHECKS) and list(results)[0] == "vllm"
+    assert results["speedup"] == {"skipped": "--skip", "passed": True}
+    left_out = [r for name, r in results.items() if name != "speedup"]
+    assert all(r["incomplete"] and not r["passed"] for r in left_out)
+    out = tmp_path / "gpu_check.json"
+    done = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--dry", "--budget-s", "0", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "INCOMPLETE" in done.stderr and "INCOMPLETE" in done.stdout
+    report = json.loads(out.read_text())
+    assert not report["passed"] and not report["complete"]
+
+
 def test_first_token_law_check_can_fail():
     """The chi-square helper rejects a wrong law and accepts the right one (fixed seed)."""
     from cactus_bench.gpu_check import laws as gpu_checks_laws
@@ -148,12 +172,15 @@ def test_vllm_check_judges_the_workers_answer():
     generator = torch.Generator().manual_seed(0)
     draws = torch.multinomial(torch.tensor([0.6, 0.4]), 2000, True, generator=generator)
     counts = {"3": int((draws == 0).sum()), "7": int((draws == 1).sum())}
+    after = [{"draft_law_calls": 40, "bridge_calls": 30}]
     answer = {
         "vllm_version": "0.32.0",
-        "reports": [{"v1": True, "rule": "cactus", "draft_law": True, "runner": "R"}],
+        "enforce_eager": True,
+        "reports": [{"v1": True, "rule": "sps", "draft_law": True, "runner": "R"}],
+        "reports_after": after,
         "v2_refusal": "VLLM_USE_V2_MODEL_RUNNER=1 asks for ...",
         "greedy": greedy,
-        "self_draft": {"drafted": 100, "accepted": 97},
+        "self_draft": {"drafted": 1000, "accepted": 995},
         "sampler": {
             "vocab": 10,
             "draws": 2000,
@@ -162,16 +189,36 @@ def test_vllm_check_judges_the_workers_answer():
             "ms_per_call": {"vllm": 2.0, "cactus_bench": 5.0},
         },
     }
+    graphs = {
+        "vllm_version": "0.32.0",
+        "enforce_eager": False,
+        "reports": [{"v1": True, "rule": "cactus", "draft_law": True, "runner": "R"}],
+        "reports_after": after,
+        "self_draft": {"drafted": 1000, "accepted": 999},
+    }
     args = (pair, prompts, 4, "float32", torch.device("cpu"))
-    judged = gpu_checks_vllm.judge(answer, *args)
+
+    def judge(sps=None, cactus=None):
+        return gpu_checks_vllm.judge(
+            {"sps_eager": sps or answer, "cactus_graphs": cactus or graphs}, *args
+        )
+
+    judged = judge()
     assert judged["passed"] and judged["sampler"]["time_ratio"] == 2.5
+    assert judged["cactus_graphs_enforce_eager"] is False
     faults = [
-        ("reports", [{"v1": False, "rule": "cactus", "draft_law": True, "runner": "R"}]),
+        ("reports", [{"v1": False, "rule": "sps", "draft_law": True, "runner": "R"}]),
+        ("reports", [{"v1": True, "rule": "cactus", "draft_law": True, "runner": "R"}]),
         ("v2_refusal", ""),
-        ("self_draft", {"drafted": 100, "accepted": 50}),
+        # SpS self-drafting from vLLM's temperature-only law: ~0.9, below the floor
+        ("self_draft", {"drafted": 1000, "accepted": 900}),
+        ("reports_after", [{"draft_law_calls": 0, "bridge_calls": 30}]),
+        ("reports_after", [{"draft_law_calls": 40, "bridge_calls": 0}]),
     ]
     for key, value in faults:
-        assert not gpu_checks_vllm.judge({**answer, key: value}, *args)["passed"], key
+        assert not judge(sps={**answer, key: value})["passed"], key
+    no_bridge = [{"draft_law_calls": 40, "bridge_calls": 0}]
+    assert not judge(cactus={**graphs, "reports_after": no_bridge})["passed"]
     wrong = copy.deepcopy(answer)
     wrong["sampler"]["counts"]["vllm"] = {"3": 1000, "7": 1000}  # not q's 0.6 / 0.4
-    assert not gpu_checks_vllm.judge(wrong, *args)["passed"]
+    assert not judge(sps=wrong)["passed"]

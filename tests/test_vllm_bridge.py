@@ -239,3 +239,83 @@ def test_v2_refuses_vllm_own_lossy_methods():
             torch.ones(1),
             rule=make_sampler("sps"),
         )
+
+
+# ---- the batched path: mixed draft lengths in one call -------------------------------------------
+@pytest.mark.slow  # 6,000 bridge calls: ~40 s on one core
+def test_batch_of_8_with_mixed_draft_lengths_emits_each_rules_law():
+    """Eight requests with 0-5 drafts (two seeded) in ONE call per step, 3,000 steps: each
+    request's first token follows the rule's exact law (sps: q; cactus: emitted_law(p, q)),
+    its first-draft acceptance is the exact one, and a request without drafts emits its bonus.
+    Chi-square, fixed seeds, Bonferroni over the 7 requests with drafts at the suite's 1e-3
+    level; cactus must also reject q (the test has power)."""
+    from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, chi_square_p
+
+    counts = [2, 0, 5, 1, 3, 1, 4, 2]
+    batch, vocab, steps = len(counts), 7, 3000
+    floor = P_VALUE_FLOOR / (batch - 1)
+    g = torch.Generator().manual_seed(21)
+    # a top-k-like support per row: two zero-mass tokens in every law, drafter and verifier
+    # supports overlap but differ, so compaction and recovery both matter
+    mask = torch.rand(sum(counts), vocab, generator=g) > 0.3
+    draft_probs = torch.softmax(torch.randn(sum(counts), vocab, generator=g) * 1.5, -1) * mask
+    draft_probs /= draft_probs.sum(-1, keepdim=True)
+    target = torch.softmax(torch.randn(sum(counts), vocab, generator=g) * 1.5, -1)
+    target = target * torch.roll(mask, 1, dims=-1)
+    target /= target.sum(-1, keepdim=True)
+    starts = [sum(counts[:b]) for b in range(batch)]
+    head = torch.tensor(starts).clamp(max=sum(counts) - 1)  # a request's first draft row
+    cu = torch.tensor(counts).cumsum(0)
+    bonus = torch.arange(batch).view(-1, 1) % vocab
+    for name, params in (("sps", {}), ("cactus", {"delta": 0.5})):
+        rule = make_sampler(name, **params)
+        gens = {2: torch.Generator().manual_seed(5), 5: torch.Generator().manual_seed(6)}
+        torch.manual_seed(22)
+        first = torch.empty(steps, batch, dtype=torch.long)
+        accepted_first = torch.zeros(batch)
+        for step in range(steps):
+            ids = torch.multinomial(draft_probs, 1, generator=g).view(-1)
+            out = va.rejection_sample_v1(
+                ids,
+                counts,
+                5,
+                cu,
+                draft_probs,
+                target.log(),
+                bonus,
+                _metadata(None, gens),
+                rule=rule,
+            )
+            first[step] = out[:, 0].long()
+            # a first draft counts as accepted when a token follows it in the row
+            accepted_first += ((out[:, 0] == ids[head]) & (out[:, 1] != -1)).float()
+        for b, n in enumerate(counts):
+            if n == 0:
+                assert (first[:, b] == bonus[b]).all()
+                continue
+            p, q = draft_probs[starts[b]].double(), target[starts[b]].double()
+            law = rule.emitted_law(p, q)
+            tokens = torch.bincount(first[:, b], minlength=vocab).double()
+            assert chi_square_p(tokens, law)[0] > floor, (name, b)
+            rate = float(rule.acceptance_probability(p, q))
+            spread = 4.5 * (rate * (1 - rate) / steps) ** 0.5  # ~1e-5 two-sided, normal approx
+            assert abs(float(accepted_first[b]) / steps - rate) <= spread, (name, b)
+            if name == "cactus" and b == 0:
+                assert chi_square_p(tokens, q)[0] < floor  # lossy: q is rejected
+
+
+def test_v2_seed_uniforms_are_reproducible_uniform_and_below_one():
+    """The counter-based uniforms of runner V2: same seed and position, same draws; another
+    position, other draws; float32 ones < 1 (a = 1 always accepts); roughly uniform."""
+    seed, position = torch.arange(4000), torch.full((4000,), 17)
+    first = va.SeedUniforms(seed, position)
+    again = va.SeedUniforms(seed, position)
+    assert torch.equal(first.accept((4000, 3)), again.accept((4000, 3)))
+    assert torch.equal(first.last(4000), again.last(4000))
+    moved = va.SeedUniforms(seed, position + 1).accept((4000, 3))
+    assert not torch.equal(first.accept((4000, 3)), moved)
+    draws = torch.cat([first.accept((4000, 3)).double().flatten(), first.last(4000)])
+    assert float(draws.max()) < 1.0 and float(draws.min()) >= 0.0
+    bins = torch.histc(draws, bins=10, min=0.0, max=1.0)  # [10] counts
+    expected = draws.numel() / 10
+    assert float(((bins - expected) ** 2 / expected).sum()) < 33.7  # df 9, 1e-4 critical value

@@ -45,11 +45,12 @@ def test_plan_splits_the_share_by_need_and_refuses_in_one_line():
     drafter = gpu_memory_table.published_size("Qwen/Qwen3-0.6B")
     args = {"dtype": "bfloat16", "max_model_len": 16384, "share": 0.85}
     plan = memory.plan_memory(
-        verifier, drafter, engines=("speculative", "baseline"), tp=1, card_bytes=80 * GIB, **args
+        verifier, drafter, engines=("speculative", "baseline"), tp=1, card_bytes=141 * GIB, **args
     )
     assert sum(plan.utilization.values()) == pytest.approx(0.85, abs=1e-3)
     assert plan.utilization["speculative"] > plan.utilization["baseline"]
-    # 14B in bf16 is 27.5 GiB of weights: half of 0.85 of a 40 GiB card cannot hold it
+    # 14B in bf16 is 27.5 GiB of weights: half of 0.85 of a 40 GiB card cannot hold it; both
+    # engines at tp 1 on an 80 GB card (66.9 GiB) fit its share (68) but not the margin
     with pytest.raises(ValueError, match="tensor_parallel_size") as error:
         memory.plan_memory(
             verifier,
@@ -60,10 +61,54 @@ def test_plan_splits_the_share_by_need_and_refuses_in_one_line():
             **args,
         )
     assert "\n" not in str(error.value) and "GiB per GPU" in str(error.value)
+    with pytest.raises(ValueError, match="margin"):
+        memory.plan_memory(
+            verifier,
+            drafter,
+            engines=("speculative", "baseline"),
+            tp=1,
+            card_bytes=80 * GIB,
+            **args,
+        )
     sharded = memory.plan_memory(
         verifier, drafter, engines=("speculative", "baseline"), tp=4, card_bytes=40 * GIB, **args
     )
     assert sharded.needs_gib["baseline"] < 10
+
+
+def test_plan_counts_the_batch_the_sampler_warm_up_and_keeps_a_margin():
+    verifier = gpu_memory_table.published_size("Qwen/Qwen3-14B")
+    drafter = gpu_memory_table.published_size("Qwen/Qwen3-0.6B")
+    args = {"dtype": "bfloat16", "max_model_len": 16384, "share": 0.85, "tp": 2}
+    both = ("speculative", "baseline")
+    one = memory.plan_memory(verifier, drafter, engines=both, card_bytes=80 * GIB, **args)
+    batched = memory.plan_memory(
+        verifier,
+        drafter,
+        engines=both,
+        card_bytes=141 * GIB,
+        max_num_seqs=8,
+        draft_tokens=5,
+        **args,
+    )
+    # 7 more sequences of KV per engine (halved by tp 2), and the warm-up's 8 x 6 rows of V
+    kv = (verifier.kv_bytes(16384, "bfloat16") * 2 + drafter.kv_bytes(16384, "bfloat16")) / 2
+    warm_up = (8 * 6 - 1) * verifier.vocab * memory.SAMPLER_BYTES_PER_LOGIT
+    assert verifier.vocab == 151_936
+    grown = sum(batched.needs_gib.values()) - sum(one.needs_gib.values())
+    assert grown == pytest.approx((7 * kv + warm_up + 7 * verifier.vocab * 24) / GIB, rel=1e-6)
+    # the margin: a plan that fits the share but not the share less FIT_MARGIN is refused
+    need = sum(one.needs_gib.values())
+    tight = int(need / 0.85 / (1 - memory.FIT_MARGIN / 2) * GIB)
+    with pytest.raises(ValueError, match="margin") as error:
+        memory.plan_memory(verifier, drafter, engines=both, card_bytes=tight, **args)
+    assert "\n" not in str(error.value) and "max_num_seqs" in str(error.value)
+    roomy = int(need / 0.85 / (1 - 2 * memory.FIT_MARGIN) * GIB)
+    memory.plan_memory(verifier, drafter, engines=both, card_bytes=roomy, **args)
+    with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
+        memory.plan_memory(
+            verifier, drafter, engines=both, card_bytes=roomy, max_num_seqs=0, **args
+        )
 
 
 def test_docs_carry_the_scripts_table():

@@ -220,3 +220,46 @@ def test_export_keeps_the_drafters_layers_and_drops_only_the_subset_head(tmp_pat
     outside = torch.ones_like(full, dtype=torch.bool)
     outside[drafter.lm_head.token_ids] = False
     assert torch.isfinite(full[outside]).all()  # the HF engine's head has -inf there
+
+
+def test_batched_drafter_law_matches_the_hf_engine_row_by_row():
+    """Per-row temperature, top-k and top-p in one call: every row equals process_logits for
+    its own parameters, with greedy rows (vLLM's temperature-1 law), top-k off (0 or >= V),
+    top-p off (1) and different k in one batch; all-top-k batches keep their K slots."""
+    vocab = 300
+    logits = torch.randn(6, vocab, generator=torch.Generator().manual_seed(4)) * 3
+    cases = [  # temperature, top-k, top-p per row
+        ([0.6, 0.0, 1.0, 0.7, 1.3, 0.9], [20, 20, 0, 5, vocab, 1], [0.95, 0.95, 1.0, 0.5, 0.9, 1]),
+        ([0.6, 0.5, 1.0, 0.7, 1.3, 0.9], [20, 20, 7, 5, 3, 1], [0.95, 1.0, 1.0, 0.5, 0.9, 1.0]),
+    ]
+    for temperature, top_k, top_p in cases:
+        t, k, p = torch.tensor(temperature), torch.tensor(top_k), torch.tensor(top_p)
+        law = patches.draft_law(logits, t, k, p)
+        for b in range(len(temperature)):
+            if temperature[b] == 0:
+                want = logits[b].softmax(-1)
+            else:
+                kept = top_k[b] if 0 < top_k[b] < vocab else 0
+                want = process_logits(logits[b], SamplingParams(temperature[b], top_p[b], kept))
+            assert torch.allclose(law.probs[b], want, atol=1e-6), b
+        assert (law.slot_ids is None) == (0 in top_k or vocab in top_k)
+    assert law.slot_ids.shape == (6, 20)  # the batch's largest k
+
+
+def test_drafts_from_the_kept_slots_follow_the_law():
+    """All rows top-k: noise over the K slots only, mapped back to token ids (chi-square)."""
+    logits = torch.randn(2, 400, generator=torch.Generator().manual_seed(8)) * 2
+    temperature, top_k, top_p = torch.tensor([0.6, 1.0]), torch.tensor([20, 4]), torch.ones(2)
+    meta = SimpleNamespace(
+        all_greedy=False, temperature=temperature, top_k=top_k, top_p=top_p, generators={}
+    )
+    torch.manual_seed(1)
+    draws = torch.stack([patches.sample_processed_drafts(logits, meta)[0] for _ in range(4000)])
+    probs = patches.processed_draft_law(logits, temperature, top_k, top_p)[1]
+    for row, critical in ((0, 52.8), (1, 24.2)):  # df 19 and 3: 5e-5 critical values
+        counts = torch.bincount(draws[:, row], minlength=400).double()
+        expected = probs[row].double() * 4000
+        kept = expected > 0
+        assert counts[~kept].sum() == 0
+        chi2 = float(((counts[kept] - expected[kept]) ** 2 / expected[kept]).sum())
+        assert chi2 < critical, row

@@ -3,7 +3,10 @@
 `run_checks` runs every check in CHECKS (checks.py, laws.py, vllm_check.py) against a `Context`
 (each dtype's pair loaded once, the demo prompts) and yields each one's JSON-ready result as it
 finishes: timed, an error recorded instead of raised (the other checks still run), skipped when
-named or when the time budget is spent. scripts/gpu_check.py writes and summarises them.
+named (--skip: passes) or when the time budget is spent. A check skipped for the budget did not
+run, so it cannot pass: it is marked `incomplete` (passed False), and scripts/gpu_check.py
+exits with its own INCOMPLETE status. vLLM's check runs first: it is the one a GPU node is
+needed for, and the slowest to start. scripts/gpu_check.py writes and summarises them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 TORCH_VERSION = "2.13.0"  # the Makefile's TORCH_VERSION
 CHECKS = (
+    "vllm",  # first: engine starts take minutes, and the budget must not crowd it out
     "greedy_float32",
     "greedy_bfloat16",
     "greedy_float16",
@@ -27,7 +31,6 @@ CHECKS = (
     "sampler_bench",
     "verify_cost",
     "speedup",
-    "vllm",
 )
 VLLM_PYTHON = REPO / ".venv-vllm/bin/python"
 # --dry: the CPU, the tiny random pair, small sizes (every check's logic, not the GPU)
@@ -140,12 +143,15 @@ def run_checks(
     ctx: Context, skip: set[str], budget_s: float, started: float
 ) -> Iterator[tuple[str, dict]]:
     """(name, result) for every check in CHECKS, in order, each as soon as it is done; a check
-    in `skip`, or one that would start `budget_s` seconds after `started` (perf_counter), is
-    skipped (and passes)."""
+    in `skip` is skipped (and passes: asked for); one that would start `budget_s` seconds after
+    `started` (perf_counter) is skipped, incomplete and not passed."""
     for name in CHECKS:
-        if name in skip or time.perf_counter() - started > budget_s:
-            why = "--skip" if name in skip else f"time budget ({budget_s:.0f} s) spent"
-            yield name, {"skipped": why, "passed": True}
+        if name in skip:
+            yield name, {"skipped": "--skip", "passed": True}
+            continue
+        if time.perf_counter() - started > budget_s:
+            why = f"time budget ({budget_s:.0f} s) spent; rerun with a larger --budget-s"
+            yield name, {"skipped": why, "incomplete": True, "passed": False}
             continue
         print(f"gpu-check: {name} ...", flush=True)
         check_start = time.perf_counter()

@@ -1,11 +1,18 @@
 """The GPU check's vLLM check: this side runs the HF engine, .venv-vllm runs vLLM
 (scripts/gpu_check_vllm.py over vllm_worker.py).
 
-vLLM lives in its own environment (it pins an older transformers), so the check hands the worker
-a job on stdin and judges its answer here: the runner report and the V2 refusal, vLLM's greedy
-tokens against the HF engine's on the embedded verifier (up to near-ties, checks.py), the
-self-draft acceptance rate, and vLLM's own rejection sampler vs this project's sps at
-V = 151,936 (both must emit q; their time ratio is recorded).
+vLLM lives in its own environment (it pins an older transformers), so the check hands a worker
+a job on stdin and judges its answer here. Two jobs, one engine each:
+  sps, eager       the runner report and the V2 refusal; vLLM's greedy tokens against the HF
+                   engine's on the embedded verifier (up to near-ties, checks.py); self-draft
+                   acceptance under SpS >= SPS_SELF_DRAFT_FLOOR (only the patched drafter law
+                   gives p = q; vLLM's temperature-only law drafts outside q's support); vLLM's
+                   own rejection sampler vs this project's sps at V = 151,936 (both must emit q;
+                   their time ratio is recorded)
+  cactus, graphs   enforce_eager=False (CUDA graphs and torch.compile, as production runs);
+                   sampled self-drafting with the Cactus rule
+Both jobs' workers must report calls of the patched drafter law and of the bridge after
+decoding (> 0): a run where vLLM silently kept its own functions fails.
 """
 
 from __future__ import annotations
@@ -24,7 +31,9 @@ from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, QWEN3_VOCAB, chi_square_p
 from cactus_bench.models import load_pair
 from cactus_bench.models.smollm2 import prepare_smollm2
 
-SELF_DRAFT_FLOOR = 0.9  # a drafter that is the verifier: nearly every draft is accepted
+# A drafter that is the verifier drafts from q itself: SpS accepts every draft but for rounding
+# between the drafter's one-token and the verifier's (m + 1)-token forwards (bf16 on the GPU).
+SPS_SELF_DRAFT_FLOOR = 0.99
 
 
 class Replayed:
@@ -52,10 +61,36 @@ def vllm_check(args, device) -> dict:
         "dtype": dtype,
         "paper_sampling": PAPER_SAMPLING.to_dict(),
         "law_vocab": QWEN3_VOCAB,
-        "law_rows": 60 if args.dry else 1000,  # the bridge loops over rows: ~0.4 s a row on a CPU
+        "law_rows": 60 if args.dry else 1000,
         "law_calls": 2 if args.dry else 5,
         "law_support": 30,
     }
+    jobs = {
+        "sps_eager": {
+            **job,
+            "rule": ["sps", {}],
+            "enforce_eager": True,
+            "parts": ["runners", "greedy", "self_draft", "sampler"],
+        },
+        # CUDA graphs on the GPU; on the CPU (--dry) eager, as a compiled CPU start takes minutes
+        "cactus_graphs": {
+            **job,
+            "rule": ["cactus", {"delta": 1.0}],
+            "enforce_eager": bool(args.dry),
+            "parts": ["self_draft"],
+        },
+    }
+    answers = {}
+    for name, one in jobs.items():
+        answer = run_worker(args, one)
+        if "error" in answer:
+            return {**answer, "job": name, "passed": False}
+        answers[name] = answer
+    return judge(answers, pair, prompts, args.new_tokens, dtype, device)
+
+
+def run_worker(args, job: dict) -> dict:
+    """One engine in .venv-vllm: its parsed answer, or {"error": ...}."""
     env = {**os.environ, "PYTHONPATH": str(args.vllm_python.parents[2])}
     if args.dry:
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(sorted(os.sched_getaffinity(0))[-1]))
@@ -70,20 +105,29 @@ def vllm_check(args, device) -> dict:
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
-        return {"error": f"vLLM worker failed: {done.stderr[-1500:]}", "passed": False}
-    out = json.loads(lines[-1].removeprefix("RESULT "))
-    return judge(out, pair, prompts, args.new_tokens, dtype, device)
+        return {"error": f"vLLM worker failed: {done.stderr[-1500:]}"}
+    return json.loads(lines[-1].removeprefix("RESULT "))
 
 
-def judge(out: dict, pair, prompts, new_tokens: int, dtype: str, device) -> dict:
+def calls(reports: list[dict]) -> dict:
+    """Calls of the patched drafter law and of the bridge, summed over worker processes."""
+    return {
+        key: sum(int(r.get(key, 0)) for r in reports) for key in ("draft_law_calls", "bridge_calls")
+    }
+
+
+def judge(answers: dict, pair, prompts, new_tokens: int, dtype: str, device) -> dict:
+    out, graphs = answers["sps_eager"], answers["cactus_graphs"]
     reference = AutoregressiveDecoder(
         pair.verifier, pair.tokenizer, sampling=GREEDY, device=device, compile="off"
     )
     greedy = compare_greedy(
         reference, Replayed(out["greedy"]), pair.verifier, prompts, new_tokens, dtype, device
     )
-    drafted, accepted = out["self_draft"]["drafted"], out["self_draft"]["accepted"]
-    rate = accepted / max(drafted, 1)
+    rates = {}
+    for name, answer in answers.items():
+        drafted, accepted = answer["self_draft"]["drafted"], answer["self_draft"]["accepted"]
+        rates[name] = round(accepted / max(drafted, 1), 4)
     sampler = out["sampler"]
     q = torch.zeros(sampler["vocab"], dtype=torch.float64)
     for token, prob in sampler["q"].items():
@@ -95,15 +139,25 @@ def judge(out: dict, pair, prompts, new_tokens: int, dtype: str, device) -> dict
             observed[int(token)] = count
         p_values[name] = round(chi_square_p(observed, q)[0], 6)
     times = sampler["ms_per_call"]
-    runners_ok = all(r["v1"] and r["rule"] == "cactus" and r["draft_law"] for r in out["reports"])
+    rules = {"sps_eager": "sps", "cactus_graphs": "cactus"}
+    runners_ok = all(
+        r["v1"] and r["rule"] == rules[name] and r["draft_law"]
+        for name, answer in answers.items()
+        for r in answer["reports"]
+    )
+    patched_calls = {name: calls(answer["reports_after"]) for name, answer in answers.items()}
+    calls_ok = all(count > 0 for c in patched_calls.values() for count in c.values())
     refused = "VLLM_USE_V2_MODEL_RUNNER" in out["v2_refusal"]
     law_ok = all(p > P_VALUE_FLOOR for p in p_values.values())
+    self_draft_ok = rates["sps_eager"] >= SPS_SELF_DRAFT_FLOOR
     return {
         "vllm_version": out["vllm_version"],
-        "runner_reports": out["reports"],
+        "runner_reports": {name: answer["reports"] for name, answer in answers.items()},
+        "patched_calls": patched_calls,
         "v2_refused": out["v2_refusal"],
         "greedy_vs_engine": greedy,
-        "self_draft_accept_rate": round(rate, 4),
+        "self_draft_accept_rate": rates,
+        "cactus_graphs_enforce_eager": graphs["enforce_eager"],
         "sampler": {
             "draws": sampler["draws"],
             "vocab": sampler["vocab"],
@@ -112,6 +166,6 @@ def judge(out: dict, pair, prompts, new_tokens: int, dtype: str, device) -> dict
             "time_ratio": round(times["cactus_bench"] / times["vllm"], 2),
         },
         "passed": bool(
-            runners_ok and refused and greedy["passed"] and rate >= SELF_DRAFT_FLOOR and law_ok
+            runners_ok and refused and greedy["passed"] and self_draft_ok and law_ok and calls_ok
         ),
     }

@@ -1,17 +1,22 @@
 """The GPU check's vLLM worker, run with .venv-vllm's python (vLLM lives in its own environment)
 by scripts/gpu_check_vllm.py; vllm_check.py writes the job and judges the answer.
 
-One speculative engine on the embedded verifier drafting for itself (drafter = verifier), the
-Cactus rule installed through the plugin, runner V1 (the start check's report is returned):
-1. runners: VLLM_USE_V2_MODEL_RUNNER=1 must be refused in one line before anything loads (V2's
-   drafter ignores top-k / top-p), and the engine must start on V1 with the rule installed;
-2. greedy: vLLM's greedy speculative tokens for the job's prompts (the check compares them with
-   the HF engine's greedy autoregressive tokens, up to near-ties);
-3. self-draft: at the paper's sampling a drafter that is the verifier is accepted nearly always;
-4. sampler: vLLM's own V1 `rejection_sample` and this project's bridge with sps on the same
-   inputs at V = 151,936 (one draft per row, p and q on a few tokens spread over the whole
-   vocabulary): the counts of the first emitted token (the check tests both against q, sps's
-   exact law) and the time of each call.
+One speculative engine per job on the embedded verifier drafting for itself (drafter =
+verifier), the job's rule installed through the plugin, runner V1, CUDA graphs on or off as the
+job says (`enforce_eager`). The job's `parts` say what it runs:
+  runners    VLLM_USE_V2_MODEL_RUNNER=1 must be refused in one line before anything loads (V2's
+             drafter ignores top-k / top-p), and the engine must start on V1 with the rule;
+  greedy     vLLM's greedy speculative tokens for the job's prompts (the check compares them
+             with the HF engine's greedy autoregressive tokens, up to near-ties);
+  self_draft at the paper's sampling a drafter that is the verifier: with the patched drafter
+             law p = q and SpS accepts (nearly) every draft; vLLM's own temperature-only law
+             would not (its drafts leave q's top-k / top-p support);
+  sampler    vLLM's own V1 `rejection_sample` and this project's bridge with sps on the same
+             inputs at V = 151,936 (one draft per row, p and q on a few tokens spread over the
+             whole vocabulary): the counts of the first emitted token (the check tests both
+             against q, sps's exact law) and the time of each call.
+Every job ends with the workers' reports after decoding: how often the patched drafter law and
+the bridge ran in each worker process (both must be > 0 where drafts were sampled).
 Imports only what .venv-vllm has: the package's torch-level layers and vLLM, nothing else.
 """
 
@@ -107,7 +112,8 @@ def synchronize(device) -> None:
 
 def run(job: dict) -> dict:
     """The worker's answer to `job` (vllm_check.py writes it, and judges the answer)."""
-    result = {"v2_refusal": runner_refusal()}
+    parts = set(job["parts"])
+    result = {"v2_refusal": runner_refusal()} if "runners" in parts else {}
     os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
     import torch
     import vllm
@@ -119,12 +125,17 @@ def run(job: dict) -> dict:
     from cactus_bench.vllm.runner import REPORT_METHOD
 
     result["vllm_version"] = vllm.__version__
+    result["enforce_eager"] = job["enforce_eager"]
     options = VllmOptions(
-        gpu_memory_utilization=0.3, max_model_len=2048, enforce_eager=True, kv_cache_gib=None
+        gpu_memory_utilization=0.3,
+        max_model_len=2048,
+        enforce_eager=job["enforce_eager"],
+        kv_cache_gib=None,
     )
+    name, params = job["rule"]
     llm = build_llm(
         job["verifier"],
-        rule=("cactus", {"delta": 1.0}),
+        rule=(name, params),
         drafter_id=job["verifier"],
         m=job["m"],
         dtype=job["dtype"],
@@ -136,28 +147,32 @@ def run(job: dict) -> dict:
 
     def decoder(sampling: SamplingParams) -> VllmDecoder:
         return VllmDecoder(
-            llm, tokenizer, num_draft_tokens=job["m"], sampler_name="cactus", sampling=sampling
+            llm, tokenizer, num_draft_tokens=job["m"], sampler_name=name, sampling=sampling
         )
 
-    greedy = decoder(SamplingParams(temperature=0.0))
-    result["greedy"] = [
-        greedy.generate(ids, job["new_tokens"], seed=0).output_ids for ids in job["prompts"]
-    ]
-    sampled = decoder(SamplingParams(**job["paper_sampling"]))
-    records = [
-        sampled.generate(ids, job["new_tokens"], seed=i) for i, ids in enumerate(job["prompts"])
-    ]
-    result["self_draft"] = {
-        "drafted": sum(sum(r.drafted_per_step) for r in records),
-        "accepted": sum(sum(r.accepted_per_step) for r in records),
-    }
-    from vllm.platforms import current_platform
-    from vllm.v1.sample import rejection_sampler
+    if "greedy" in parts:
+        greedy = decoder(SamplingParams(temperature=0.0))
+        result["greedy"] = [
+            greedy.generate(ids, job["new_tokens"], seed=0).output_ids for ids in job["prompts"]
+        ]
+    if "self_draft" in parts:
+        sampled = decoder(SamplingParams(**job["paper_sampling"]))
+        records = [
+            sampled.generate(ids, job["new_tokens"], seed=i) for i, ids in enumerate(job["prompts"])
+        ]
+        result["self_draft"] = {
+            "drafted": sum(sum(r.drafted_per_step) for r in records),
+            "accepted": sum(sum(r.accepted_per_step) for r in records),
+        }
+    result["reports_after"] = llm.collective_rpc(REPORT_METHOD)
+    if "sampler" in parts:
+        from vllm.platforms import current_platform
+        from vllm.v1.sample import rejection_sampler
 
-    if current_platform.is_cpu():  # vLLM's worker does this in its own process
-        current_platform.register_triton_kernel_overrides()
-    original = getattr(rejection_sampler.rejection_sample, "cactus_original", None)
-    original = original or rejection_sampler.rejection_sample
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    result["sampler"] = sampler_law(job, original, device)
+        if current_platform.is_cpu():  # vLLM's worker does this in its own process
+            current_platform.register_triton_kernel_overrides()
+        original = getattr(rejection_sampler.rejection_sample, "cactus_original", None)
+        original = original or rejection_sampler.rejection_sample
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        result["sampler"] = sampler_law(job, original, device)
     return result

@@ -138,6 +138,7 @@ def install_rule(module, rule: AcceptanceRule) -> InstalledRule:
         if v1 and needs_draft_probs(rule) and _v1_without_draft_probs(args, kwargs):
             FALLBACKS["draft_probs_none"] += 1
             return original(*args, **kwargs)
+        patches.CALLS["bridge"] += 1  # the worker report proves the rule ran (gpu-check)
         return bridge(*args, rule=rule, **kwargs)
 
     replacement.cactus_original = original

