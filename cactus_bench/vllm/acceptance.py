@@ -23,11 +23,12 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler
+from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler, rule_from_checked
 from cactus_bench.vllm import patches
 from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1, rejection_sample_v2
 
 RULE_ENV = "CACTUS_BENCH_VLLM_RULE"
+CHECKED_KEY = "checked"  # in RULE_ENV's JSON: the parameters passed the catalogue's check
 # The vLLM modules whose global `rejection_sample` the plugin replaces, when importable.
 PATCH_TARGETS = (
     "vllm.v1.sample.rejection_sampler",  # runner V1 (CPU; GPU with VLLM_USE_V2_MODEL_RUNNER=0)
@@ -56,22 +57,29 @@ def parse_rule_spec(text: str) -> AcceptanceRule:
             f'{RULE_ENV} must be a JSON object with a "name", e.g. '
             f'{{"name": "cactus", "delta": 0.75}}; got {text!r}'
         )
-    params = {key: value for key, value in spec.items() if key != "name"}
+    params = {key: value for key, value in spec.items() if key not in ("name", CHECKED_KEY)}
     name = spec["name"]
     if name not in SAMPLER_NAMES:
         raise RuleSpecError(
             f"{RULE_ENV}: unknown rule {name!r}; choose one of {', '.join(SAMPLER_NAMES)}"
         )
     try:
+        if spec.get(CHECKED_KEY) is True:  # the run's config checks passed these values already
+            return rule_from_checked(name, params)
         return make_sampler(name, **params)
     except (TypeError, ValueError) as error:
         raise RuleSpecError(f"{RULE_ENV}: {' '.join(str(error).split())}") from None
 
 
-def rule_spec(name: str, params: Mapping | None = None) -> str:
-    """The RULE_ENV value for a rule name and its parameters (None values dropped)."""
+def rule_spec(name: str, params: Mapping | None = None, checked: bool = False) -> str:
+    """The RULE_ENV value for a rule name and its parameters (None values dropped). `checked`
+    marks parameters the catalogue has checked (a run's config checks): the workers build the
+    rule from them as they are, so each parameter is checked once; a hand-written value (no
+    mark) is checked where it is read."""
     values = {k: v for k, v in dict(params or {}).items() if v is not None}
-    return json.dumps({"name": name, **values}, sort_keys=True)
+    return json.dumps(
+        {"name": name, **values, **({CHECKED_KEY: True} if checked else {})}, sort_keys=True
+    )
 
 
 def rule_from_env(environ: Mapping[str, str] | None = None) -> AcceptanceRule | None:

@@ -92,9 +92,12 @@ def llm_kwargs(
     return kwargs
 
 
-def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwargs):
+def build_llm(
+    verifier_id: str, *, rule: tuple[str, dict] | None = None, rule_checked: bool = False, **kwargs
+):
     """A `vllm.LLM` on runner V1, checked; `rule=(name, params)` is exported to RULE_ENV before
-    vLLM starts workers.
+    vLLM starts workers (`rule_checked`: the run's config checks passed the parameters, so the
+    workers build the rule from them without checking again).
 
     The variable stays set for this process (a verifier-only engine has no rejection sampler to
     patch, so it is harmless there). On vLLM's CPU platform the KV cache defaults to
@@ -104,8 +107,8 @@ def build_llm(verifier_id: str, *, rule: tuple[str, dict] | None = None, **kwarg
     """
     rule_name = None
     if rule is not None:
-        text = rule_spec(*rule)
-        rule_name = parse_rule_spec(text).name  # a bad rule fails here, before any model loads
+        text = rule_spec(*rule, checked=rule_checked)
+        rule_name = parse_rule_spec(text).name  # unchecked: a bad rule fails here, before loading
         os.environ[RULE_ENV] = text
     force_v1()  # before vLLM reads its configuration (runner.py says why)
     from vllm import LLM

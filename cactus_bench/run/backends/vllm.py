@@ -86,6 +86,7 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
             engines[spec] = build_llm(
                 verifier_path,
                 rule=(identity.sampler, identity.sampler_params) if spec else None,
+                rule_checked=True,  # validate() checked them; the rule's params() as built
                 drafter_id=drafter_path if spec else None,
                 m=conf.m,
                 dtype=model.dtype,
