@@ -16,7 +16,6 @@ up to <largest batch>".
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -105,15 +104,19 @@ def markdown_table(rows: pd.DataFrame, chosen: pd.DataFrame, crossing: pd.DataFr
     devices = " / ".join(sorted(set(rows.device_name.dropna()))) or "device unknown"
     lines = [f"Timed on {devices}; speedup = throughput / the verifier's at the same batch.", ""]
     for task, part in chosen.groupby("task", sort=True):
-        alone = rows[(rows.task == task) & (rows.sampler == "verifier")].set_index("batch")
+        # the verifier's throughput as each rule's paired baseline measured it (median over the
+        # rules at that batch): decoded right after the rule's own arm, on the same requests
+        paired = rows[(rows.task == task) & rows.tokens_per_s_baseline.notna()]
+        alone = paired.groupby("batch").tokens_per_s_baseline.median()
         lines += [f"## {task}", ""]
         head = ["rule", *[f"batch {b}" for b in batches], "score (batch 1)", "crossover"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        throughput = [
-            f"{alone.tokens_per_s_spec.get(b, math.nan):.1f} tok/s" if b in alone.index else "—"
-            for b in batches
-        ]
-        lines.append("| verifier alone | " + " | ".join(throughput) + " | | |")
+        throughput = [f"{alone[b]:.1f} tok/s" if b in alone.index else "—" for b in batches]
+        lines.append(
+            "| verifier alone (median of the paired baselines) | "
+            + " | ".join(throughput)
+            + " | | |"
+        )
         for rule, line in part.groupby("rule", sort=True):
             by_batch = line.set_index("batch")
             cells = [_cell(by_batch.loc[b]) if b in by_batch.index else "—" for b in batches]
