@@ -12,6 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from cactus_bench.engine.batch_cache import BatchRunner
+from cactus_bench.engine.fast_runner import FastRunner, unsupported_reason
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.runtime import Clock, check_prompt, resolve_eos_ids
 from cactus_bench.engine.sampling import SamplingParams
@@ -135,7 +137,7 @@ class BaseDecoder:
         ends. `step_log` then holds the run's steps (engine/batched.py).
         Batch > 1 needs the fast forward for every model (`batch_runners`); batch 1 without it
         runs the requests one after the other through `generate`."""
-        from cactus_bench.engine import batched
+        from cactus_bench.engine import batched  # lazy: cycle with cactus_bench.engine.batched
 
         batched.check_batch_size(batch_size)
         if batch_size == 1 and self._batch_refusal() is not None:
@@ -144,8 +146,6 @@ class BaseDecoder:
 
     def batch_runners(self, batch_size: int) -> dict:
         """{model name: `BatchRunner`} for a batched run; a clear error where one cannot run."""
-        from cactus_bench.engine.batch_cache import BatchRunner
-
         refusal = self._batch_refusal()
         if refusal is not None:
             raise ValueError(
@@ -156,8 +156,6 @@ class BaseDecoder:
 
     def _batch_refusal(self) -> str | None:
         """Why this decoder cannot run batched forwards, or None."""
-        from cactus_bench.engine.fast_runner import FastRunner, unsupported_reason
-
         for name, runner in self._named_runners().items():
             if not isinstance(runner, FastRunner):
                 reason = unsupported_reason(runner.model) or "fast='off' was asked for"
@@ -166,7 +164,7 @@ class BaseDecoder:
 
     def _generate_each(self, requests, on_finish=None) -> list[RequestRecord]:
         """Batch 1 on HF's forward: `generate` per request, start and end times on one clock."""
-        from cactus_bench.engine.batched import as_request
+        from cactus_bench.engine.batched import as_request  # lazy: cycle, as above
 
         clock = Clock(self.device)
         origin, records = clock(), []

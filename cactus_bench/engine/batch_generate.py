@@ -23,6 +23,7 @@ learns from). Tokens are drawn by the engine's `sample_token`, as every decoder 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -46,8 +47,6 @@ class Samples:
 
 def _cache_keyword(model: torch.nn.Module) -> str:
     """transformers 5.x names the forward's cache argument `cache`, older `past_key_values`."""
-    import inspect
-
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 

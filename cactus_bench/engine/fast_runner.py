@@ -78,8 +78,8 @@ def dispatch_reason(model: torch.nn.Module) -> str | None:
 def enable_compile_cache() -> None:
     """Keeps inductor's FX graph cache on (torch's default; compiled kernels are reused by later
     runs from $TORCHINDUCTOR_CACHE_DIR, default /tmp/torchinductor_$USER)."""
-    import torch._dynamo.config as dynamo_config
-    import torch._inductor.config as inductor_config
+    import torch._dynamo.config as dynamo_config  # lazy: keeps torch's compiler out of the engine
+    import torch._inductor.config as inductor_config  # lazy: as above
 
     inductor_config.fx_graph_cache = True
     inductor_config.autotune_local_cache = True

@@ -23,8 +23,6 @@ Importing this package imports neither torch nor lm-eval; `run()` does, after va
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from cactus_bench.run.checks import (
     ConfigError,
     SamplerChoice,
@@ -36,25 +34,9 @@ from cactus_bench.run.checks import (
 from cactus_bench.run.conf import RunConf, register_configs
 from cactus_bench.run.console import RunOutcome, format_outcome
 from cactus_bench.run.errors import one_line_error
+from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import pin_launch_context
-
-if TYPE_CHECKING:
-    from cactus_bench.run.identity import RunIdentity
-    from cactus_bench.run.orchestrate import build_identity, run
-
-
-def __getattr__(name: str) -> Any:
-    """run / build_identity / RunIdentity load the results layer on first use."""
-    if name in ("run", "build_identity"):
-        from cactus_bench.run import orchestrate
-
-        return getattr(orchestrate, name)
-    if name == "RunIdentity":
-        from cactus_bench.run.identity import RunIdentity
-
-        return RunIdentity
-    raise AttributeError(f"module 'cactus_bench.run' has no attribute {name!r}")
-
+from cactus_bench.run.orchestrate import build_identity, run
 
 __all__ = [
     "ignored_settings",

@@ -16,7 +16,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from cactus_bench.models.registry import SMOLLM2_DRAFTER_ID
+from cactus_bench.models.hub import hub_commit
+from cactus_bench.models.registry import SMOLLM2_DRAFTER_ID, PairSpec
 from cactus_bench.results.baseline_cache import baseline_key
 from cactus_bench.results.metadata import config_hash
 from cactus_bench.run.conf import RunConf
@@ -65,15 +66,13 @@ class RunIdentity:
         (hub drafters are pinned by their id and revision instead)."""
         if not (self.speculative and self.conf.model.drafter == SMOLLM2_DRAFTER_ID):
             return None
-        from cactus_bench.models.drafter import drafter_fingerprint
+        from cactus_bench.models.drafter import drafter_fingerprint  # lazy: keeps torch out
 
         return drafter_fingerprint()
 
     @cached_property
     def verifier_commit(self) -> str | None:
         """The cached commit the verifier's revision resolves to (None: embedded, not cached)."""
-        from cactus_bench.models.hub import hub_commit
-
         return hub_commit(self.conf.model.verifier, self.conf.model.verifier_revision) or None
 
     @cached_property
@@ -84,8 +83,7 @@ class RunIdentity:
         conf = self.conf
         if conf.backend.name != "hf" or conf.model.dtype != "auto":
             return conf.model.dtype
-        from cactus_bench.models import PairSpec
-        from cactus_bench.models.loading import resolve_pair_dtype
+        from cactus_bench.models.loading import resolve_pair_dtype  # lazy: keeps torch out
 
         resolved = resolve_pair_dtype(PairSpec(**dataclasses.asdict(conf.model)), conf.device)
         return resolved if isinstance(resolved, str) else str(resolved).removeprefix("torch.")

@@ -34,7 +34,7 @@ class Measured:
 
 def measure(identity: RunIdentity, rule) -> Measured:
     """Load, warm up, decode and summarise; `rule` is None for the verifier alone."""
-    import torch
+    import torch  # lazy: keeps torch out of `import cactus_bench.run` and the checks
 
     conf = identity.conf
     torch.manual_seed(conf.seed)
@@ -47,7 +47,7 @@ def measure(identity: RunIdentity, rule) -> Measured:
 
 def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measured:
     """Decode the task (and its baseline), then summarise; the same for every backend."""
-    from cactus_bench.tasks import evaluate_task
+    from cactus_bench.tasks import evaluate_task  # lazy: keeps lm-eval and torch out, as above
 
     conf = identity.conf
 

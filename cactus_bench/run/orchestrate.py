@@ -37,6 +37,7 @@ from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.measure import measure
 from cactus_bench.run.preflight import preflight
 from cactus_bench.run.resume import run_journal
+from cactus_bench.run.wandb import mirror_to_wandb
 
 
 def build_identity(conf: RunConf) -> tuple[RunIdentity, object]:
@@ -49,7 +50,7 @@ def identity_of(conf: RunConf, choice: SamplerChoice) -> tuple[RunIdentity, obje
     conf = dataclasses.replace(conf, device=resolve_device(conf.device))
     rule = None
     if choice.speculative:
-        from cactus_bench.samplers import rule_from_checked  # loads torch: after the checks
+        from cactus_bench.samplers import rule_from_checked  # lazy: torch, after the checks
 
         rule = rule_from_checked(choice.name, choice.params)
     params = rule.params() if rule is not None else {}
@@ -134,8 +135,6 @@ def _claimed_run(conf: RunConf, identity: RunIdentity, rule, store: ResultStore)
         store.append_steps(run_id, arm, steps)
     store.append(row)
     if conf.logger.name == "wandb":
-        from cactus_bench.run.wandb import mirror_to_wandb
-
         try:
             mirror_to_wandb(identity, row, measured.records, measured.baseline_records)
         except Exception as error:  # the CSV is the source of truth; a W&B hiccup is a warning

@@ -22,8 +22,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from cactus_bench.models import hub
 from cactus_bench.run.checks import ConfigError
 from cactus_bench.run.conf import RunConf
+from cactus_bench.tasks.specs import get_spec
 
 SLURM_QUERY_TIMEOUT_S = 20
 
@@ -39,7 +41,7 @@ def check_device(conf: RunConf) -> None:
     """A CUDA device asked for is visible (the paper's cell asks for device=cuda)."""
     if not conf.device.startswith("cuda"):
         return
-    import torch
+    import torch  # lazy: keeps torch out of the checks
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = int(conf.device.split(":", 1)[1]) if ":" in conf.device else 0
@@ -52,15 +54,13 @@ def check_device(conf: RunConf) -> None:
 
 # ---- task data ------------------------------------------------------------------------------
 def check_task_data(conf: RunConf) -> None:
-    from cactus_bench.models.hub import hub_reachable
-    from cactus_bench.tasks.data import (
+    from cactus_bench.tasks.data import (  # lazy: keeps lm-eval out of the checks
         REQUIRED_FILES,
         TaskDataError,
         missing_data_message,
         resolve_data_dir,
         task_yaml_path,
     )
-    from cactus_bench.tasks.specs import get_spec
 
     task = conf.task.name
     folder = resolve_data_dir(conf.data_dir)  # a data_dir that does not exist fails here
@@ -72,7 +72,7 @@ def check_task_data(conf: RunConf) -> None:
         return
     if task == "demo":  # its prompts ship in the package
         return
-    if not _hub_offline() and hub_reachable():
+    if not _hub_offline() and hub.hub_reachable():
         return
     dataset = hub_dataset(task_yaml_path(get_spec(task), None))
     if dataset is None or not dataset_cached(dataset):
@@ -82,7 +82,7 @@ def check_task_data(conf: RunConf) -> None:
 
 
 def _hub_offline() -> bool:
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # lazy: keeps huggingface_hub out of the checks
 
     return bool(constants.is_offline_mode() or os.environ.get("HF_DATASETS_OFFLINE") == "1")
 
@@ -104,7 +104,7 @@ def hub_dataset(yaml_path: Path) -> str | None:
 
 def dataset_cached(dataset: str) -> bool:
     """A hub dataset in huggingface_hub's cache or in datasets' processed cache."""
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # lazy: as above
 
     hub_copy = Path(constants.HF_HUB_CACHE) / f"datasets--{dataset.replace('/', '--')}"
     home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
@@ -114,8 +114,6 @@ def dataset_cached(dataset: str) -> bool:
 
 # ---- checkpoints ----------------------------------------------------------------------------
 def check_hub_models(conf: RunConf) -> None:
-    from cactus_bench.models.hub import go_offline_if_unreachable
-
     model = conf.model
     wanted = [
         (role, model_id, revision)
@@ -126,7 +124,7 @@ def check_hub_models(conf: RunConf) -> None:
         if _is_hub_id(model_id)
     ]
     if wanted:
-        go_offline_if_unreachable(wanted)
+        hub.go_offline_if_unreachable(wanted)
 
 
 def _is_hub_id(model_id: str) -> bool:

@@ -38,7 +38,7 @@ class JournaledDecoder:
         self.decoded = 0
 
     def generate(self, prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None):
-        from cactus_bench.engine import RequestRecord
+        from cactus_bench.engine import RequestRecord  # lazy: keeps torch out of the checks
 
         if seed is None:
             raise ValueError("a journaled request needs its seed: it is the request's key")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from cactus_bench.results.wandb_mirror import WandbMirror
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import resolve_path
 
@@ -25,8 +26,6 @@ def wandb_tags(identity: RunIdentity) -> list[str]:
 
 
 def mirror_to_wandb(identity: RunIdentity, row: dict, records: list, baseline_records=None):
-    from cactus_bench.results.wandb_mirror import WandbMirror
-
     conf = identity.conf
     mode = conf.logger.mode if conf.logger.mode in ("online", "offline", "disabled") else None
     run_name = f"{conf.model.name}-{conf.task.name}-{identity.sampler}-{row['run_id']}"

@@ -12,6 +12,7 @@ out.num_accepted [B].
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, VERIFIER_ONLY, check_params
@@ -46,8 +47,6 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     """The torch-backed names load on first use, so `import cactus_bench.samplers` stays light."""
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f"cactus_bench.samplers.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'cactus_bench.samplers' has no attribute {name!r}")
 

@@ -14,6 +14,7 @@ import without lm-eval or torch; the rest is imported on first use.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from cactus_bench.tasks.specs import PAPER_GEN_KWARGS, TASK_NAMES, TASK_SPECS, TaskSpec
@@ -49,7 +50,5 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cactus_bench.tasks' has no attribute {name!r}")

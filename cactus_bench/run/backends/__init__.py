@@ -43,7 +43,7 @@ def check_backend(conf: RunConf) -> None:
     """One clear line when the chosen backend cannot run here (before any model loads)."""
     if conf.backend.name == "hf":
         return
-    from cactus_bench.run.backends.vllm import check_vllm
+    from cactus_bench.run.backends.vllm import check_vllm  # lazy: cycle with run.backends.vllm
 
     check_vllm(conf)
 
@@ -52,7 +52,7 @@ def resolve_device(device: str) -> str:
     """`auto` -> cuda when available, else cpu."""
     if device != "auto":
         return device
-    import torch
+    import torch  # lazy: keeps torch out of the config checks
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -60,17 +60,17 @@ def resolve_device(device: str) -> str:
 def load_decoders(identity: RunIdentity, rule) -> Decoders:
     """The backend's decoders for this run (models load here)."""
     if identity.conf.backend.name == "vllm":
-        from cactus_bench.run.backends.vllm import vllm_decoders
+        from cactus_bench.run.backends.vllm import vllm_decoders  # lazy: cycle, as above
 
         return vllm_decoders(identity)
-    from cactus_bench.run.backends.hf import hf_decoders
+    from cactus_bench.run.backends.hf import hf_decoders  # lazy: cycle with run.backends.hf; torch
 
     return hf_decoders(identity, rule)
 
 
 def sampling_params(conf: RunConf):
     """The engine's SamplingParams for the run (both arms, both backends)."""
-    from cactus_bench.engine import SamplingParams
+    from cactus_bench.engine import SamplingParams  # lazy: keeps torch out of the checks
 
     return SamplingParams(temperature=conf.temperature, top_p=conf.top_p, top_k=conf.top_k or 0)
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
+from cactus_bench.models import PairSpec, load_pair
 from cactus_bench.run.backends import Decoders, sampling_params
 from cactus_bench.run.identity import RunIdentity
 
 
 def hf_decoders(identity: RunIdentity, rule) -> Decoders:
     """Load the pair; the speculative decoder (or the verifier alone) and the baseline's."""
-    from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
-    from cactus_bench.models import PairSpec, load_pair
-
     conf = identity.conf
     pair = load_pair(PairSpec(**dataclasses.asdict(conf.model)), device=conf.device)
     sampling = sampling_params(conf)

@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cactus_bench.paper import PAPER
 from cactus_bench.run.backends import VLLM_HINT, ConfigError, Decoders, sampling_params
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.samplers.catalogue import VERIFIER_ONLY
+from cactus_bench.vllm.memory import model_size, plan_memory
 
 
 def nvidia_gpus_visible() -> bool:
@@ -52,7 +54,7 @@ def check_vllm(conf: RunConf) -> None:
     """One clear line unless vLLM is importable, its build matches the node (CPU or CUDA), and
     it can load the models."""
     try:
-        from vllm.platforms import current_platform
+        from vllm.platforms import current_platform  # lazy: vLLM, in its own environment
     except ImportError:
         raise ConfigError(VLLM_HINT) from None
     problem = platform_problem(current_platform.is_cpu(), current_platform.is_cuda())
@@ -69,9 +71,9 @@ def check_vllm(conf: RunConf) -> None:
 
 def vllm_decoders(identity: RunIdentity) -> Decoders:
     """One `vllm.LLM` per arm, built on first use."""
-    from cactus_bench.models.loading import load_tokenizer
-    from cactus_bench.vllm.decoder import VllmDecoder
-    from cactus_bench.vllm.engines import build_llm, vllm_model_path
+    from cactus_bench.models.loading import load_tokenizer  # lazy: keeps torch out of the checks
+    from cactus_bench.vllm.decoder import VllmDecoder  # lazy: as above
+    from cactus_bench.vllm.engines import build_llm, vllm_model_path  # lazy: as above
 
     conf, model = identity.conf, identity.conf.model
     tokenizer = load_tokenizer(model.verifier, model.verifier_revision)
@@ -125,8 +127,7 @@ def engine_options(identity: RunIdentity, verifier_path: str, drafter_path: str 
     card, all engines together), after checking tensor_parallel_size against the GPUs this job
     sees; a pair that cannot fit fails here, in one line, before any model loads.
     """
-    from cactus_bench.paper import PAPER
-    from cactus_bench.vllm.engines import VllmOptions
+    from cactus_bench.vllm.engines import VllmOptions  # lazy: keeps torch out of the checks
 
     conf, backend = identity.conf, identity.conf.backend
     sizes = {"verifier": model_size_of(verifier_path, conf.model.verifier_revision)}
@@ -155,8 +156,6 @@ def engine_options(identity: RunIdentity, verifier_path: str, drafter_path: str 
 
 
 def planned_shares(identity, sizes, engines, max_model_len, card_bytes, gpus) -> dict:
-    from cactus_bench.vllm.memory import plan_memory
-
     backend = identity.conf.backend
     tp = backend.tensor_parallel_size
     if tp > gpus:
@@ -184,9 +183,7 @@ def planned_shares(identity, sizes, engines, max_model_len, card_bytes, gpus) ->
 
 def model_size_of(path: str, revision: str | None):
     """The model's ModelSize from its config.json (hub id or folder), None when unreadable."""
-    from transformers import AutoConfig
-
-    from cactus_bench.vllm.memory import model_size
+    from transformers import AutoConfig  # lazy: keeps transformers out of the checks
 
     try:
         config = AutoConfig.from_pretrained(path, revision=revision).to_dict()
@@ -197,7 +194,7 @@ def model_size_of(path: str, revision: str | None):
 
 def cuda_card() -> tuple[int, int] | None:
     """(memory of GPU 0 in bytes, GPUs visible) on CUDA, else None (vLLM's CPU platform)."""
-    import torch
+    import torch  # lazy: keeps torch out of the checks
 
     if not torch.cuda.is_available():
         return None

@@ -12,6 +12,8 @@ threshold (the drafter stops when max p < 0.6) sets the draft length, not verifi
 
 from __future__ import annotations
 
+import math
+
 from cactus_bench.samplers.params import TEST_LAW, Param, RuleInfo
 from cactus_bench.samplers.rules._builder import Builder
 
@@ -28,9 +30,7 @@ class Bild(Builder):
         self._store(tau=tau, test_law=test_law)
 
     def plan(self, p, q, p_bar, q_bar):
-        import math
-
-        import torch
+        import torch  # lazy: keeps torch out of the catalogue
 
         accept = (q_bar >= math.exp(-self.tau)).to(p.dtype)
         argmax = torch.zeros_like(q).scatter_(-1, q.argmax(-1, keepdim=True), 1.0)

@@ -30,7 +30,7 @@ class _SequenceCascade(Builder):
         raise NotImplementedError
 
     def plan(self, p, q, p_bar, q_bar):
-        from cactus_bench.samplers.kernel import against_target
+        from cactus_bench.samplers.kernel import against_target  # lazy: loads torch
 
         return against_target(p, q.where(self.defer(p, q, p_bar, q_bar), p))
 

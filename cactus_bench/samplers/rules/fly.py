@@ -38,7 +38,7 @@ ENTROPY_TOP_K = 3  # vLLM `_FLY_ENTROPY_TOP_K`: the gate's entropy over the 3 la
 
 def top_entropy(q):
     """[..., V] normalised laws -> [...] H3(q) = -sum_{3 largest} q log q (module doc)."""
-    import torch
+    import torch  # lazy: keeps torch out of the catalogue
 
     top = q.topk(min(ENTROPY_TOP_K, q.shape[-1]), dim=-1).values
     return -torch.special.xlogy(top, top).sum(-1)
@@ -72,7 +72,7 @@ class Fly(Builder):
         self._store(entropy_threshold=entropy_threshold, window=window)
 
     def plan(self, p, q, p_bar, q_bar):  # the native decision and residual: SpS's
-        from cactus_bench.samplers.kernel import against_target
+        from cactus_bench.samplers.kernel import against_target  # lazy: loads torch
 
         return against_target(p, q)
 
@@ -80,7 +80,7 @@ class Fly(Builder):
         """[B, m] bool native decisions -> [B, m] bool FLy's (module doc).
 
         draft_probs [B, m, V], target_probs [B, m + 1, V] (rows not normalised), ids [B, m]."""
-        import torch
+        import torch  # lazy: keeps torch out of the catalogue
 
         m = native.shape[1]
         if self.window >= m:  # no window fits inside the draft: nothing can be deferred

@@ -41,7 +41,7 @@ _PARAMS = (
 def fsd_divergence(p, q, div: str, smoothing: float = RELEASE_EPSILON):
     """[..., V] laws -> [..., 1] Div(p, q) as the FSD code computes it (module doc): each law
     smoothed to (x + smoothing) / sum(x + smoothing) first (0: the laws as given)."""
-    import torch
+    import torch  # lazy: keeps torch out of the catalogue
 
     if smoothing > 0:
         p = (p + smoothing) / (p + smoothing).sum(-1, keepdim=True)
@@ -91,7 +91,7 @@ class FsdReducible(Fsd):
     deterministic_accept = False
 
     def plan(self, p, q, p_bar, q_bar):
-        from cactus_bench.samplers.kernel import against_target
+        from cactus_bench.samplers.kernel import against_target  # lazy: loads torch
 
         return against_target(p, p.where(self.close(p_bar, q_bar), q))
 

@@ -35,7 +35,7 @@ class Lenience(Builder):
         self._store(l=l)
 
     def plan(self, p, q, p_bar, q_bar):
-        import torch
+        import torch  # lazy: keeps torch out of the catalogue
 
         safe = torch.where(p > 0, p, torch.ones_like(p))
         accept = torch.where(p > 0, q / (self.l * safe), torch.ones_like(p)).clamp(max=1.0)

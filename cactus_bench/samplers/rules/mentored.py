@@ -56,14 +56,14 @@ class Mentored(Builder):
         self._store(delta=delta)
 
     def plan(self, p, q, p_bar, q_bar):
-        from cactus_bench.samplers.kernel import against_target
+        from cactus_bench.samplers.kernel import against_target  # lazy: loads torch
 
         return against_target(p, mentored_target(p, q, self.delta))
 
 
 def mentored_target(p, q, delta: float):
     """[..., V] normalised float64 rows -> pi [..., V] with KL(q || pi) <= delta (module doc)."""
-    import torch
+    import torch  # lazy: keeps torch out of the catalogue
 
     inf = torch.tensor(torch.inf, dtype=p.dtype, device=p.device)
     one = torch.ones_like(p)
@@ -126,7 +126,7 @@ def _spend_on_zeros(p, q, t, q_sorted, q_top, delta: float):
     the i largest ratios above b gives K(b) = b Q_i + sum_{k >= i} q_k log t_k, so the b that
     spends delta is solved on the piece whose ends bracket it.
     """
-    import torch
+    import torch  # lazy: keeps torch out of the catalogue
 
     log_t = torch.where(q_sorted > 0, t.log(), torch.zeros_like(t))  # [..., V]; 0: no term
     inf_t = torch.isinf(log_t)  # p = 0 < q: always in the tail, at any finite b

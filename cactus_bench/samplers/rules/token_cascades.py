@@ -30,7 +30,7 @@ class _TokenCascade(Builder):
         raise NotImplementedError
 
     def plan(self, p, q, p_bar, q_bar):
-        from cactus_bench.samplers.kernel import against_target
+        from cactus_bench.samplers.kernel import against_target  # lazy: loads torch
 
         deferred = self.deferred(p_bar, q_bar).to(p.dtype)
         eta = (deferred * p).sum(-1, keepdim=True)
