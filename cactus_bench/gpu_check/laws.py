@@ -40,7 +40,7 @@ def dtype_runs(device, dtype: str) -> bool:
 
 
 def tiny_pair_on(device, dtype: str, vocab_size: int | None = None):
-    from cactus_bench.models.tiny import make_tiny_pair
+    from cactus_bench.models.tiny import make_tiny_pair  # lazy: pulls in torch
 
     drafter, verifier, tokenizer = make_tiny_pair(seed=0, vocab_size=vocab_size)
     torch_dtype = getattr(torch, dtype)
@@ -49,7 +49,7 @@ def tiny_pair_on(device, dtype: str, vocab_size: int | None = None):
 
 def qwen3_vocab(device, dtypes, prompts: int, new_tokens: int, m: int) -> dict:
     """Greedy speculative == greedy autoregressive on a random Qwen3 pair at V = 151,936."""
-    from cactus_bench.engine import AutoregressiveDecoder
+    from cactus_bench.engine import AutoregressiveDecoder  # lazy: pulls in torch
 
     results, passed = {}, True
     generator = torch.Generator().manual_seed(0)

@@ -18,6 +18,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+from cactus_bench.results.metadata import device_name, git_state
+
 REPO = Path(__file__).resolve().parents[2]
 TORCH_VERSION = "2.13.0"  # the Makefile's TORCH_VERSION
 CHECKS = (
@@ -39,7 +41,7 @@ DRY = {"device": "cpu", "pair": "tiny_random", "prompts": 2, "new_tokens": 6, "b
 
 def cuda_problem(device: str) -> str | None:
     """None when `device` is usable, else one line naming the fix."""
-    import torch
+    import torch  # lazy: keeps torch out of the command's start-up
 
     if not device.startswith("cuda"):
         return None
@@ -63,16 +65,16 @@ class Context:
     device, pair, prompts, new_tokens, m, dry and vllm_python (scripts/gpu_check.py's flags)."""
 
     def __init__(self, args):
-        import torch
+        import torch  # lazy: keeps torch out of the command's start-up
 
-        from cactus_bench.gpu_check.checks import demo_prompts
+        from cactus_bench.gpu_check.checks import demo_prompts  # lazy: pulls in torch
 
         self.args, self.device = args, torch.device(args.device)
         self._pairs = {}
         self.prompts = demo_prompts(self.pair("float32").tokenizer, args.prompts)
 
     def pair(self, dtype: str):
-        from cactus_bench.models import load_pair
+        from cactus_bench.models import load_pair  # lazy: pulls in torch
 
         if dtype not in self._pairs:
             self._pairs[dtype] = load_pair(self.args.pair, device=self.device, dtype=dtype)
@@ -80,8 +82,8 @@ class Context:
 
 
 def run_check(name: str, ctx: Context) -> dict:
-    from cactus_bench.gpu_check import checks as g
-    from cactus_bench.gpu_check.laws import NO_CPU_BF16, dtype_runs
+    from cactus_bench.gpu_check import checks as g  # lazy: pulls in torch
+    from cactus_bench.gpu_check.laws import NO_CPU_BF16, dtype_runs  # lazy: pulls in torch
 
     args, device, prompts = ctx.args, ctx.device, ctx.prompts
     low = "bfloat16" if dtype_runs(device, "bfloat16") else "float32"  # --dry on such a CPU
@@ -91,12 +93,12 @@ def run_check(name: str, ctx: Context) -> dict:
             return {"skipped": NO_CPU_BF16, "passed": True}
         return g.greedy_equality(ctx.pair(dtype), prompts, args.new_tokens, args.m, dtype, device)
     if name == "qwen3_vocab":
-        from cactus_bench.gpu_check.laws import qwen3_vocab
+        from cactus_bench.gpu_check.laws import qwen3_vocab  # lazy: pulls in torch
 
         dtypes = ("float32", "bfloat16", "float16")
         return qwen3_vocab(device, dtypes, len(prompts), args.new_tokens, args.m)
     if name == "first_token_law":
-        from cactus_bench.gpu_check.laws import first_token_law
+        from cactus_bench.gpu_check.laws import first_token_law  # lazy: pulls in torch
 
         return first_token_law(device, requests=300 if args.dry else 2000)
     if name == "cuda_graphs":
@@ -114,17 +116,15 @@ def run_check(name: str, ctx: Context) -> dict:
     if name == "speedup":
         return g.speedup(ctx.pair(low), prompts, 2 * args.new_tokens, (1, 2, 3, 4), device)
     if name == "vllm":
-        from cactus_bench.gpu_check.vllm_check import vllm_check
+        from cactus_bench.gpu_check.vllm_check import vllm_check  # lazy: pulls in torch
 
         return vllm_check(args, device)
     raise ValueError(f"unknown check {name!r}; known: {', '.join(CHECKS)}")
 
 
 def environment(device: str) -> dict:
-    import torch
-    import transformers
-
-    from cactus_bench.results.metadata import device_name, git_state
+    import torch  # lazy: keeps torch out of the command's start-up
+    import transformers  # lazy: keeps torch out of the command's start-up
 
     sha, dirty = git_state()
     return {

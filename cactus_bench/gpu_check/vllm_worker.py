@@ -26,10 +26,10 @@ import os
 import time
 from types import SimpleNamespace
 
+from cactus_bench.vllm.runner import REPORT_METHOD, V2_ENV, force_v1
+
 
 def runner_refusal() -> str:
-    from cactus_bench.vllm.runner import V2_ENV, force_v1
-
     environ = {V2_ENV: "1"}
     try:
         force_v1(environ)
@@ -40,10 +40,10 @@ def runner_refusal() -> str:
 
 def sampler_law(job: dict, rejection_sample, device) -> dict:
     """First emitted tokens of vLLM's sampler (`rejection_sample`) and of the sps bridge."""
-    import torch
+    import torch  # lazy: keeps torch out of the command's start-up
 
-    from cactus_bench.samplers import make_sampler
-    from cactus_bench.vllm.bridge import rejection_sample_v1
+    from cactus_bench.samplers import make_sampler  # lazy: pulls in torch
+    from cactus_bench.vllm.bridge import rejection_sample_v1  # lazy: pulls in torch
 
     vocab, rows, calls = job["law_vocab"], job["law_rows"], job["law_calls"]
     generator = torch.Generator().manual_seed(0)
@@ -104,7 +104,7 @@ def sampler_law(job: dict, rejection_sample, device) -> dict:
 
 
 def synchronize(device) -> None:
-    import torch
+    import torch  # lazy: keeps torch out of the command's start-up
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -115,14 +115,13 @@ def run(job: dict) -> dict:
     parts = set(job["parts"])
     result = {"v2_refusal": runner_refusal()} if "runners" in parts else {}
     os.environ.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-    import torch
-    import vllm
-    from transformers import AutoTokenizer
+    import torch  # lazy: after the environment above is set for vLLM
+    import vllm  # lazy: as torch
+    from transformers import AutoTokenizer  # lazy: as torch
 
-    from cactus_bench.engine import SamplingParams
-    from cactus_bench.vllm.decoder import VllmDecoder
-    from cactus_bench.vllm.engines import VllmOptions, build_llm
-    from cactus_bench.vllm.runner import REPORT_METHOD
+    from cactus_bench.engine import SamplingParams  # lazy: pulls in torch
+    from cactus_bench.vllm.decoder import VllmDecoder  # lazy: pulls in torch
+    from cactus_bench.vllm.engines import VllmOptions, build_llm  # lazy: pulls in torch
 
     result["vllm_version"] = vllm.__version__
     result["enforce_eager"] = job["enforce_eager"]
@@ -166,8 +165,8 @@ def run(job: dict) -> dict:
         }
     result["reports_after"] = llm.collective_rpc(REPORT_METHOD)
     if "sampler" in parts:
-        from vllm.platforms import current_platform
-        from vllm.v1.sample import rejection_sampler
+        from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
+        from vllm.v1.sample import rejection_sampler  # lazy: vLLM is installed only in .venv-vllm
 
         if current_platform.is_cpu():  # vLLM's worker does this in its own process
             current_platform.register_triton_kernel_overrides()

@@ -170,7 +170,7 @@ def _v1_without_draft_probs(args: tuple, kwargs: dict) -> bool:
 
 def _is_cpu_platform() -> bool:
     try:
-        from vllm.platforms import current_platform
+        from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
     except ImportError:
         return False
     return bool(current_platform.is_cpu())

@@ -56,7 +56,7 @@ def main() -> None:
     cores = sorted(os.sched_getaffinity(0))[: args.threads]
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, cores)))
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from vllm import LLM, SamplingParams, TokensPrompt
+    from vllm import LLM, SamplingParams, TokensPrompt  # lazy: vLLM is installed only in .venv-vllm
 
     llm = LLM(
         model=args.model,

@@ -36,6 +36,7 @@ from cactus_bench.engine.base import Request
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.engine.stopping import cut_at_stop
+from cactus_bench.vllm.runner import REPORT_METHOD
 
 
 @dataclass
@@ -89,7 +90,9 @@ class VllmDecoder:
         self.eos_token_ids = None if eos_token_ids is None else sorted(set(eos_token_ids))
 
     def vllm_sampling(self, params: SamplingParams, max_new_tokens: int, stop, seed: int):
-        from vllm import SamplingParams as VllmSamplingParams
+        from vllm import (
+            SamplingParams as VllmSamplingParams,  # lazy: vLLM is installed only in .venv-vllm
+        )
 
         return VllmSamplingParams(
             **sampling_kwargs(params, max_new_tokens, stop, seed, self.eos_token_ids)
@@ -170,8 +173,6 @@ class VllmDecoder:
 
 def draft_probs_fallbacks(llm) -> int:
     """Steps the bridge gave to vLLM's own sampler so far, summed over the engine's workers."""
-    from cactus_bench.vllm.runner import REPORT_METHOD
-
     return sum(r["draft_probs_fallbacks"] for r in llm.collective_rpc(REPORT_METHOD))
 
 

@@ -19,7 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cactus_bench.models.registry import EMBEDDED_PREFIX, SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID
+from cactus_bench.models.smollm2 import prepare_smollm2
 from cactus_bench.vllm.acceptance import RULE_ENV, parse_rule_spec, rule_spec
+from cactus_bench.vllm.export import export_full_vocab_drafter
 from cactus_bench.vllm.runner import EXTENSION, check_workers, force_v1
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
@@ -111,10 +114,10 @@ def build_llm(
         rule_name = parse_rule_spec(text).name  # unchecked: a bad rule fails here, before loading
         os.environ[RULE_ENV] = text
     force_v1()  # before vLLM reads its configuration (runner.py says why)
-    from vllm import LLM
-    from vllm.platforms import current_platform
+    from vllm import LLM  # lazy: vLLM is installed only in .venv-vllm
+    from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
 
-    from cactus_bench.vllm.acceptance import register
+    from cactus_bench.vllm.acceptance import register  # lazy: pulls in torch
 
     options = kwargs.get("options") or VllmOptions()
     if current_platform.is_cpu():
@@ -153,19 +156,9 @@ def vllm_model_path(model_id: str) -> str:
     -> the full-vocabulary export (cactus_bench.vllm.export: a different law from the HF
     engine's 8192-id head). Other embedded ids cannot run on vLLM (ValueError, one line).
     """
-    from cactus_bench.models.registry import (
-        EMBEDDED_PREFIX,
-        SMOLLM2_DRAFTER_ID,
-        SMOLLM2_VERIFIER_ID,
-    )
-
     if model_id == SMOLLM2_VERIFIER_ID:
-        from cactus_bench.models.smollm2 import prepare_smollm2
-
         return str(prepare_smollm2())
     if model_id == SMOLLM2_DRAFTER_ID:
-        from cactus_bench.vllm.export import export_full_vocab_drafter
-
         return str(export_full_vocab_drafter())
     if model_id.startswith(EMBEDDED_PREFIX):
         raise ValueError(

@@ -28,6 +28,8 @@ import json
 import shutil
 from pathlib import Path
 
+from cactus_bench.models.smollm2 import cache_root, prepare_smollm2
+
 EXPORT_DIR_NAME = "smollm2-135m-drafter-vllm"
 MARKER = ".exported-from"
 TOKENIZER_FILES = (
@@ -40,8 +42,6 @@ TOKENIZER_FILES = (
 
 
 def export_dir(root: Path | None = None) -> Path:
-    from cactus_bench.models.smollm2 import cache_root
-
     return (root or cache_root()) / EXPORT_DIR_NAME
 
 
@@ -61,11 +61,13 @@ def export_full_vocab_drafter(
 
     Reuses the folder when its marker names the same drafter weights (unless `force`).
     """
-    import torch
-    from safetensors.torch import load_file, save_file
+    import torch  # lazy: keeps torch out of the command's start-up
+    from safetensors.torch import load_file, save_file  # lazy: as torch
 
-    from cactus_bench.models.drafter import SMOLLM2_DRAFTER_CONFIG, SMOLLM2_DRAFTER_WEIGHTS
-    from cactus_bench.models.smollm2 import prepare_smollm2
+    from cactus_bench.models.drafter import (  # lazy: pulls in torch
+        SMOLLM2_DRAFTER_CONFIG,
+        SMOLLM2_DRAFTER_WEIGHTS,
+    )
 
     out_dir = Path(out_dir) if out_dir is not None else export_dir()
     weights_path = Path(weights_path or SMOLLM2_DRAFTER_WEIGHTS)

@@ -20,6 +20,7 @@ often the patched drafter law and the bridge ran (gpu-check asks again after dec
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 from collections.abc import Mapping, MutableMapping
@@ -65,9 +66,7 @@ class CactusWorkerExtension:
 
 def worker_report(worker) -> dict:
     """What this worker process runs: the runner's class, and whether our patches are in."""
-    import importlib
-
-    from cactus_bench.vllm import acceptance, patches
+    from cactus_bench.vllm import acceptance, patches  # lazy: pulls in torch
 
     runner = getattr(worker, "model_runner", None)
     runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
