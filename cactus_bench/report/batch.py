@@ -188,7 +188,8 @@ def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
 def cost_section(rows: pd.DataFrame, chosen: pd.DataFrame, csv: Path, out: Path, table) -> tuple:
     """The step-cost model's predicted-vs-measured table (and a forecast from another device's
     cost table): (markdown, written paths)."""
-    steps = load_steps(csv.with_name(csv.stem + ".steps.jsonl"))
+    kept = set(rows.run_id)  # steps of rows no longer in the CSV (discarded runs) stay out
+    steps = [s for s in load_steps(csv.with_name(csv.stem + ".steps.jsonl")) if s["run_id"] in kept]
     costs = fit_costs(rows, steps)
     compared = predictions(rows, steps, costs)
     written = [out / "batch_cost.csv"]
