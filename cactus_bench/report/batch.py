@@ -137,13 +137,24 @@ def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
     axes = fig.subplots(len(tasks), 2, squeeze=False, width_ratios=(2.2, 1))
     fig.suptitle(f"Speedup against batch size, embedded pair; timed on {devices}", fontsize=10)
     rules = sorted(chosen.rule.unique())
+    # rules of one sampler (Cactus at three budgets) share its colour; marker and dash differ
+    styles, seen = {}, {}
+    for rule in rules:
+        sampler = chosen[chosen.rule == rule].sampler.iloc[0]
+        nth = seen[sampler] = seen.get(sampler, -1) + 1
+        styles[rule] = ("osD^v"[nth % 5], ("-", "--", ":", "-.")[nth % 4])
     for (speed_ax, score_ax), task in zip(axes, tasks, strict=True):
         part = chosen[chosen.task == task]
+        alone = rows[(rows.task == task) & (rows.sampler == "verifier") & (rows.batch == 1)]
+        if len(alone) and pd.notna(alone.score.iloc[0]):
+            score_ax.axvline(100 * alone.score.iloc[0], color="grey", lw=1, ls="--")
+            score_ax.text(100 * alone.score.iloc[0], -0.45, " verifier", color="grey", fontsize=7)
         for index, rule in enumerate(rules):
             line = part[part.rule == rule].sort_values("batch")
             if line.empty:
                 continue
             color = sampler_color(line.sampler.iloc[0])
+            marker, dash = styles[rule]
             x = line.batch.to_numpy(float) * (1 + 0.025 * (index - len(rules) / 2))  # dodge
             errors, excluded = clipped_errors(
                 line.speedup_tokens, line.speedup_tokens_ci_low, line.speedup_tokens_ci_high
@@ -153,7 +164,8 @@ def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
                 line.speedup_tokens,
                 yerr=errors,
                 color=color,
-                marker="o",
+                marker=marker,
+                ls=dash,
                 ms=4,
                 capsize=2,
                 label=rule,
@@ -167,7 +179,7 @@ def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
                 if pd.notna(low):
                     spread = [[100 * max(first.score - low, 0)], [100 * max(high - first.score, 0)]]
                 score_ax.errorbar(
-                    100 * first.score, index, xerr=spread, color=color, marker="o", capsize=2
+                    100 * first.score, index, xerr=spread, color=color, marker=marker, capsize=2
                 )
         speed_ax.axhline(1.0, color="grey", lw=1, ls="--")
         speed_ax.set_xscale("log", base=2)
