@@ -5,17 +5,13 @@
 The job comes from cactus_bench/gpu_check/vllm_check.py, which judges the answer; what the
 worker runs (runner V1 with the rule and V2 refused, vLLM's greedy tokens, self-drafting, vLLM's
 rejection sampler against sps at V = 151,936) is cactus_bench/gpu_check/vllm_worker.py.
-PYTHONPATH (or the line below) puts this checkout's package first.
+The package comes from the environment: `make setup-vllm` installs this checkout editable.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 
 def main() -> None:

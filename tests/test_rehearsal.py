@@ -218,7 +218,8 @@ def test_rehearse_script_runs_pairs_through_the_cli(tmp_path):
     assert "| yes | yes | 151,936 / 152,064 | 151,665 ids |" in table["deepseek_r1_7b"]
     assert "| yes | yes | 151,936 / 151,936 | - |" in table["qwen3_8b"]
     assert "| yes | yes |" in table["qwen3_8b_pinned_nothink"]
-    assert "3/3 pairs passed" in done.stdout
+    assert "| yes | yes | 151,936 / 151,936 |" in table["qwen3_8b_batch4"]  # experiment=batch_gpu
+    assert "4/4 pairs passed" in done.stdout
 
 
 @pytest.mark.slow  # three runs of a V = 151,936 pair through the runner

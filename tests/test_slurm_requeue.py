@@ -3,15 +3,16 @@ and resumes from its journal, landing the row an uninterrupted run lands, no req
 twice. And a bad partition fails in one line before anything is submitted.
 
 The time limit: Slurm's limits are whole minutes and its warning signal (submitit's USR2,
-`signal_delay_s` before the limit) comes up to ~30 s early, so a fixed limit falls mid-cell only
-on a machine of a known speed. The test therefore submits with a long limit and, once the
-running job has journaled a request, lowers its limit to one minute (`scontrol update`): with
-the warning 58 s before the limit, Slurm sends it at its next time-limit check (10-30 s here), in
-the middle of the cell: the cell must outlast that check by a margin, so it decodes every demo
-prompt twice (repeats=2) with up to 2,048 tokens each. The tiny pair stops at its end-of-text
-token, so the token cap alone does not lengthen the cell: one pass of 2,048 took 75 s alone but
-39 s inside the full suite, where it ended before the check came (as 512 and 1,024 tokens did,
-in 29 s and 33 s).
+`signal_delay_s` before the limit) comes up to ~30 s early, so a fixed limit falls mid-cell only on
+a machine of a known speed. The test therefore submits with a long limit and, once the running job
+has journaled a request, lowers its limit to one minute (`scontrol update`): with the warning 58 s
+before the limit, Slurm sends it at its next time-limit check (10-30 s here), in the middle of the
+cell: the cell must outlast that check by a margin, so it decodes every demo prompt six times
+(repeats=6) with up to 2,048 tokens each (twice was enough on the 2-core AMD EPYC; on a 2-core Intel
+Xeon the whole cell then ended in 15 s, before the check). The tiny pair stops at its end-of-text
+token, so the token cap alone does not lengthen the cell: one pass of 2,048 took 75 s alone but 39 s
+inside the full suite, where it ended before the check came (as 512 and 1,024 tokens did, in 29 s
+and 33 s).
 After the requeue the test restores the 10 minutes. (submitit calls any warning signal of a job
 asking <= 10 minutes a time-out, as it is here.)
 """
@@ -32,7 +33,7 @@ from test_slurm_cluster import array_id, queue
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 LIMIT = 20  # every demo prompt
-REPEATS = 2  # each decoded twice, with its own seeds: the cell outlasts Slurm's limit check
+REPEATS = 6  # each decoded six times, with its own seeds: the cell outlasts Slurm's limit check
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 

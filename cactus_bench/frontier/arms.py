@@ -29,6 +29,7 @@ GRIDS = {
     },
     "fsd": ("fsd_thresholds", "threshold", "T"),
     "fsd_reducible": ("fsd_thresholds", "threshold", "T"),
+    "fsd_unsmoothed": ("fsd_thresholds", "threshold", "T"),
     "bild": ("bild_taus", "tau", "tau"),
 }
 BUDGETED = ("cactus", "cactus_exact", "mentored")  # arms with a divergence budget delta

@@ -157,7 +157,7 @@ class FrontierConf:
             },
             **{
                 rule: ("fsd_thresholds", self.fsd_thresholds, lambda v: v >= 0, ">= 0")
-                for rule in ("fsd", "fsd_reducible")
+                for rule in ("fsd", "fsd_reducible", "fsd_unsmoothed")
             },
             "bild": ("bild_taus", self.bild_taus, lambda v: v >= 0, ">= 0"),
         }

@@ -223,6 +223,9 @@ def _accept(rule, compact: Compact, step: Step, uniforms: Uniforms):
         accept, residual = rule.plan(p, q)  # [B, M, K] float64 each
         uniform = uniforms.accept((batch, m))
         accepted = (uniform < accept.gather(-1, slot).squeeze(-1)) & step.valid
+        if getattr(rule, "reads_window", False):  # FLy: a rejection kept by the drafts after it
+            # padding is False in `accepted`, so a window reaching past a row's drafts never fits
+            accepted = rule.builder.across_window(accepted, p, q, slot.squeeze(-1)) & step.valid
 
         def residual_at(at, u_last):
             return invert_cdf(residual[rows, at], u_last)
