@@ -37,7 +37,6 @@ from cactus_bench.report.figure_parts import (
 )
 from cactus_bench.report.load import load_results
 
-RULE_COLUMNS = ("sampler", "sampler_params")
 SPEEDUP_COLUMNS = ("speedup_tokens", "speedup_tokens_ci_low", "speedup_tokens_ci_high")
 
 

@@ -69,7 +69,7 @@ rows = ResultStore("results/table1.csv").read()  # empty cells are <NA>, renamed
 """
 
 
-def _cell(text: str) -> str:
+def markdown_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
@@ -92,7 +92,8 @@ def render() -> str:
             lines.append("|---|---|---|")
         column = SCHEMA[name]
         marker = " (config)" if name in CONFIG_COLUMNS else ""
-        lines.append(f"| `{name}`{marker} | {KIND_TEXT[column.kind]} | {_cell(column.doc)} |")
+        kind, doc = KIND_TEXT[column.kind], markdown_cell(column.doc)
+        lines.append(f"| `{name}`{marker} | {kind} | {doc} |")
     lines.append("\n## Renamed columns\n")
     lines.append(
         "CSVs written before a rename still resume and report: every reader maps the old name\n"

@@ -15,6 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from cactus_bench.results.schema_doc import markdown_cell
 from cactus_bench.run_settings import OPTIONS, Setting
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,10 +74,10 @@ def markdown_lines() -> list[str]:
     ]
     for setting in OPTIONS:
         check = setting.option.check
-        allowed = check.rule.replace("|", "\\|") if check else "any"
+        allowed = markdown_cell(check.rule) if check else "any"
         lines.append(
             f"| `{setting.key}` | {_type_text(setting).replace('|', 'or')} | "
-            f"`{_default_text(setting)}` | {allowed} | {setting.doc.replace('|', chr(92) + '|')}"
+            f"`{_default_text(setting)}` | {allowed} | {markdown_cell(setting.doc)}"
             f" | {_roles(setting)} |"
         )
     lines += ["", f"<!-- {END} -->"]
