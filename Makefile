@@ -172,10 +172,17 @@ rules:  ## the rules leaderboard: every acceptance rule side by side (docs/rules
 	$(PYTHON) scripts/rules_board.py --tasks demo $(if $(strip $(DATA_DIR)),gsm8k --data-dir $(abspath $(DATA_DIR)))
 
 # The batch sweep: one job after another, each on one thread (threads=1); resumable by config hash.
+# The batch sweep runs as two jobs side by side, one thread each (2 cores): the experiment's
+# samplers in two halves of about equal time (tests/test_report_batch.py checks they cover it).
+BATCH_SWEEP_HALVES := sampler=verifier,sps,tas,cactus_0.5,cactus_1.0 \
+	sampler=cactus_2.0,cactus_exact_1.0,diff,tokenv1
+
 batch-sweep:  ## speedup against batch size for every rule family (CPU, embedded pair; docs/batch.md)
-	$(PYTHON) run.py experiment=batch_sweep
+	printf '%s\n' $(BATCH_SWEEP_HALVES) | xargs -P 2 -L 1 $(PYTHON) run.py experiment=batch_sweep
 ifneq ($(strip $(DATA_DIR)),)
-	$(PYTHON) run.py experiment=batch_sweep_ifeval data_dir=$(abspath $(DATA_DIR))
+	@# the IFEval slice, held out: each (rule, batch) at the m the demo task chose
+	$(PYTHON) -m cactus_bench.report batch-jobs --csv results/batch/batch_sweep.csv \
+		| xargs -P 2 -L 1 $(PYTHON) run.py experiment=batch_sweep_ifeval data_dir=$(abspath $(DATA_DIR))
 endif
 	$(MAKE) batch-report
 

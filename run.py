@@ -100,13 +100,16 @@ def sweep_note(argv: list[str]) -> str | None:
     """A YAML comment under `--cfg job` naming every job when the config sweeps (a paper pair's
     cell runs one job per task; Hydra prints only the first job's config)."""
     overrides = _command_line_overrides(argv)
-    swept = {arg.split("=", 1)[0]: arg.split("=", 1)[1] for arg in overrides if "," in arg}
+    given = dict(arg.split("=", 1) for arg in overrides if "=" in arg)
+    swept = {key: value for key, value in given.items() if "," in value}
     try:
         plain = [arg for arg in overrides if arg.split("=", 1)[0] not in swept]
         cfg = _compose(plain, with_hydra=True)
     except Exception:  # the config itself failed: Hydra has said why already
         return None
+    # as Hydra's basic sweeper: a command-line value replaces the config's list for its key
     params = {**dict(cfg.hydra.sweeper.params or {}), **swept}
+    params.update({key: given[key] for key in params if key in given})
     if not params:
         return None
     jobs = 1

@@ -101,6 +101,28 @@ def test_cfg_job_prints_the_paper_cell_and_names_every_job():
     assert f"# multirun, 3 jobs (one row each): task.name={','.join(PAPER.tasks)}" in shown
 
 
+def test_a_command_line_value_replaces_the_experiments_list_in_the_job_count():
+    """As Hydra's basic sweeper runs it: sampler=sps batch=2 leave only m's three values."""
+    shown = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            "experiment=batch_sweep",
+            "sampler=sps",
+            "batch=2",
+            "--cfg",
+            "job",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert "# multirun, 3 jobs (one row each): " in shown
+    assert "sampler=sps batch=2 m=1,2,3" in shown
+
+
 def test_demo_settings_stay_with_the_demo_task():
     small = {"limit": 5, "max_new_tokens": 96, "m": 2, "threads": 1}
     for overrides in ([], ["model=tiny_random"], ["model=qwen3_8b", "task=demo"]):

@@ -5,13 +5,16 @@ then the whole report from a real tiny sweep."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from test_paper_cell import compose_cfg, job_conf
 from test_run_orchestrate import tiny_conf
 
-from cactus_bench.report.batch import best_m, crossover, write_batch_report
+from cactus_bench.report.batch import best_m, crossover, heldout_jobs, write_batch_report
 from cactus_bench.report.batch_cost import (
     StepCosts,
     costs_from_table,
@@ -20,7 +23,7 @@ from cactus_bench.report.batch_cost import (
     predicted_speedup,
     tokens_per_row_step,
 )
-from cactus_bench.run import run
+from cactus_bench.run import run, sampler_choice
 
 
 def _row(rule, batch, m, speedup, low, high):
@@ -46,6 +49,50 @@ def test_best_m_and_the_crossover_batch():
     assert chosen[(chosen.rule == "sps") & (chosen.batch == 1)].m.item() == 1
     says = crossover(chosen, [1, 4, 8, 16]).set_index("rule").says
     assert says["sps"] == "batch 8" and says["cactus"] == "none up to 16"
+
+
+def test_a_held_out_task_keeps_the_m_the_selection_task_chose():
+    ifeval = [dict(r, task="ifeval") for r in (
+        _row("sps", 1, 1, 0.90, 0.80, 1.00),  # demo chose m = 1 at batch 1: kept, though lower
+        _row("sps", 1, 2, 1.50, 1.40, 1.60),
+        _row("cactus", 16, 3, 1.01, 0.90, 1.10),
+    )]  # fmt: skip
+    demo = [_row("sps", 1, 1, 1.10, 1.02, 1.20), _row("sps", 1, 2, 0.95, 0.90, 1.01)]
+    demo.append(_row("cactus", 16, 3, 1.05, 0.98, 1.12))
+    chosen = best_m(pd.DataFrame(demo + ifeval), "demo").set_index(["task", "rule", "batch"])
+    assert chosen.m.to_dict() == {
+        ("demo", "cactus", 16): 3, ("demo", "sps", 1): 1,
+        ("ifeval", "cactus", 16): 3, ("ifeval", "sps", 1): 1,
+    }  # fmt: skip
+    assert chosen.loc[("ifeval", "sps", 1)].speedup_tokens == 0.90
+
+
+def test_held_out_jobs_rebuild_each_chosen_rule_exactly():
+    """Every rule of the sweep, as its preset builds it, comes back from the job's overrides."""
+    presets = compose_cfg(["experiment=batch_sweep"]).hydra.sweeper.params.sampler.split(",")
+    rows = []
+    for batch, preset in enumerate(p for p in presets if p != "verifier"):
+        choice = sampler_choice(job_conf([f"sampler={preset}"]))
+        row = _row(choice.name, 2**batch, 1 + batch % 3, 1.2, 1.1, 1.3)
+        rows.append(dict(row, rule=preset, sampler_params=json.dumps(choice.params)))
+    jobs = heldout_jobs(pd.DataFrame(rows), "demo")
+    assert jobs[0] == ["sampler=verifier", "batch=1"] and len(jobs) == 2 * len(rows)
+    by_batch = {job[-2]: job for job in jobs[len(rows) :]}  # one rule per batch here
+    for row in rows:
+        job = by_batch[f"batch={row['batch']}"]
+        assert job[-1] == f"m={row['m']}"
+        choice = sampler_choice(job_conf(job))
+        assert (choice.name, json.dumps(choice.params)) == (row["sampler"], row["sampler_params"])
+    with pytest.raises(ValueError, match="experiment=batch_sweep"):
+        heldout_jobs(pd.DataFrame(rows).assign(task="ifeval"), "demo")
+
+
+def test_the_makefiles_two_halves_run_every_sampler_of_the_sweep_once():
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text(encoding="utf-8")
+    block = makefile.split("BATCH_SWEEP_HALVES :=", 1)[1].split("\n\n", 1)[0]
+    halves = [part.split(",") for part in re.findall(r"sampler=(\S+)", block)]
+    swept = compose_cfg(["experiment=batch_sweep"]).hydra.sweeper.params.sampler.split(",")
+    assert len(halves) == 2 and sorted(halves[0] + halves[1]) == sorted(swept)
 
 
 def _steps(costs: StepCosts, noise: float, seed: int = 0) -> list[dict]:

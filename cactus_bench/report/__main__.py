@@ -1,9 +1,10 @@
-"""`python -m cactus_bench.report {tables,plots,all,batch} [--csv GLOB ...] [--out DIR]`.
+"""`python -m cactus_bench.report {tables,plots,all,batch,batch-jobs} [--csv GLOB ...] [--out DIR]`.
 
 Reads results CSVs only. Tables go to OUT/tables (Markdown + LaTeX), figures to OUT/figures
 (PNG + PDF). Quote globs so the CLI expands them: --csv 'results/demo/*.csv'. `batch` writes the
 batch sweep's report (report/batch.py) from one CSV and its steps file; `--cost-table` adds a
-forecast from another device's step costs.
+forecast from another device's step costs. `batch-jobs` prints the held-out task's runs, one
+line of run.py overrides each: per (rule, batch) the m the demo task chose (report/batch.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from cactus_bench.report import (
     make_figures,
     write_tables,
 )
-from cactus_bench.report.batch import write_batch_report
+from cactus_bench.report.batch import heldout_jobs, sweep_rows, write_batch_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("what", choices=("tables", "plots", "all", "batch"))
+    parser.add_argument("what", choices=("tables", "plots", "all", "batch", "batch-jobs"))
     parser.add_argument(
         "--csv",
         action="append",
@@ -52,6 +53,15 @@ def main(argv: list[str] | None = None) -> int:
         "--cost-table", type=Path, default=None, help="batch: another device's step costs (CSV)"
     )
     args = parser.parse_args(argv)
+    if args.what == "batch-jobs":
+        try:
+            (csv,) = args.csv or ["results/batch/batch_sweep.csv"]
+            jobs = heldout_jobs(sweep_rows(Path(csv)))
+        except (ValueError, FileNotFoundError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        print("\n".join(" ".join(job) for job in jobs))
+        return 0
     if args.what == "batch":
         try:
             (csv,) = args.csv or ["results/batch/batch_sweep.csv"]

@@ -8,9 +8,11 @@ Each row of the sweep is one (task, rule with its parameters, batch, m) run whos
 throughput (generated tokens per second over the run) against the verifier alone at the same
 batch on the same requests, with the run's paired bootstrap interval over prompts. Per (task,
 rule, batch) the report keeps the m with the highest speedup ("m chosen per batch"), which is
-optimistic by the choice itself; every m stays in batch_all_m.csv. The crossover batch of a rule
-is the smallest swept batch at which its chosen speedup's interval lies wholly below 1, or "none
-up to <largest batch>".
+optimistic by the choice itself; every m stays in batch_all_m.csv. On every other task (the
+held-out IFEval slice) each (rule, batch) runs only at the m the selection task chose
+(`heldout_jobs` lists those runs), so its speedups carry no choice of their own. The crossover
+batch of a rule is the smallest swept batch at which its chosen speedup's interval lies wholly
+below 1, or "none up to <largest batch>".
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from cactus_bench.report.figure_parts import (
 from cactus_bench.report.load import load_results
 
 SPEEDUP_COLUMNS = ("speedup_tokens", "speedup_tokens_ci_low", "speedup_tokens_ci_high")
+SELECTION_TASK = "demo"  # the task whose sweep over m chooses m for every task
 
 
 def rule_label(sampler: str, params: object) -> str:
@@ -64,11 +67,40 @@ def sweep_rows(csv: Path) -> pd.DataFrame:
     return rows
 
 
-def best_m(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (task, rule, batch): the speculative row of the highest speedup over its m's."""
+def best_m(rows: pd.DataFrame, selection_task: str | None = None) -> pd.DataFrame:
+    """Per (task, rule, batch): the speculative row of the highest speedup over its m's; with
+    `selection_task` swept, every other task's row at the m that task chose (held out)."""
     speculative = rows[(rows.sampler != "verifier") & rows.speedup_tokens.notna()]
     order = speculative.sort_values("speedup_tokens", ascending=False)
-    return order.drop_duplicates(["task", "rule", "batch"]).sort_values(["task", "rule", "batch"])
+    chosen = order.drop_duplicates(["task", "rule", "batch"])
+    if selection_task in set(chosen.task):
+        selected = chosen[chosen.task == selection_task]
+        held_out = order[order.task != selection_task].merge(
+            selected[["rule", "batch", "m"]], on=["rule", "batch", "m"]
+        )
+        chosen = pd.concat([selected, held_out.drop_duplicates(["task", "rule", "batch"])])
+    return chosen.sort_values(["task", "rule", "batch"])
+
+
+def heldout_jobs(rows: pd.DataFrame, selection_task: str = SELECTION_TASK) -> list[list[str]]:
+    """run.py overrides for a held-out task: per (rule, batch) the selection task's chosen m,
+    and the verifier alone per batch (its rows carry the throughput and the score)."""
+    chosen = best_m(rows, selection_task)
+    chosen = chosen[chosen.task == selection_task]
+    if chosen.empty:
+        raise ValueError(
+            f"no finished {selection_task} rows to choose m from; run "
+            f"`python run.py experiment=batch_sweep` first"
+        )
+    jobs = [["sampler=verifier", f"batch={b}"] for b in sorted(chosen.batch.unique())]
+    for row in chosen.itertuples():
+        params = json.loads(row.sampler_params) if isinstance(row.sampler_params, str) else {}
+        given = [f"sampler={row.sampler}"]
+        for key, value in sorted(params.items()):
+            # delta through its shortcut (the sampler presets read it); the rest by their key
+            given.append(f"delta={value}" if key == "delta" else f"sampler.{key}={value}")
+        jobs.append([*given, f"batch={int(row.batch)}", f"m={int(row.m)}"])
+    return jobs
 
 
 def crossover(chosen: pd.DataFrame, batches: list[int]) -> pd.DataFrame:
@@ -86,6 +118,12 @@ def crossover(chosen: pd.DataFrame, batches: list[int]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(out)
+
+
+def how_m_was_chosen(task: str, rows: pd.DataFrame) -> str:
+    if task == SELECTION_TASK or SELECTION_TASK not in set(rows.task):
+        return "best m per batch (chosen on these rows)"
+    return f"the m {SELECTION_TASK} chose per batch (held out)"
 
 
 def _cell(row: pd.Series) -> str:
@@ -107,7 +145,7 @@ def markdown_table(rows: pd.DataFrame, chosen: pd.DataFrame, crossing: pd.DataFr
         # rules at that batch): decoded right after the rule's own arm, on the same requests
         paired = rows[(rows.task == task) & rows.tokens_per_s_baseline.notna()]
         alone = paired.groupby("batch").tokens_per_s_baseline.median()
-        lines += [f"## {task}", ""]
+        lines += [f"## {task}", "", f"m: {how_m_was_chosen(task, rows)}.", ""]
         head = ["rule", *[f"batch {b}" for b in batches], "score (batch 1)", "crossover"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         throughput = [f"{alone[b]:.1f} tok/s" if b in alone.index else "—" for b in batches]
@@ -187,7 +225,7 @@ def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
         )
         speed_ax.set_xlabel("batch (requests decoded at once)")
         speed_ax.set_ylabel("speedup (throughput / verifier alone)")
-        speed_ax.set_title(f"{task}: best m per batch", fontsize=9)
+        speed_ax.set_title(f"{task}: {how_m_was_chosen(task, rows)}", fontsize=9)
         score_ax.set_yticks(range(len(rules)), rules, fontsize=7)
         score_ax.set_ylim(-0.5, len(rules) - 0.5)
         score_ax.set_xlabel("score at batch 1 (%)")
@@ -246,7 +284,7 @@ def write_batch_report(
     rows = sweep_rows(csv)
     if rows.empty:
         raise ValueError(f"{csv} has no finished rows; run `python run.py experiment=batch_sweep`")
-    chosen = best_m(rows)
+    chosen = best_m(rows, SELECTION_TASK)
     crossing = crossover(chosen, sorted(rows.batch.unique()))
     out.mkdir(parents=True, exist_ok=True)
     keep = ["task", "rule", "batch", "m", *SPEEDUP_COLUMNS, "tokens_per_s_spec"]
