@@ -50,6 +50,24 @@ def ar_record(n_tokens: int, seconds: float) -> dict:
     }
 
 
+def test_vllm_fallback_steps_become_a_column_and_an_end_of_run_warning():
+    from cactus_bench.run.console import RunOutcome, fallback_warning, format_outcome
+
+    hf = summarise(spec_records())
+    assert hf["draft_probs_fallbacks"] is None  # the HF engine never falls back: an empty cell
+    vllm = [dict(record, draft_probs_fallbacks=n) for record, n in zip(spec_records(), (2, 1))]
+    row = summarise(vllm)
+    assert row["draft_probs_fallbacks"] == 3 and fallback_warning(row).startswith(
+        "warning: 3 of 4 verification steps went to vLLM's own exact sampler"
+    )
+    assert fallback_warning(summarise([dict(r, draft_probs_fallbacks=0) for r in vllm])) is None
+    shown = {**row, "model_pair": "p", "task": "t", "sampler": "cactus", "n_prompts": 2}
+    assert format_outcome(RunOutcome("ok", "x.csv", "h", "r", shown)).endswith(
+        "raise backend.max_model_len or lower max_new_tokens"
+    )
+    assert "warning" not in format_outcome(RunOutcome("ok", "x.csv", "h", "r", {**shown, **hf}))
+
+
 def test_summarise_matches_hand_computed_values():
     # baseline: 10 + 2 = 12 tokens in 4 + 2 = 6 s -> 2.0 tokens/s
     row = summarise(spec_records(), [ar_record(10, 4.0), ar_record(2, 2.0)])

@@ -115,6 +115,13 @@ _SCHEMA: tuple[Column, ...] = (
     Column("draft_tokens_rejected", "int", "drafted - accepted, incl. drafts after a rejection"),
     Column("generated_tokens", "int", "output tokens after stop handling, all prompts"),
     Column("num_steps", "int", "verification steps (autoregressive: one per token)"),
+    Column(
+        "draft_probs_fallbacks",
+        "int",
+        "verification steps vLLM's own exact sampler decided because vLLM passed no draft "
+        "probabilities (near max_model_len): the rule did not run there (backend=vllm; empty on "
+        "hf, which always has them)",
+    ),
     # timing
     Column("prefill_time_s", "float", "seconds of both models' prompt passes, summed"),
     Column("draft_time_s", "float", "seconds spent drafting, summed over prompts"),

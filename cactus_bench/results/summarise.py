@@ -43,6 +43,7 @@ class _Totals:
     drafted_by_pos: list[int]  # [m]: steps that drafted position j
     times: dict[str, float]
     prefill_time_s: float | None  # None when a record lacks it (optional in older records)
+    draft_probs_fallbacks: int | None = None  # vLLM's records only (vllm/decoder.py)
 
 
 def _as_dict(record) -> Mapping:
@@ -108,6 +109,9 @@ def _totals(records: Iterable, arm: str) -> _Totals:
         totals.accepted += sum(accepted)
         totals.emitted += sum(emitted)
         totals.generated += len(record["output_ids"])
+        if record.get("draft_probs_fallbacks") is not None:
+            fallbacks = int(record["draft_probs_fallbacks"])
+            totals.draft_probs_fallbacks = (totals.draft_probs_fallbacks or 0) + fallbacks
         prefill = record.get("prefill_time_s")
         totals.prefill_time_s = (
             None
@@ -152,6 +156,7 @@ def summarise(records: Iterable, baseline_records: Iterable | None = None) -> di
         "draft_tokens_rejected": spec.drafted - spec.accepted if speculative else None,
         "generated_tokens": spec.generated,
         "num_steps": spec.num_steps,
+        "draft_probs_fallbacks": spec.draft_probs_fallbacks if speculative else None,
         "prefill_time_s": spec.prefill_time_s,
         "draft_time_s": spec.times["draft_time_s"] if speculative else None,
         "verify_time_s": spec.times["verify_time_s"],

@@ -47,10 +47,25 @@ def format_outcome(outcome: RunOutcome) -> str:
     if row.get("score_ci_low") is not None:
         lines.append("[low, high]: 95% paired bootstrap interval over prompts")
     title = f"{row['model_pair']} / {row['task']} / {row['sampler']}  ({row['n_prompts']} prompts)"
+    warning = fallback_warning(row)
     return "\n".join(
         [
             title,
             *("  " + line for line in lines),
             f"results: {outcome.csv_path} (run_id {outcome.run_id})",
+            *([warning] if warning else []),
         ]
+    )
+
+
+def fallback_warning(row: dict) -> str | None:
+    """A line when vLLM's own sampler, not the rule, decided some verification steps."""
+    fallbacks, steps = row.get("draft_probs_fallbacks"), row.get("num_steps")
+    if not fallbacks:
+        return None
+    return (
+        f"warning: {fallbacks} of {steps} verification steps went to vLLM's own exact sampler "
+        "(vLLM passed no draft probabilities, near max_model_len), so the rule did not decide "
+        "them (column draft_probs_fallbacks); raise backend.max_model_len or lower "
+        "max_new_tokens"
     )
