@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 
 def main() -> None:
@@ -16,7 +17,9 @@ def main() -> None:
     from cactus_bench.vllm.engines import VllmOptions, build_llm
     from cactus_bench.vllm.runner import REPORT_METHOD
 
-    options = VllmOptions(enforce_eager=True, max_model_len=job["max_model_len"])
+    options = VllmOptions(
+        enforce_eager=True, max_model_len=job["max_model_len"], max_num_seqs=job["batch"]
+    )
     common = {"dtype": "float32", "seed": 0, "options": options}
     spec_llm = build_llm(
         job["verifier"],
@@ -38,10 +41,30 @@ def main() -> None:
         return {**record.to_dict(), "prompt_len": len(prompt)}
 
     records = [run(spec, seed) for seed in range(job["seeds"])]
+    # more requests than slots, all submitted at once: vLLM's continuous batching
+    requests = [
+        {"prompt_ids": prompt, "max_new_tokens": job["batch_tokens"], "seed": 100 + index}
+        for index in range(job["batch_requests"])
+    ]
+    ended: list[int] = []
+    start = time.perf_counter()
+    batched = spec.generate_batch(requests, job["batch"], on_finish=lambda i, r: ended.append(i))
+    batched_wall = time.perf_counter() - start
     # a second engine in this process, built after the first: the first's counts are unaffected
     build_llm(job["verifier"], drafter_id=None, m=0, **common)
     after = run(spec, job["seeds"])
-    print("RESULT " + json.dumps({"reports": reports, "records": records, "after": after}))
+    batched = [record.to_dict() for record in batched]
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "reports": reports,
+                "records": records,
+                "after": after,
+                "batched": {"records": batched, "wall": batched_wall, "ended": ended},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ def test_batch_1_keeps_every_hash_and_baseline_key(tmp_path):
     ("overrides", "expected"),
     [
         (["batch=0"], "batch must be >= 1 (got 0)"),
-        (["batch=2", "backend=vllm"], "batch=2 runs on backend=hf only so far"),
         (["batch=2", "engine.fast=off"], "batch=2 needs the fast forward"),
     ],
 )
@@ -39,6 +38,11 @@ def test_a_batch_that_cannot_run_fails_in_one_line(tmp_path, overrides, expected
     with pytest.raises(ConfigError) as caught:
         validate(compose_tiny(tmp_path, *overrides))
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_vllm_batches_with_its_own_scheduler_whatever_the_hf_forward(tmp_path):
+    conf = compose_tiny(tmp_path, "batch=2", "backend=vllm", "engine.fast=off")
+    assert validate(conf).name == "cactus" and conf.batch == 2
 
 
 def test_a_batch_larger_than_the_prompts_says_what_happens(tmp_path):

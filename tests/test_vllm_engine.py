@@ -1,6 +1,7 @@
 """The real vLLM engine (vLLM's CPU build, `make test-vllm`): the start check on runner V1,
-decoding up to max_model_len (vLLM then calls the sampler with draft_probs=None), and vLLM's
-per-request step counts with two engines in one process.
+decoding up to max_model_len (vLLM then calls the sampler with draft_probs=None), vLLM's
+per-request step counts with two engines in one process, and a batch of 6 requests on 4 slots
+(max_num_seqs) through the decoder's generate_batch.
 
 The embedded pair (SmolLM2-135M-Instruct, its drafter's full-vocabulary export), fp32,
 T 0.6 / top-p 0.95 / top-k 20, cactus (delta = 1), m = 3, max_model_len 48: every request runs
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
 M, MAX_MODEL_LEN, SEEDS = 3, 48, 8
+BATCH, BATCH_REQUESTS, BATCH_TOKENS = 4, 6, 12
 PROMPT = "Write a long story about a cat who travels the world and meets many friends."
 
 
@@ -41,6 +43,9 @@ def result():
         "max_model_len": MAX_MODEL_LEN,
         "seeds": SEEDS,
         "prompt": PROMPT,
+        "batch": BATCH,
+        "batch_requests": BATCH_REQUESTS,
+        "batch_tokens": BATCH_TOKENS,
         "sampling": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
     }
     core = sorted(os.sched_getaffinity(0))[-1]
@@ -90,3 +95,25 @@ def test_per_request_step_counts_survive_a_second_engine(result):
         # the first token comes from the prefill, then one step emits accepted + 1
         assert sum(r["emitted_per_step"]) + 1 >= len(r["output_ids"])
     assert len(out["after"]["output_ids"]) > 1  # decoded after the verifier-only engine was built
+
+
+def test_a_batch_decodes_on_its_slots_and_shares_the_wall_time(result):
+    out, _ = result
+    batched = out["batched"]
+    records = batched["records"]
+    assert [r["seed"] for r in records] == [100 + i for i in range(BATCH_REQUESTS)]  # in order
+    assert sorted(batched["ended"]) == list(range(BATCH_REQUESTS))  # each journaled as it ended
+    assert {r["batch_size"] for r in records} == {BATCH}
+    for r in records:
+        assert 0 <= r["started_s"] < r["finished_s"] and r["share_time_s"] > 0
+        assert 1 <= len(r["output_ids"]) <= BATCH_TOKENS and r["draft_probs_fallbacks"] >= 0
+        steps = zip(r["accepted_per_step"], r["drafted_per_step"], strict=True)
+        assert all(0 <= a <= d <= M for a, d in steps)
+    # the shares are the run's wall time, less the submission and the fallback-count reads
+    shares = sum(r["share_time_s"] for r in records)
+    assert 0.8 * batched["wall"] <= shares <= batched["wall"]
+    # more requests than slots: at most BATCH in flight at once, and more than one
+    in_flight = [
+        sum(o["started_s"] <= r["started_s"] < o["finished_s"] for o in records) for r in records
+    ]
+    assert 1 < max(in_flight) <= BATCH

@@ -154,3 +154,12 @@ def test_backend_checks_gpus_and_fit_before_loading(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(backend, "cuda_card", lambda: None)  # vLLM's CPU platform: no plan
     assert backend.engine_options(identity, "V", "D")[True].gpu_memory_utilization == 0.425
+    # the batch is vLLM's max_num_seqs, for both arms, and the plan sizes the KV cache for it
+    monkeypatch.setattr(backend, "cuda_card", lambda: (80 * GIB, 1))
+    batched = build_identity(
+        _conf(tmp_path, "backend=vllm", "sampler=cactus", "model.dtype=bfloat16", "batch=64")
+    )[0]
+    with pytest.raises(ConfigError, match="max_num_seqs 64 on 1 GPU"):
+        backend.engine_options(batched, "V", "D")
+    monkeypatch.setattr(backend, "cuda_card", lambda: None)
+    assert {o.max_num_seqs for o in backend.engine_options(batched, "V", "D").values()} == {64}

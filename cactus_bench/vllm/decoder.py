@@ -1,9 +1,11 @@
-"""backend=vllm: the paper's timing engine, driven one request at a time like Spec-Bench.
+"""backend=vllm: the paper's timing engine, one request at a time like Spec-Bench, or many at
+once with vLLM's own continuous batching.
 
     from cactus_bench.vllm.decoder import VllmDecoder
     llm = cactus_bench.vllm.engines.build_llm(...)  # a speculative or verifier-only engine
     dec = VllmDecoder(llm, tokenizer, num_draft_tokens=10, sampler_name="cactus", sampling=sp)
     rec = dec.generate(prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None)
+    recs = dec.generate_batch([{"prompt_ids": ids, "max_new_tokens": 96, "seed": 1}, ...], 8)
 
 vLLM is imported only inside functions, so this module imports (and is tested) on CPU.
 
@@ -23,16 +25,27 @@ What is measured, and how (never invented):
   read from the workers' reports (cactus_bench.vllm.runner) around the request.
 - total_time_s is the wall time of `llm.generate`; vLLM does not expose per-phase times, so the
   runner writes the draft/verify/sampler/prefill columns as empty cells for this backend.
+- `generate_batch` submits every request at once to an engine built with max_num_seqs = batch
+  (run/backends/vllm.py) and steps vLLM's engine itself, as `llm.generate` does, so that it sees
+  which requests each step advanced: a request's `share_time_s` is each step's time (with the
+  loop's own work since the step before) split over the requests that step returned tokens for,
+  so the shares sum to the run's wall time, as on the HF engine (engine/batched.py);
+  `started_s` is the start of its first step (its prefill),
+  `finished_s` the end of its last. Fallback steps are read from the workers as each request
+  ends, so each record carries those since the previous request ended (their sum is the
+  run's); the reads are left off the clock.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from cactus_bench.engine.base import Request
+from cactus_bench.engine.batched import as_request, check_batch_size
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.engine.stopping import cut_at_stop
@@ -119,28 +132,98 @@ class VllmDecoder:
         )
         total = time.perf_counter() - start
         completion = outputs[0].outputs[0]
-        return self._record(
-            request.prompt_ids, completion, params, request.seed, stop, total, before
-        )
+        fallbacks = draft_probs_fallbacks(self.llm) - before if speculative else None
+        record = self._record(request, completion, total, fallbacks)
+        record.finished_s = record.share_time_s = total
+        return record
 
-    def _record(self, prompt_ids, completion, params, seed, stop, total, before) -> RequestRecord:
+    def generate_batch(self, requests, batch_size: int = 1, on_finish=None) -> list[RequestRecord]:
+        """Every request submitted at once; the engine (max_num_seqs = batch_size) decodes up to
+        that many together and starts a queued one as one ends. Records in request order;
+        `on_finish(index, record)` as each request ends (module docstring: the timings)."""
+        check_batch_size(batch_size)
+        requests = [as_request(self, request) for request in requests]
+        if batch_size == 1:  # one at a time, as the batch-1 rows were always measured
+            records = []
+            for index, request in enumerate(requests):
+                record = self.generate(*_arguments(request))
+                started = records[-1].finished_s if records else 0.0
+                record.started_s, record.finished_s = started, started + record.total_time_s
+                records.append(record)
+                if on_finish is not None:
+                    on_finish(index, record)
+            return records
+        from vllm.outputs import RequestOutput  # lazy: vLLM is installed only in .venv-vllm
+        from vllm.sampling_params import RequestOutputKind  # lazy: as above
+
+        engine, speculative = self.llm.llm_engine, self.num_draft_tokens > 0
+        tag = f"cactus-batch-{next(_BATCHES)}-"
+        for index, request in enumerate(requests):
+            params = self.vllm_sampling(
+                request.sampling, request.max_new_tokens, request.stop, request.seed
+            )
+            params.output_kind = RequestOutputKind.CUMULATIVE  # every step's advanced requests
+            engine.add_request(f"{tag}{index}", {"prompt_token_ids": request.prompt_ids}, params)
+        records: list = [None] * len(requests)
+        started: dict[int, float] = {}
+        shares = [0.0] * len(requests)
+        seen = draft_probs_fallbacks(self.llm) if speculative else None
+        paused = 0.0  # seconds spent reading the workers' reports, left off the clock
+        origin = time.perf_counter()
+
+        def clock() -> float:
+            return time.perf_counter() - origin - paused
+
+        last = carried = 0.0  # the end of the previous step; time of steps that advanced none
+        while engine.has_unfinished_requests():
+            begun = clock()
+            advanced = [o for o in engine.step() if isinstance(o, RequestOutput)]
+            now = clock()
+            # the loop's own work since the previous step counts with this one, so the shares
+            # sum to the run's wall time
+            spent, last = carried + now - last, now
+            carried = 0.0 if advanced else spent
+            for output in advanced:
+                index = int(output.request_id.removeprefix(tag))
+                started.setdefault(index, begun)
+                shares[index] += spent / len(advanced)
+                if not output.finished:
+                    continue
+                fallbacks = None
+                if speculative:
+                    read = time.perf_counter()
+                    total = draft_probs_fallbacks(self.llm)
+                    fallbacks, seen = total - seen, total
+                    paused += time.perf_counter() - read
+                record = self._record(
+                    requests[index], output.outputs[0], now - started[index], fallbacks
+                )
+                record.started_s, record.finished_s = started[index], now
+                record.share_time_s, record.batch_size = shares[index], batch_size
+                records[index] = record
+                if on_finish is not None:
+                    on_finish(index, record)
+        return records
+
+    def _record(self, request: Request, completion, total: float, fallbacks) -> RequestRecord:
+        """The request's record from vLLM's completion; `fallbacks` None for the verifier alone."""
         output_ids = list(completion.token_ids)
-        text, cut = cut_at_stop(completion.text, stop or [])
+        text, cut = cut_at_stop(completion.text, request.stop)
         reason = stop_reason(completion.finish_reason, completion.stop_reason) or (
             "stop" if cut else "length"
         )
         common = {
-            "prompt_ids": list(prompt_ids),
+            "prompt_ids": list(request.prompt_ids),
             "output_ids": output_ids,
             "text": text,
             "stop_reason": reason,
             "num_draft_tokens": self.num_draft_tokens,
             "total_time_s": total,
-            "seed": seed,
+            "seed": request.seed,
             "sampler_name": self.sampler_name,
-            "sampling": params.to_dict(),
+            "sampling": request.sampling.to_dict(),
         }
-        if before is None:  # verifier only: one step per token
+        if fallbacks is None:  # verifier only: one step per token
             n = len(output_ids)
             return RequestRecord(
                 **common,
@@ -167,8 +250,21 @@ class VllmDecoder:
             drafted_per_step=drafted,
             accepted_per_step=accepted,
             emitted_per_step=[a + 1 for a in accepted],
-            draft_probs_fallbacks=draft_probs_fallbacks(self.llm) - before,
+            draft_probs_fallbacks=fallbacks,
         )
+
+
+_BATCHES = itertools.count()  # request ids stay unique across the batches of one engine
+
+
+def _arguments(request: Request) -> tuple:
+    return (
+        request.prompt_ids,
+        request.max_new_tokens,
+        request.stop,
+        request.seed,
+        request.sampling,
+    )
 
 
 def draft_probs_fallbacks(llm) -> int:
