@@ -43,12 +43,17 @@ SPEEDUP_COLUMNS = ("speedup_tokens", "speedup_tokens_ci_low", "speedup_tokens_ci
 SELECTION_TASK = "demo"  # the task whose sweep over m chooses m for every task
 
 
-def rule_label(sampler: str, params: object) -> str:
-    """`cactus δ=1` from the sampler and its params JSON (test_law, the default, left out)."""
+def rule_label(
+    sampler: str, params: object, symbols: dict | None = None, hidden: tuple = ()
+) -> str:
+    """`cactus δ=1` from the sampler and its params JSON: its numeric parameters, each under
+    its name in `symbols` (default: delta as δ), less those in `hidden` (test_law, the default,
+    is never shown)."""
     if not isinstance(params, str) or not params:
         return str(sampler)
-    values = {k: v for k, v in json.loads(params).items() if k != "test_law"}
-    shown = " ".join(f"{'δ' if k == 'delta' else k}={v:g}" for k, v in values.items() if _num(v))
+    symbols = {"delta": "δ"} if symbols is None else symbols
+    values = {k: v for k, v in json.loads(params).items() if k != "test_law" and k not in hidden}
+    shown = " ".join(f"{symbols.get(k, k)}={v:g}" for k, v in values.items() if _num(v))
     return f"{sampler} {shown}".strip()
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import io
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -96,6 +97,14 @@ OPTIONAL_COLUMNS = (
 )
 
 
+def normalise_device_name(name):
+    """A row's device name as today's runs write it: rows written before results/metadata.py
+    said "1 torch thread" read "(2 cores, 1 torch threads)"; other values pass through."""
+    if not isinstance(name, str):
+        return name
+    return re.sub(r"(?<![\d.])1 torch threads\b", "1 torch thread", name)
+
+
 def expand_paths(patterns: list[str | Path]) -> list[Path]:
     """Expand glob patterns (quoted so make and the shell pass them through) to files."""
     paths: list[Path] = []
@@ -143,6 +152,7 @@ def read_results_csv(path: str | Path) -> pd.DataFrame:
         if name not in frame.columns:
             frame[name] = ""
     frame = coerce_frame(frame)
+    frame["device_name"] = frame["device_name"].map(normalise_device_name).astype("string")
     frame["source_file"] = str(path)
     return frame
 

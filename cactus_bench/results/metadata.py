@@ -117,7 +117,9 @@ def device_name(device: str) -> str:
 
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
         cores = cores or os.cpu_count()
-        return f"CPU: {_cpu_name()} ({cores} cores, {torch.get_num_threads()} torch threads)"
+        threads = torch.get_num_threads()
+        noun = "thread" if threads == 1 else "threads"
+        return f"CPU: {_cpu_name()} ({cores} cores, {threads} torch {noun})"
     return device
 
 
