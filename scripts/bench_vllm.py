@@ -8,8 +8,8 @@ and ONE thread for both backends, pinned to the same core (taskset for the proce
 OpenMP threads through VLLM_CPU_OMP_THREADS_BIND, the HF engine through torch.set_num_threads).
 Each repetition runs three processes one after another (interleaved, never side by side):
   hf           verifier only (the paper's sampling, and greedy), then sps and cactus (delta 1)
-               with the HF engine's drafter (8192-id head) and with the full-vocabulary export
-               vLLM loads; arms alternate prompt by prompt; the HF engine's default forward path
+               with the drafter's 8192-id head (vLLM loads the same law: cactus_bench/vllm/
+               export.py); arms alternate prompt by prompt; the HF engine's default forward path
                (engine.fast / compile = auto)
   vllm-sps     a verifier-only engine (sampled, and greedy), then a speculative engine with sps;
                alternating per prompt
@@ -108,36 +108,30 @@ def hf_worker(args) -> dict:
     from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
     from cactus_bench.engine.sampling import PAPER_SAMPLING
     from cactus_bench.models import load_pair
-    from cactus_bench.models.registry import PairSpec, get_pair_spec
-    from cactus_bench.models.smollm2 import prepare_smollm2
+    from cactus_bench.models.registry import get_pair_spec
     from cactus_bench.run.measure import warm_up
     from cactus_bench.samplers import make_sampler
-    from cactus_bench.vllm.export import export_full_vocab_drafter
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     sampling = PAPER_SAMPLING
     greedy = SamplingParams(temperature=0.0)
     embedded = load_pair(get_pair_spec("smollm2_135m"), device="cpu", dtype=args.dtype)
-    export = str(export_full_vocab_drafter())
-    exported = load_pair(PairSpec("export", export, str(prepare_smollm2())), "cpu", args.dtype)
     tokenizer = embedded.tokenizer
     decoders = {
         "verifier": AutoregressiveDecoder(embedded.verifier, tokenizer, sampling),
         "verifier_greedy": AutoregressiveDecoder(embedded.verifier, tokenizer, greedy),
     }
-    for drafter, pair in (("8192-id head", embedded), ("full-vocab export", exported)):
-        for rule, params in (("sps", {}), ("cactus", {"delta": 1.0})):
-            rule_obj = make_sampler(rule, **params)
-            decoders[f"{rule}|{drafter}"] = SpeculativeDecoder(
-                pair.drafter,
-                pair.verifier,
-                tokenizer,
-                rule_obj,
-                M,
-                sampling,
-                token_map=pair.token_map,
-            )
+    for rule, params in (("sps", {}), ("cactus", {"delta": 1.0})):
+        decoders[f"{rule}|8192-id head"] = SpeculativeDecoder(
+            embedded.drafter,
+            embedded.verifier,
+            tokenizer,
+            make_sampler(rule, **params),
+            M,
+            sampling,
+            token_map=embedded.token_map,
+        )
     warm_up(list(decoders.values()), tokenizer)
     return measure(decoders, prompt_ids(tokenizer, args.prompts), args.max_new_tokens)
 
@@ -169,7 +163,7 @@ def vllm_worker(args, rule: str) -> dict:
         "verifier_greedy": VllmDecoder(
             base, tokenizer, num_draft_tokens=0, sampler_name=None, sampling=greedy
         ),
-        f"{rule}|full-vocab export": VllmDecoder(
+        f"{rule}|8192-id head": VllmDecoder(
             spec, tokenizer, num_draft_tokens=M, sampler_name=rule, sampling=sampling
         ),
     }

@@ -20,12 +20,13 @@ def hf(job: dict) -> dict:
 
     from cactus_bench.engine import SamplingParams, SpeculativeDecoder
     from cactus_bench.models import load_pair
-    from cactus_bench.models.registry import PairSpec
+    from cactus_bench.models.registry import get_pair_spec
     from cactus_bench.samplers import make_sampler
 
     torch.set_num_threads(1)
     m = job["m"]
-    pair = load_pair(PairSpec("export", job["drafter"], job["verifier"]), device="cpu")
+    # the registered pair itself: the drafter's 8192-id head (vLLM loads the same law)
+    pair = load_pair(get_pair_spec("smollm2_135m"), device="cpu", dtype="float32")
     decoder = SpeculativeDecoder(
         pair.drafter,
         pair.verifier,

@@ -54,6 +54,16 @@ def main() -> None:
     build_llm(job["verifier"], drafter_id=None, m=0, **common)
     after = run(spec, job["seeds"])
     batched = [record.to_dict() for record in batched]
+    # the drafter folder as vLLM's model registry loads it (its own architecture): the law of
+    # its first token, as vLLM's raw log-probabilities (before temperature / top-k / top-p)
+    from vllm import SamplingParams as VllmSamplingParams
+
+    drafter_llm = build_llm(job["drafter"], drafter_id=None, m=0, **common)
+    law = VllmSamplingParams(max_tokens=1, temperature=1.0, logprobs=20, seed=0)
+    (first,) = drafter_llm.generate([{"prompt_token_ids": prompt}], law, use_tqdm=False)
+    drafter_logprobs = {
+        token: logprob.logprob for token, logprob in first.outputs[0].logprobs[0].items()
+    }
     print(
         "RESULT "
         + json.dumps(
@@ -61,7 +71,14 @@ def main() -> None:
                 "reports": reports,
                 "records": records,
                 "after": after,
-                "batched": {"records": batched, "wall": batched_wall, "ended": ended},
+                "batched": {
+                    "records": batched,
+                    "wall": batched_wall,
+                    "reads": spec.last_batch_reads_s,
+                    "ended": ended,
+                },
+                "prompt": prompt,
+                "drafter_logprobs": drafter_logprobs,
             }
         )
     )

@@ -76,7 +76,7 @@ def test_held_out_jobs_rebuild_each_chosen_rule_exactly():
         row = _row(choice.name, 2**batch, 1 + batch % 3, 1.2, 1.1, 1.3)
         rows.append(dict(row, rule=preset, sampler_params=json.dumps(choice.params)))
     jobs = heldout_jobs(pd.DataFrame(rows), "demo")
-    assert jobs[0] == ["sampler=verifier", "batch=1"] and len(jobs) == 2 * len(rows)
+    assert jobs[0] == ["sampler=verifier", "batch=1", "m=1"] and len(jobs) == 2 * len(rows)
     by_batch = {job[-2]: job for job in jobs[len(rows) :]}  # one rule per batch here
     for row in rows:
         job = by_batch[f"batch={row['batch']}"]

@@ -55,7 +55,10 @@ def test_vllm_fallback_steps_become_a_column_and_an_end_of_run_warning():
 
     hf = summarise(spec_records())
     assert hf["draft_probs_fallbacks"] is None  # the HF engine never falls back: an empty cell
-    vllm = [dict(record, draft_probs_fallbacks=n) for record, n in zip(spec_records(), (2, 1))]
+    vllm = [
+        dict(record, draft_probs_fallbacks=n)
+        for record, n in zip(spec_records(), (2, 1), strict=True)
+    ]
     row = summarise(vllm)
     assert row["draft_probs_fallbacks"] == 3 and fallback_warning(row).startswith(
         "warning: 3 of 4 verification steps went to vLLM's own exact sampler"

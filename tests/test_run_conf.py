@@ -270,6 +270,18 @@ def test_a_changed_embedded_drafter_is_a_new_run(tmp_path, monkeypatch):
     assert identities()[0].config_hash == spec.config_hash  # bookkeeping fields do not count
 
 
+def test_a_vllm_run_of_the_embedded_drafter_names_its_export_format():
+    """vLLM loads the drafter's export (cactus_bench/vllm/export.py): a new export layout (its
+    head law) is a new run there, never a resumed one; the HF engine's identity ignores it."""
+    from cactus_bench.vllm.export import EXPORT_FORMAT
+
+    base = ["device=cpu", "model.dtype=float32", "sampler=cactus", "delta=1.0"]
+    hf = build_identity(compose_run_conf(base))[0]
+    vllm = build_identity(compose_run_conf([*base, "backend=vllm"]))[0]
+    assert vllm.drafter_fingerprint == f"{hf.drafter_fingerprint}+{EXPORT_FORMAT}"
+    assert vllm.hash_fields["drafter_fingerprint"] == vllm.drafter_fingerprint
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [

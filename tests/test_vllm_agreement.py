@@ -1,7 +1,8 @@
 """Cross-backend agreement on the embedded pair: vLLM's CPU build vs this project's HF engine.
 
-Both backends run the same models (SmolLM2-135M-Instruct verifier; the drafter as its
-full-vocabulary export, the only form vLLM loads: cactus_bench/vllm/export.py), fp32, T 0.6,
+Both backends run `model=smollm2_135m` itself (SmolLM2-135M-Instruct verifier; the drafter with
+its 8192-id head: the HF engine's module, and in vLLM the export cactus_bench/vllm/export.py
+registers as its own architecture, the same law), fp32, T 0.6,
 top-p 0.95, top-k 20, m = 2, on the same prompt token ids (the demo prompts, chat template) and
 seeds. Both run in subprocesses (tests/agreement_worker.py): one vLLM engine per rule, one after
 another, bound to one core; the HF engine's three rules in parallel, one torch thread each.
@@ -107,15 +108,15 @@ def _job(backend: str, rule: str, paths: dict, prompts, seeds, law_prompt) -> di
 @pytest.fixture(scope="module")
 def runs():
     from cactus_bench.models import load_pair
-    from cactus_bench.models.registry import PairSpec
+    from cactus_bench.models.registry import get_pair_spec
     from cactus_bench.models.smollm2 import is_prepared, smollm2_dir
     from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
-    from cactus_bench.vllm.export import export_full_vocab_drafter
+    from cactus_bench.vllm.export import export_vllm_drafter
 
     if not is_prepared():
         pytest.skip("needs the SmolLM2 cache (make setup)")
-    paths = {"verifier": str(smollm2_dir()), "drafter": str(export_full_vocab_drafter())}
-    pair = load_pair(PairSpec("export", paths["drafter"], paths["verifier"]), device="cpu")
+    paths = {"verifier": str(smollm2_dir()), "drafter": str(export_vllm_drafter())}
+    pair = load_pair(get_pair_spec("smollm2_135m"), device="cpu", dtype="float32")
     texts = [json.loads(line)["prompt"] for line in DEMO_PROMPTS_PATH.read_text().splitlines()]
     rendered = [
         pair.tokenizer.apply_chat_template(

@@ -91,9 +91,19 @@ def test_rule_env_round_trip():
     assert va.rule_from_env({}) is None
 
 
-def test_plugin_is_a_noop_without_the_variable(monkeypatch):
+@pytest.fixture(autouse=True)
+def architecture_registrations(monkeypatch):
+    """register() always maps the drafter folder's architecture in vLLM's registry; here (no vLLM
+    in the main environment) a recorder stands in, and test_vllm_engine loads the real folder."""
+    calls: list[int] = []
+    monkeypatch.setattr(va, "register_architecture", lambda: calls.append(1))
+    return calls
+
+
+def test_plugin_is_a_noop_without_the_variable(monkeypatch, architecture_registrations):
     monkeypatch.delenv(va.RULE_ENV, raising=False)
     assert va.register() == []
+    assert architecture_registrations == [1]  # the drafter's architecture, rule or no rule
 
 
 def test_plugin_installs_the_rule_and_both_patches(monkeypatch):
@@ -192,34 +202,57 @@ def test_expand_fix_checks_once_and_only_on_cpu(monkeypatch, caplog, broken):
 
 # ---- the drafter export --------------------------------------------------------------------------
 @pytest.mark.slow
-def test_export_keeps_the_drafters_layers_and_drops_only_the_subset_head(tmp_path):
+def test_export_carries_the_drafters_own_subset_head_law(tmp_path):
+    """The folder holds what cactus_bench/vllm/subset_head.py computes inside vLLM: the layers,
+    the tied embedding W, the subset ids and bias, the scale s; s (W[S] h + b) from them equals
+    the HF engine's drafter logits on S, and a marker of another format is re-exported."""
     from cactus_bench.models.smollm2 import is_prepared
 
     if not is_prepared():
         pytest.skip("needs the SmolLM2 cache (make setup)")
+    from safetensors.torch import load_file
     from transformers import LlamaForCausalLM
 
     from cactus_bench.models.drafter import load_drafter
     from cactus_bench.models.smollm2 import smollm2_dir
-    from cactus_bench.vllm.export import MARKER, export_full_vocab_drafter
+    from cactus_bench.vllm.export import (
+        ARCHITECTURE,
+        BIAS,
+        LOGIT_SCALE_KEY,
+        MARKER,
+        SUBSET_SIZE_KEY,
+        TOKEN_IDS,
+        export_vllm_drafter,
+    )
 
-    out = export_full_vocab_drafter(tmp_path / "export")
+    out = export_vllm_drafter(tmp_path / "export")
     stamp = (out / MARKER).stat().st_mtime_ns
-    assert export_full_vocab_drafter(tmp_path / "export") == out  # up to date: reused
+    assert export_vllm_drafter(tmp_path / "export") == out  # up to date: reused
     assert (out / MARKER).stat().st_mtime_ns == stamp
-    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 3
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == [ARCHITECTURE] and config["num_hidden_layers"] == 3
+    tensors = load_file(str(out / "model.safetensors"))
+    assert tensors[TOKEN_IDS].dtype == torch.long
+    assert config[SUBSET_SIZE_KEY] == tensors[TOKEN_IDS].shape[0] == tensors[BIAS].shape[0]
+    # the decoder layers, loaded as a plain Llama (the subset tensors are extra keys to it)
     exported = LlamaForCausalLM.from_pretrained(str(out), dtype=torch.float32).eval()
     verifier = LlamaForCausalLM.from_pretrained(str(smollm2_dir()), dtype=torch.float32).eval()
     drafter = load_drafter(verifier)
+    assert torch.equal(tensors[TOKEN_IDS], drafter.lm_head.token_ids)
+    assert config[LOGIT_SCALE_KEY] == drafter.lm_head.logit_scale
     ids = torch.tensor([[1, 504, 3458, 282, 4649, 314]])
     with torch.no_grad():
-        full = exported(ids).logits[0, -1]  # [V]
-        hidden = drafter.model(ids).last_hidden_state[:, -1:]  # [1, 1, H]
-        subset = drafter.lm_head.subset_logits(hidden)[0, 0] - drafter.lm_head.bias  # [K]
-    assert torch.allclose(full[drafter.lm_head.token_ids], subset, atol=1e-4)
-    outside = torch.ones_like(full, dtype=torch.bool)
-    outside[drafter.lm_head.token_ids] = False
-    assert torch.isfinite(full[outside]).all()  # the HF engine's head has -inf there
+        hidden = exported.model(ids).last_hidden_state[0, -1]  # [H]
+        subset_rows = tensors["model.embed_tokens.weight"][tensors[TOKEN_IDS]]  # [K, H]
+        logits = config[LOGIT_SCALE_KEY] * (subset_rows @ hidden + tensors[BIAS])  # [K]
+        expected = drafter(ids).logits[0, -1]  # [V], -inf outside the subset
+    assert torch.allclose(logits, expected[tensors[TOKEN_IDS]], atol=1e-4)
+    assert torch.isinf(expected).sum() == expected.shape[0] - config[SUBSET_SIZE_KEY]
+
+    older = "0123456789ab full-vocab-0 smollm2_135m_drafter.safetensors\n"
+    (out / MARKER).write_text(older)
+    export_vllm_drafter(tmp_path / "export")  # an older format: written again
+    assert (out / MARKER).read_text() != older
 
 
 def test_batched_drafter_law_matches_the_hf_engine_row_by_row():

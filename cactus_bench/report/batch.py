@@ -97,7 +97,8 @@ def heldout_jobs(rows: pd.DataFrame, selection_task: str = SELECTION_TASK) -> li
             f"no finished {selection_task} rows to choose m from; run "
             f"`python run.py experiment=batch_sweep` first"
         )
-    jobs = [["sampler=verifier", f"batch={b}"] for b in sorted(chosen.batch.unique())]
+    # the verifier alone ignores m; naming one value keeps the sweep from launching it per m
+    jobs = [["sampler=verifier", f"batch={b}", "m=1"] for b in sorted(chosen.batch.unique())]
     for row in chosen.itertuples():
         params = json.loads(row.sampler_params) if isinstance(row.sampler_params, str) else {}
         given = [f"sampler={row.sampler}"]

@@ -63,11 +63,16 @@ class RunIdentity:
     def drafter_fingerprint(self) -> str | None:
         """The committed drafter's fingerprint when a speculative run uses it: its weights and
         logit scale live in the package, so a retrained or recalibrated drafter is a new run
-        (hub drafters are pinned by their id and revision instead)."""
+        (hub drafters are pinned by their id and revision instead). On vLLM the export's format
+        is part of it: rows of an export with another head law are another run."""
         if not (self.speculative and self.conf.model.drafter == SMOLLM2_DRAFTER_ID):
             return None
         from cactus_bench.models.drafter import drafter_fingerprint  # lazy: keeps torch out
 
+        if self.conf.backend.name == "vllm":
+            from cactus_bench.vllm.export import EXPORT_FORMAT  # lazy: the vLLM backend's layout
+
+            return f"{drafter_fingerprint()}+{EXPORT_FORMAT}"
         return drafter_fingerprint()
 
     @cached_property

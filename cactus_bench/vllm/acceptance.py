@@ -9,7 +9,8 @@ The rule reaches vLLM's worker processes through the environment: `RULE_ENV` hol
 {"name": "cactus", "delta": 0.75}, and `register()` (the `vllm.general_plugins` entry point in
 pyproject.toml, called by vLLM in every process it starts) installs it, together with the two V1
 patches of cactus_bench.vllm.patches (the drafter's processed law; the CPU expand fix). Without
-the variable it does nothing, so installing cactus-bench never changes vLLM.
+the variable it only registers the exported drafter's architecture (cactus_bench.vllm.export), a
+name no other model uses, so installing cactus-bench never changes another vLLM run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler, rule_from_checked
 from cactus_bench.vllm import patches
 from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1, rejection_sample_v2
+from cactus_bench.vllm.export import register_architecture
 
 RULE_ENV = "CACTUS_BENCH_VLLM_RULE"
 CHECKED_KEY = "checked"  # in RULE_ENV's JSON: the parameters passed the catalogue's check
@@ -179,8 +181,10 @@ def _is_cpu_platform() -> bool:
 def register() -> list[InstalledRule]:
     """vLLM general-plugin entry point: install RULE_ENV's rule in every importable target.
 
-    A no-op (returns []) when RULE_ENV is unset, so installing cactus-bench never changes vLLM.
+    Always registers the exported drafter's architecture (a name only that folder uses). Without
+    RULE_ENV nothing else happens (returns []), so installing cactus-bench changes no vLLM run.
     """
+    register_architecture()
     rule = rule_from_env()
     if rule is None:
         return []

@@ -33,7 +33,8 @@ What is measured, and how (never invented):
   `started_s` is the start of its first step (its prefill),
   `finished_s` the end of its last. Fallback steps are read from the workers as each request
   ends, so each record carries those since the previous request ended (their sum is the
-  run's); the reads are left off the clock.
+  run's); the reads are left off the clock (their seconds: `last_batch_reads_s`), and the
+  submission counts with the first step.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class VllmDecoder:
         self.sampler_name = sampler_name if num_draft_tokens else None
         self.sampling = sampling if sampling is not None else SamplingParams()
         self.eos_token_ids = None if eos_token_ids is None else sorted(set(eos_token_ids))
+        self.last_batch_reads_s = 0.0  # generate_batch's reads of the workers, off its clock
 
     def vllm_sampling(self, params: SamplingParams, max_new_tokens: int, stop, seed: int):
         from vllm import (
@@ -158,6 +160,12 @@ class VllmDecoder:
 
         engine, speculative = self.llm.llm_engine, self.num_draft_tokens > 0
         tag = f"cactus-batch-{next(_BATCHES)}-"
+        paused = 0.0  # seconds spent reading the workers' reports, left off the clock
+        origin = time.perf_counter()  # the submission counts with the first step
+
+        def clock() -> float:
+            return time.perf_counter() - origin - paused
+
         for index, request in enumerate(requests):
             params = self.vllm_sampling(
                 request.sampling, request.max_new_tokens, request.stop, request.seed
@@ -167,13 +175,10 @@ class VllmDecoder:
         records: list = [None] * len(requests)
         started: dict[int, float] = {}
         shares = [0.0] * len(requests)
-        seen = draft_probs_fallbacks(self.llm) if speculative else None
-        paused = 0.0  # seconds spent reading the workers' reports, left off the clock
-        origin = time.perf_counter()
-
-        def clock() -> float:
-            return time.perf_counter() - origin - paused
-
+        if speculative:
+            read = time.perf_counter()
+            seen = draft_probs_fallbacks(self.llm)
+            paused += time.perf_counter() - read
         last = carried = 0.0  # the end of the previous step; time of steps that advanced none
         while engine.has_unfinished_requests():
             begun = clock()
@@ -203,6 +208,7 @@ class VllmDecoder:
                 records[index] = record
                 if on_finish is not None:
                     on_finish(index, record)
+        self.last_batch_reads_s = paused
         return records
 
     def _record(self, request: Request, completion, total: float, fallbacks) -> RequestRecord:

@@ -22,7 +22,7 @@ from typing import Any
 from cactus_bench.models.registry import EMBEDDED_PREFIX, SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID
 from cactus_bench.models.smollm2 import prepare_smollm2
 from cactus_bench.vllm.acceptance import RULE_ENV, parse_rule_spec, rule_spec
-from cactus_bench.vllm.export import export_full_vocab_drafter
+from cactus_bench.vllm.export import export_vllm_drafter
 from cactus_bench.vllm.runner import EXTENSION, check_workers, force_v1
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
@@ -153,13 +153,13 @@ def vllm_model_path(model_id: str) -> str:
     """A model id vLLM can load: the embedded SmolLM2 pair becomes its cached HF folders.
 
     embedded:smollm2-135m-instruct -> the folder `make setup` writes; embedded:smollm2-135m-drafter
-    -> the full-vocabulary export (cactus_bench.vllm.export: a different law from the HF
-    engine's 8192-id head). Other embedded ids cannot run on vLLM (ValueError, one line).
+    -> its export with the 8192-id subset head (cactus_bench.vllm.export: the HF engine's law).
+    Other embedded ids cannot run on vLLM (ValueError, one line).
     """
     if model_id == SMOLLM2_VERIFIER_ID:
         return str(prepare_smollm2())
     if model_id == SMOLLM2_DRAFTER_ID:
-        return str(export_full_vocab_drafter())
+        return str(export_vllm_drafter())
     if model_id.startswith(EMBEDDED_PREFIX):
         raise ValueError(
             f"backend=vllm cannot load {model_id} (an in-memory model); use model=smollm2_135m "
