@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from vllm.distributed import get_tensor_model_parallel_world_size
 from vllm.model_executor.models.llama import LlamaForCausalLM
 
 from cactus_bench.vllm.export import BIAS, LOGIT_SCALE_KEY, SUBSET_SIZE_KEY, TOKEN_IDS
@@ -45,16 +46,31 @@ class SubsetHeadLlamaForCausalLM(LlamaForCausalLM):
         # checkpoint, and these are filled by load_weights below. Built on the model's device.
         self.register_buffer("subset_token_ids", torch.zeros(size, dtype=torch.long))  # [K]
         self.register_buffer("subset_bias", torch.zeros(size))  # [K], the model's dtype
+        self.vocab_size = int(config.vocab_size)
+        # On one tensor-parallel rank the head is W[S] itself [K, H], copied once the weights are
+        # loaded, so a draft step multiplies K rows, not V (49,152 for SmolLM2). Sharded heads go
+        # through vLLM's logits processor (which gathers the vocabulary) and then pick S.
+        self.one_rank = get_tensor_model_parallel_world_size() == 1
+        hidden = int(config.hidden_size)
+        self.register_buffer("subset_weight", torch.zeros(size, hidden) if self.one_rank else None)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
-        """[T, H] -> [T, V]: s (W h + b) on the subset, -inf elsewhere."""
-        full = super().compute_logits(hidden_states)  # [T, V] = W h (None off the last PP rank)
-        if full is None:
-            return None
-        small = (full[:, self.subset_token_ids] + self.subset_bias) * self.subset_scale  # [T, K]
-        logits = torch.full_like(full, float("-inf"))
+        """[T, H] -> [T, V]: s (W[S] h + b) on the subset, -inf elsewhere."""
+        if self.one_rank:
+            small = hidden_states @ self.subset_weight.T  # [T, K]
+        else:
+            full = super().compute_logits(hidden_states)  # [T, V] (None off the last PP rank)
+            if full is None:
+                return None
+            small = full[:, self.subset_token_ids]  # [T, K]
+        small = (small + self.subset_bias) * self.subset_scale
+        logits = small.new_full((small.shape[0], self.vocab_size), float("-inf"))  # [T, V]
         logits[:, self.subset_token_ids] = small
         return logits
+
+    def compute_logits_local(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """vLLM's un-gathered variant (model runner V2's sharded sampling): the same law."""
+        return self.compute_logits(hidden_states)
 
     def get_top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Greedy drafting (vLLM's local-argmax path) over the same law."""
@@ -85,4 +101,7 @@ class SubsetHeadLlamaForCausalLM(LlamaForCausalLM):
         with torch.no_grad():
             self.subset_token_ids.copy_(ids.to(torch.long))
             self.subset_bias.copy_(bias.to(self.subset_bias.dtype))
+            if self.one_rank:  # the tied embedding's rows of S (loaded above)
+                rows = self.lm_head.weight[self.subset_token_ids]  # [K, H]
+                self.subset_weight.copy_(rows.to(self.subset_weight.dtype))
         return loaded
