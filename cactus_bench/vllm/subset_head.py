@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
-from vllm.distributed import get_tensor_model_parallel_world_size
+from vllm.distributed import get_pp_group, get_tensor_model_parallel_world_size
 from vllm.model_executor.models.llama import LlamaForCausalLM
 
 from cactus_bench.vllm.export import BIAS, LOGIT_SCALE_KEY, SUBSET_SIZE_KEY, TOKEN_IDS
@@ -47,10 +47,12 @@ class SubsetHeadLlamaForCausalLM(LlamaForCausalLM):
         self.register_buffer("subset_token_ids", torch.zeros(size, dtype=torch.long))  # [K]
         self.register_buffer("subset_bias", torch.zeros(size))  # [K], the model's dtype
         self.vocab_size = int(config.vocab_size)
-        # On one tensor-parallel rank the head is W[S] itself [K, H], copied once the weights are
-        # loaded, so a draft step multiplies K rows, not V (49,152 for SmolLM2). Sharded heads go
+        # On one rank the head is W[S] itself [K, H], copied once the weights are loaded, so a
+        # draft step multiplies K rows, not V (49,152 for SmolLM2). Sharded or pipelined models go
         # through vLLM's logits processor (which gathers the vocabulary) and then pick S.
-        self.one_rank = get_tensor_model_parallel_world_size() == 1
+        self.one_rank = (
+            get_tensor_model_parallel_world_size() == 1 and get_pp_group().world_size == 1
+        )
         hidden = int(config.hidden_size)
         self.register_buffer("subset_weight", torch.zeros(size, hidden) if self.one_rank else None)
 
