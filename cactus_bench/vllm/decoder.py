@@ -166,6 +166,14 @@ class VllmDecoder:
         def clock() -> float:
             return time.perf_counter() - origin - paused
 
+        def read_fallbacks() -> int:
+            """The workers' fallback count so far; its read is left off the clock."""
+            nonlocal paused
+            read = time.perf_counter()
+            total = draft_probs_fallbacks(self.llm)
+            paused += time.perf_counter() - read
+            return total
+
         for index, request in enumerate(requests):
             params = self.vllm_sampling(
                 request.sampling, request.max_new_tokens, request.stop, request.seed
@@ -175,10 +183,7 @@ class VllmDecoder:
         records: list = [None] * len(requests)
         started: dict[int, float] = {}
         shares = [0.0] * len(requests)
-        if speculative:
-            read = time.perf_counter()
-            seen = draft_probs_fallbacks(self.llm)
-            paused += time.perf_counter() - read
+        seen = read_fallbacks() if speculative else None
         last = carried = 0.0  # the end of the previous step; time of steps that advanced none
         while engine.has_unfinished_requests():
             begun = clock()
@@ -196,10 +201,8 @@ class VllmDecoder:
                     continue
                 fallbacks = None
                 if speculative:
-                    read = time.perf_counter()
-                    total = draft_probs_fallbacks(self.llm)
+                    total = read_fallbacks()
                     fallbacks, seen = total - seen, total
-                    paused += time.perf_counter() - read
                 record = self._record(
                     requests[index], output.outputs[0], now - started[index], fallbacks
                 )
