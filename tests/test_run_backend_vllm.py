@@ -7,6 +7,7 @@ library runs in tests/test_vllm_agreement.py (make test-vllm).
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 from test_run_orchestrate import compose_tiny  # the run tests' tiny config, not validated
@@ -14,6 +15,7 @@ from test_vllm_decoder import _fake_vllm, _FakeLLM
 
 from cactus_bench.run import ConfigError, build_identity, run, validate
 from cactus_bench.run.backends import check_backend
+from cactus_bench.run_settings import ACCEPTANCE_MODES
 from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import engines as ve
 
@@ -83,3 +85,65 @@ def test_run_drives_fake_vllm_engines(tmp_path, monkeypatch, baseline):
     assert sorted(spec) == [False, True]  # one engine per arm (any order: per-request metrics)
     assert _FakeLLM.built[0]["kv_cache_memory_bytes"] == ve.GIB  # CPU default
     assert _FakeLLM.built[0]["model"] == "fake/verifier"
+
+
+# ---- acceptance=vllm: vLLM's own speculative sampling -------------------------------------------
+@pytest.mark.parametrize(
+    ("overrides", "fix"),
+    [
+        (["sampler=sps", "acceptance=vllm"], "add backend=vllm"),
+        (["backend=vllm", "sampler=cactus", "acceptance=vllm"], "set sampler=sps"),
+        (["backend=vllm", "sampler=verifier", "acceptance=vllm_greedy"], "set sampler=sps"),
+        (["backend=vllm", "sampler=sps", "acceptance=vllms"], "one of rule, vllm, vllm_greedy"),
+    ],
+    ids=["on-hf", "another-rule", "verifier-alone", "unknown"],
+)
+def test_vllms_own_sampler_refuses_bad_combinations_in_one_line(tmp_path, overrides, fix):
+    with pytest.raises(ConfigError, match=fix) as error:
+        validate(_conf(tmp_path, *overrides))
+    assert "\n" not in str(error.value)
+
+
+def test_vllms_own_sampler_is_its_own_run(tmp_path):
+    """acceptance enters the hash and the row only off its default, so rule rows (and rows
+    written before the setting existed) keep their hashes; the two vLLM paths never share one."""
+
+    def identity(*overrides):
+        return build_identity(_conf(tmp_path, "backend=vllm", "sampler=sps", *overrides))[0]
+
+    rule, default = identity("acceptance=rule"), identity()
+    own, greedy = identity("acceptance=vllm"), identity("acceptance=vllm_greedy")
+    assert rule.config_hash == default.config_hash and "acceptance" not in rule.hash_fields
+    assert len({rule.config_hash, own.config_hash, greedy.config_hash}) == 3
+    assert own.hash_fields["acceptance"] == "vllm" == own.columns("r")["acceptance"]
+    assert rule.columns("r")["acceptance"] == "rule"
+    assert own.description.endswith("m=3 acceptance=vllm") and "acceptance" not in rule.description
+
+
+def test_vllms_own_sampler_reaches_vllm_without_a_rule(tmp_path, monkeypatch):
+    _fake_vllm(monkeypatch)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setenv(va.RULE_ENV, va.rule_spec("cactus", {"delta": 1.0}))  # an earlier run's
+    monkeypatch.setenv(va.EXPAND_FIX_ENV, "")  # off, and removed again after the test
+    conf = _conf(
+        tmp_path,
+        "backend=vllm",
+        "sampler=sps",
+        "acceptance=vllm_greedy",
+        "model.verifier=fake/verifier",
+        "model.drafter=fake/drafter",
+    )
+    row = run(conf).row
+    assert row["acceptance"] == "vllm_greedy" and row["sampler"] == "sps"
+    assert row["al"] == pytest.approx(2.0)  # vLLM's own per-request counts, read as before
+    assert va.rule_from_env() is None and os.environ[va.EXPAND_FIX_ENV] == "1"
+    (spec,) = [kwargs for kwargs in _FakeLLM.built if "speculative_config" in kwargs]
+    assert spec["speculative_config"]["draft_sample_method"] == "greedy"  # vLLM's default
+
+
+def test_build_llm_refuses_a_rule_on_vllms_own_path():
+    with pytest.raises(ValueError, match="pass rule=None"):
+        ve.build_llm("V", rule=("sps", {}), acceptance="vllm", drafter_id="D", m=2)
+    with pytest.raises(ValueError, match="acceptance must be one of"):
+        ve.build_llm("V", acceptance="own", drafter_id="D", m=2)
+    assert set(ve.DRAFT_SAMPLE_METHODS) == set(ACCEPTANCE_MODES)

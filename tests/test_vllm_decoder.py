@@ -31,6 +31,11 @@ def test_llm_kwargs_for_both_arms():
     assert "speculative_config" not in base and "per_request_spec_decode_metrics" not in base
     for kwargs in (spec, base):  # the start check's report method reaches every worker
         assert kwargs["worker_extension_cls"] == "cactus_bench.vllm.runner.CactusWorkerExtension"
+    for acceptance, method in (("vllm", "probabilistic"), ("vllm_greedy", "greedy")):
+        own = ve.llm_kwargs(
+            "V", drafter_id="D", m=7, dtype="auto", seed=3, options=options, acceptance=acceptance
+        )
+        assert own["speculative_config"]["draft_sample_method"] == method
 
 
 def _metrics(drafted, accepted, m=3):
@@ -123,7 +128,7 @@ class _FakeLLM:
             "runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
             "v1": True,
             "rule": rule.name if rule else None,
-            "draft_law": True,
+            "draft_law": rule is not None,  # the plugin patches the drafter with a rule only
             "draft_probs_fallbacks": 0,
         }
         return [report]

@@ -122,6 +122,25 @@ def test_plugin_installs_the_rule_and_both_patches(monkeypatch):
     assert sampler_module.expand_batch_to_tokens.cactus_checked
 
 
+def test_plugin_installs_only_the_expand_fix_for_vllms_own_sampler(
+    monkeypatch, architecture_registrations
+):
+    sampler_module = _fake_module(V1_SIGNATURE)
+    sampler_module.expand_batch_to_tokens = lambda *a, **k: "original expand"
+    own_sampler = sampler_module.rejection_sample
+    proposer = types.ModuleType("fake_proposer")
+    proposer.compute_probs_and_sample_next_token = own_law = lambda *a: "vllm's own law"
+    monkeypatch.setitem(sys.modules, va.PATCH_TARGETS[0], sampler_module)
+    monkeypatch.setitem(sys.modules, patches.PROPOSER_MODULE, proposer)
+    monkeypatch.setattr(va, "_is_cpu_platform", lambda: True)
+    monkeypatch.delenv(va.RULE_ENV, raising=False)
+    monkeypatch.setenv(va.EXPAND_FIX_ENV, "1")
+    assert va.register() == [] and architecture_registrations == [1]
+    assert sampler_module.rejection_sample is own_sampler  # vLLM's own rejection sampler
+    assert proposer.compute_probs_and_sample_next_token is own_law  # and its drafter law
+    assert sampler_module.expand_batch_to_tokens.cactus_checked
+
+
 def test_plugin_with_the_variable_but_no_vllm_says_so(monkeypatch):
     for name in va.PATCH_TARGETS:
         monkeypatch.setitem(sys.modules, name, None)

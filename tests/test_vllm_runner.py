@@ -91,3 +91,22 @@ def test_the_vllm_build_must_match_the_node(monkeypatch):
     assert "TARGET=cpu" in platform_problem(is_cpu=False, is_cuda=False, gpus=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # GPUs hidden on purpose: a CPU node
     assert not nvidia_gpus_visible()
+
+
+def test_start_check_of_vllms_own_sampler_refuses_our_patches_in_one_line():
+    """acceptance=vllm: no rule, no drafter patch, and the CPU expand fix where it is needed;
+    the rule path still demands both patches."""
+    own = _report(rule=None, draft_law=False, expand_fix=True)
+    runner.check_reports([own], None, vllm_own=True)
+    runner.check_reports([{**own, "expand_fix": None}], None, vllm_own=True)  # not vLLM's CPU
+    with pytest.raises(RuntimeError, match="rule is not installed"):
+        runner.check_reports([own], "sps")
+    cases = [
+        (_report(expand_fix=True), "process of its own"),
+        ({**own, "draft_law": True}, "drafter law patched True"),
+        ({**own, "expand_fix": False}, "uninitialised temperatures"),
+    ]
+    for report, match in cases:
+        with pytest.raises(RuntimeError, match=match) as error:
+            runner.check_reports([report], None, vllm_own=True)
+        assert "\n" not in str(error.value)

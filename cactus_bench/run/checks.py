@@ -87,6 +87,7 @@ def validate(conf: RunConf) -> SamplerChoice:
     _check_groups(conf)
     _check_choices(conf)
     _check_batch(conf)
+    _check_acceptance(conf, choice)
     _fail_if(
         conf.backend.name == "vllm" and choice.params.get("test_law") == "unscaled",
         f"backend=vllm gives rules only the sampling laws p and q, not the temperature-1 laws "
@@ -105,6 +106,29 @@ def _check_batch(conf: RunConf) -> None:
         conf.backend.name == "hf" and conf.engine.fast == "off",
         f"batch={conf.batch} needs the fast forward (static batched caches): engine.fast=off "
         "decodes one request at a time; set engine.fast=auto or batch=1",
+    )
+
+
+def _check_acceptance(conf: RunConf, choice: SamplerChoice) -> None:
+    """acceptance=vllm / vllm_greedy is vLLM's own speculative sampling as it ships: its
+    rejection sampler (SpS) with its drafter law, so only vLLM has it, and only SpS is it."""
+    mode = conf.acceptance
+    if mode == "rule":
+        return
+    _fail_if(
+        conf.backend.name != "vllm",
+        f"acceptance={mode} runs vLLM's own rejection sampler, which backend={conf.backend.name} "
+        f"does not have; add backend=vllm (with .venv-vllm/bin/python) or drop acceptance={mode}",
+    )
+    _fail_if(
+        not choice.speculative,
+        f"acceptance={mode} is vLLM's own speculative sampling, but sampler=verifier drafts "
+        f"nothing; set sampler=sps, or drop acceptance={mode} for the verifier alone",
+    )
+    _fail_if(
+        choice.name != "sps",
+        f"acceptance={mode} runs vLLM's own SpS, not sampler {choice.name!r}; set sampler=sps, "
+        f"or drop acceptance={mode} to run {choice.name} inside vLLM",
     )
 
 

@@ -112,9 +112,12 @@ class RunIdentity:
 
     @property
     def description(self) -> str:
-        """`smollm2_135m / demo / cactus delta=1.0 m=10` (a log line, a W&B run's title)."""
+        """`smollm2_135m / demo / cactus delta=1.0 m=10` (a log line, a W&B run's title);
+        vLLM's own sampler adds `acceptance=vllm`."""
         params = " ".join(f"{k}={v}" for k, v in self.sampler_params.items())
         spec = f" m={self.conf.m}" if self.speculative else ""
+        if self.conf.acceptance != "rule":
+            spec += f" acceptance={self.conf.acceptance}"
         head = f"{self.conf.model.name} / {self.conf.task.name} / {self.sampler}"
         return f"{head}{' ' + params if params else ''}{spec}"
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from cactus_bench.run_settings.setting import UNSET, Check, Option, Setting, at_least, one_of
 from cactus_bench.run_settings.table import (
+    ACCEPTANCE_MODES,
     BASELINE_MODES,
     COLUMN_SETTINGS,
     GROUPED_COLUMNS,
@@ -41,6 +42,7 @@ from cactus_bench.run_settings.table import (
 )
 
 __all__ = [
+    "ACCEPTANCE_MODES",
     "BASELINE_MODES",
     "COLUMN_SETTINGS",
     "GROUPED_COLUMNS",

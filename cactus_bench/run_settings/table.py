@@ -16,6 +16,10 @@ from cactus_bench.samplers.catalogue import PARAM_COLUMNS
 from cactus_bench.tasks.specs import THINK_FILTERS
 
 BASELINE_MODES = ("interleave", "cached", "none")
+# Who decides which drafts survive: the run's rule (on vLLM, installed in its rejection sampler,
+# drafts from the processed law), or vLLM's own speculative sampling as it ships (its rejection
+# sampler and drafter law: sampled drafts from softmax(logits / T), or its default argmax drafts).
+ACCEPTANCE_MODES = ("rule", "vllm", "vllm_greedy")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
@@ -122,6 +126,18 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         hashed=False,
         grouped=True,
         verifier_value=None,
+    ),
+    # rows written before the setting existed ran the rule: "rule" rows keep their hashes
+    Setting(
+        "acceptance",
+        "who decides acceptance: rule (the sampler's rule; on vLLM installed in its rejection "
+        "sampler, drafts from the processed law) | vllm (backend=vllm, sampler=sps: vLLM's own "
+        "rejection sampler and drafter law, drafts sampled from softmax(logits / T), no rule or "
+        "drafter patch) | vllm_greedy (the same with vLLM's default argmax drafts); empty in "
+        "rows before it existed (rule)",
+        _opt(str, "rule", one_of(ACCEPTANCE_MODES)),
+        unhashed="rule",
+        grouped=True,
     ),
     Setting(
         "m",

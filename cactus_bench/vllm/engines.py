@@ -7,7 +7,9 @@
 
 The draft-model method samples drafts (`draft_sample_method="probabilistic"`), as the paper does;
 a speculative engine records per-request spec-decode metrics ("detailed": the decoder's per-step
-counts). Every engine runs on model runner V1 and is checked at start (cactus_bench.vllm.runner).
+counts). `acceptance="vllm"` builds vLLM's own speculative sampling instead (no rule: vLLM's
+rejection sampler and drafter law; "vllm_greedy": with vLLM's default argmax drafts). Every
+engine runs on model runner V1 and is checked at start (cactus_bench.vllm.runner).
 Scripts that build an LLM need an `if __name__ == "__main__":` guard (vLLM starts its engine
 with spawn).
 """
@@ -21,12 +23,16 @@ from typing import Any
 
 from cactus_bench.models.registry import EMBEDDED_PREFIX, SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID
 from cactus_bench.models.smollm2 import prepare_smollm2
-from cactus_bench.vllm.acceptance import RULE_ENV, parse_rule_spec, rule_spec
+from cactus_bench.vllm.acceptance import EXPAND_FIX_ENV, RULE_ENV, parse_rule_spec, rule_spec
 from cactus_bench.vllm.export import export_vllm_drafter
 from cactus_bench.vllm.runner import EXTENSION, check_workers, force_v1
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
 GIB = 1 << 30
+# The run's `acceptance` -> vLLM's draft_sample_method. "rule": the rule reads the drafter's law,
+# so drafts are sampled (the paper samples drafts); "vllm": vLLM's own sampler on sampled drafts;
+# "vllm_greedy": vLLM's default, argmax drafts read as point masses by its rejection sampler.
+DRAFT_SAMPLE_METHODS = {"rule": "probabilistic", "vllm": "probabilistic", "vllm_greedy": "greedy"}
 
 
 @dataclass
@@ -47,14 +53,15 @@ class VllmOptions:
 
 # ---- building the engine -------------------------------------------------------------------------
 def speculative_config(
-    drafter_id: str, m: int, drafter_revision: str | None = None
+    drafter_id: str, m: int, drafter_revision: str | None = None, acceptance: str = "rule"
 ) -> dict[str, Any]:
-    """vLLM's draft-model speculation with sampled drafts (the paper samples drafts)."""
+    """vLLM's draft-model speculation, with sampled drafts (the paper samples drafts; greedy
+    drafts would pass the rule no drafter law) unless acceptance="vllm_greedy"."""
     config = {
         "method": "draft_model",
         "model": drafter_id,
         "num_speculative_tokens": int(m),
-        "draft_sample_method": "probabilistic",  # greedy drafts would pass no drafter law
+        "draft_sample_method": DRAFT_SAMPLE_METHODS[acceptance],
     }
     if drafter_revision:
         config["revision"] = drafter_revision
@@ -71,6 +78,7 @@ def llm_kwargs(
     options: VllmOptions,
     verifier_revision: str | None = None,
     drafter_revision: str | None = None,
+    acceptance: str = "rule",
 ) -> dict[str, Any]:
     """Keyword arguments of `vllm.LLM` (pure, so tested without vLLM)."""
     kwargs: dict[str, Any] = {
@@ -90,29 +98,47 @@ def llm_kwargs(
     if verifier_revision:
         kwargs["revision"] = verifier_revision
     if drafter_id is not None:  # the verifier-only arm is an LLM without speculative_config
-        kwargs["speculative_config"] = speculative_config(drafter_id, m, drafter_revision)
+        kwargs["speculative_config"] = speculative_config(
+            drafter_id, m, drafter_revision, acceptance
+        )
         kwargs["per_request_spec_decode_metrics"] = "detailed"  # ordered per-step counts
     return kwargs
 
 
 def build_llm(
-    verifier_id: str, *, rule: tuple[str, dict] | None = None, rule_checked: bool = False, **kwargs
+    verifier_id: str,
+    *,
+    rule: tuple[str, dict] | None = None,
+    rule_checked: bool = False,
+    acceptance: str = "rule",
+    **kwargs,
 ):
     """A `vllm.LLM` on runner V1, checked; `rule=(name, params)` is exported to RULE_ENV before
     vLLM starts workers (`rule_checked`: the run's config checks passed the parameters, so the
     workers build the rule from them without checking again).
 
     The variable stays set for this process (a verifier-only engine has no rejection sampler to
-    patch, so it is harmless there). On vLLM's CPU platform the KV cache defaults to
-    CPU_KV_CACHE_GIB (vLLM would reserve gpu_memory_utilization x all RAM and refuse to start
-    when less is free) and `options.cpu_threads` binds that many OpenMP threads to the first
-    cores this process may use, unless VLLM_CPU_OMP_THREADS_BIND is set already.
+    patch, so it is harmless there). `acceptance="vllm"` or "vllm_greedy" (no rule): vLLM's own
+    speculative sampling; RULE_ENV is removed and EXPAND_FIX_ENV set, so the workers install
+    only the CPU expand fix, and the start check proves no rule or drafter patch is in. On vLLM's
+    CPU platform the KV cache defaults to CPU_KV_CACHE_GIB (vLLM would reserve
+    gpu_memory_utilization x all RAM and refuse to start when less is free) and
+    `options.cpu_threads` binds that many OpenMP threads to the first cores this process may
+    use, unless VLLM_CPU_OMP_THREADS_BIND is set already.
     """
+    if acceptance not in DRAFT_SAMPLE_METHODS:
+        raise ValueError(f"acceptance must be one of {', '.join(DRAFT_SAMPLE_METHODS)}")
+    vllm_own = acceptance != "rule"
+    if vllm_own and rule is not None:
+        raise ValueError(f"acceptance={acceptance} is vLLM's own sampler; pass rule=None")
     rule_name = None
     if rule is not None:
         text = rule_spec(*rule, checked=rule_checked)
         rule_name = parse_rule_spec(text).name  # unchecked: a bad rule fails here, before loading
         os.environ[RULE_ENV] = text
+    if vllm_own:
+        os.environ.pop(RULE_ENV, None)
+        os.environ[EXPAND_FIX_ENV] = "1"
     force_v1()  # before vLLM reads its configuration (runner.py says why)
     from vllm import LLM  # lazy: vLLM is installed only in .venv-vllm
     from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
@@ -127,7 +153,7 @@ def build_llm(
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind(options.cpu_threads))
     kwargs["options"] = options
     register()  # this process too (VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model here)
-    arguments = llm_kwargs(verifier_id, **kwargs)
+    arguments = llm_kwargs(verifier_id, acceptance=acceptance, **kwargs)
     if current_platform.is_cpu():
         # A prompt prefilled in chunks has its sampled token discarded, and vLLM (0.32) then
         # rewinds that request's seeded generator with get_offset/set_offset, which only CUDA
@@ -137,7 +163,7 @@ def build_llm(
         arguments["enable_chunked_prefill"] = False
     llm = LLM(**arguments)
     speculative = "speculative_config" in arguments
-    check_workers(llm, rule_name if speculative else None)
+    check_workers(llm, rule_name if speculative else None, vllm_own=vllm_own and speculative)
     return llm
 
 

@@ -13,9 +13,11 @@ who asked for V2. vLLM's CPU worker runs V1 anyway.
 At engine start, `check_workers` asks every worker, through the worker extension below
 (`vllm.LLM(worker_extension_cls=...)`, then `llm.collective_rpc`), which runner it built and
 whether the rule and the drafter's law are installed in its process, and raises one line
-otherwise. The same call reports how often the bridge fell back to vLLM's own sampler for a
-step without draft probabilities (near max_model_len; cactus_bench.vllm.acceptance), and how
-often the patched drafter law and the bridge ran (gpu-check asks again after decoding).
+otherwise; an engine of vLLM's own speculative sampling (acceptance=vllm) must have neither, and
+on vLLM's CPU platform the expand fix (patches.py). The same call reports how often the bridge
+fell back to vLLM's own sampler for a step without draft probabilities (near max_model_len;
+cactus_bench.vllm.acceptance), and how often the patched drafter law and the bridge ran
+(gpu-check asks again after decoding).
 """
 
 from __future__ import annotations
@@ -78,6 +80,12 @@ def worker_report(worker) -> dict:
         "rule": getattr(getattr(v1_sampler.rejection_sample, "cactus_rule", None), "name", None),
         "draft_law": getattr(proposer, patches.DRAFT_LAW_FUNCTION)
         is patches.sample_processed_drafts,
+        # vLLM's CPU platform: whether expand_batch_to_tokens is checked (patches.py); else None
+        "expand_fix": getattr(
+            getattr(v1_sampler, "expand_batch_to_tokens", None), "cactus_checked", False
+        )
+        if acceptance._is_cpu_platform()
+        else None,
         "draft_probs_fallbacks": acceptance.FALLBACKS["draft_probs_none"],
         # calls so far in this process: a report after decoding proves both patches ran
         "draft_law_calls": patches.CALLS["draft_law"],
@@ -91,8 +99,11 @@ def runner_is_v1(runner_class: type) -> bool:
     return V1_RUNNER_MODULE in modules and not any(m.startswith(V2_RUNNER_PACKAGE) for m in modules)
 
 
-def check_reports(reports: list[Mapping], rule_name: str | None) -> None:
-    """One line unless every worker runs V1 with `rule_name` and the drafter's law installed."""
+def check_reports(reports: list[Mapping], rule_name: str | None, vllm_own: bool = False) -> None:
+    """One line unless every worker runs V1 with `rule_name` and the drafter's law installed;
+    `vllm_own` (vLLM's own speculative sampling, rule_name None): with neither installed, and
+    with the expand fix where vLLM's CPU platform needs it. rule_name None alone: a verifier-only
+    engine, which has no sampler to check."""
     if not reports:
         raise RuntimeError("vLLM answered the cactus_bench start check from no worker")
     for report in reports:
@@ -101,6 +112,8 @@ def check_reports(reports: list[Mapping], rule_name: str | None) -> None:
                 f"vLLM built {report['runner']} (model runner V2), where cactus_bench does not "
                 f"patch the drafter's law; {FIX_V2}"
             )
+        if vllm_own:
+            _check_vllm_own(report)
         if rule_name is None:
             continue
         if report["rule"] != rule_name or not report["draft_law"]:
@@ -111,8 +124,24 @@ def check_reports(reports: list[Mapping], rule_name: str | None) -> None:
             )
 
 
-def check_workers(llm, rule_name: str | None) -> list[dict]:
+def _check_vllm_own(report: Mapping) -> None:
+    """A worker meant to run vLLM's own rejection sampler and drafter law runs them."""
+    if report["rule"] is not None or report["draft_law"]:
+        raise RuntimeError(
+            f"a vLLM worker meant to run vLLM's own sampler runs cactus_bench's (rule "
+            f"{report['rule']!r}, drafter law patched {report['draft_law']}), installed by an "
+            "earlier engine of this process; run acceptance=vllm in a process of its own"
+        )
+    if report.get("expand_fix") is False:
+        raise RuntimeError(
+            "vLLM's CPU expand_batch_to_tokens is unchecked in a worker, so vLLM's own sampler "
+            "may read uninitialised temperatures; is cactus-bench installed in this environment "
+            "(its vllm.general_plugins entry point)?"
+        )
+
+
+def check_workers(llm, rule_name: str | None, vllm_own: bool = False) -> list[dict]:
     """Ask every worker of `llm` (built with `worker_extension_cls=EXTENSION`); raise or return."""
     reports = llm.collective_rpc(REPORT_METHOD)
-    check_reports(reports, rule_name)
+    check_reports(reports, rule_name, vllm_own)
     return reports

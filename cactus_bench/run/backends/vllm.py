@@ -2,7 +2,8 @@
 
 The same task loop, baseline handling and summary as backend=hf (cactus_bench.run.measure); only
 the decoders differ: cactus_bench.vllm.engines builds them, cactus_bench.vllm.decoder drives
-them, and the acceptance rule runs inside vLLM through cactus_bench.vllm.acceptance.
+them, and the acceptance rule runs inside vLLM through cactus_bench.vllm.acceptance
+(acceptance=vllm: vLLM's own rejection sampler and drafter law instead, for sampler=sps).
 
 Engine order does not matter: the per-step counts are vLLM's per-request spec-decode metrics,
 carried by each output (cactus_bench.vllm.decoder). With baseline=cached the verifier-only engine
@@ -83,12 +84,16 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
     sampling = sampling_params(conf)
     engines: dict = {}
 
+    # acceptance=vllm: vLLM's own rejection sampler and drafter law, no rule in its workers
+    rule_inside = conf.acceptance == "rule"
+
     def make(spec: bool) -> VllmDecoder:
         if spec not in engines:
             engines[spec] = build_llm(
                 verifier_path,
-                rule=(identity.sampler, identity.sampler_params) if spec else None,
+                rule=(identity.sampler, identity.sampler_params) if spec and rule_inside else None,
                 rule_checked=True,  # validate() checked them; the rule's params() as built
+                acceptance=conf.acceptance if spec else "rule",
                 drafter_id=drafter_path if spec else None,
                 m=conf.m,
                 dtype=model.dtype,
