@@ -22,22 +22,30 @@ from cactus_bench.frontier.conf import (
     FrontierConfigError,
 )
 from cactus_bench.frontier.stats import chunk_statistics, entropy
-from cactus_bench.frontier.teacher import compact_support
-from cactus_bench.samplers import binary_divergence, full_divergence, taylor_gamma
+from cactus_bench.frontier.teacher import FullRows, compact_support
+from cactus_bench.samplers import binary_divergence, full_divergence, make_sampler, taylor_gamma
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def _rows(count: int, vocab: int, seed: int, keep: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-`keep` truncated p and q rows (float64, normalised), as process_logits makes them."""
+    p, q, _, _ = _rows_and_laws(count, vocab, seed, keep)
+    return p, q
+
+
+def _rows_and_laws(count: int, vocab: int, seed: int, keep: int = 6):
+    """(p, q, p_bar, q_bar): truncated rows and the temperature-1 untruncated laws they come
+    from (all [count, vocab] float64)."""
     gen = torch.Generator().manual_seed(seed)
-    out = []
+    out, laws = [], []
     for _ in range(2):
         logits = torch.randn(count, vocab, generator=gen, dtype=torch.float64) * 2
         kth = logits.topk(keep, dim=-1).values[:, -1:]
         probs = torch.softmax(torch.where(logits >= kth, logits, -torch.inf), -1)
         out.append(probs)
-    return out[0], out[1]
+        laws.append(torch.softmax(logits, -1))
+    return out[0], out[1], laws[0], laws[1]
 
 
 # ---- configuration ------------------------------------------------------------------------------
@@ -115,7 +123,10 @@ def test_compact_support_keeps_every_mass_in_id_order():
 
 
 def test_statistics_on_the_compact_support_equal_the_full_vocabulary():
-    p, q = _rows(20, 40, seed=1)
+    """Every arm's statistics from a chunk (compact rows, and full rows with the temperature-1
+    laws for the rules whose test reads them) equal the rule's own functions on the whole
+    vocabulary, with those laws."""
+    p, q, p_bar, q_bar = _rows_and_laws(20, 40, seed=1)
     conf = FrontierConf(
         deltas=[0.3, 2.0],
         tas_thresholds=[0.3],
@@ -129,12 +140,23 @@ def test_statistics_on_the_compact_support_equal_the_full_vocabulary():
     )
     arms = build_arms(conf)
     assert {arm.family for arm in arms} == set(RULE_FAMILIES)
+    assert {arm.family for arm in arms if arm.reads_unscaled} == {
+        "chow", "diff", "opt", "tokenv1", "tokenv2", "tokenv3", "fsd", "fsd_reducible",
+        "fsd_unsmoothed", "bild",
+    }  # fmt: skip
     p_c, q_c = compact_support(p, q)
-    compact = chunk_statistics(p_c, q_c, arms, chunk_elements=10_000)[0]
+    full = FullRows(p.float(), q.float(), p_bar.float(), q_bar.float())
+    compact = chunk_statistics(p_c, q_c, arms, chunk_elements=10_000, full=full)[0]
+    as_stored = [law.float().double() for law in (p, q, p_bar, q_bar)]  # FullRows is float32
+    told_apart = set()
     for index, arm in enumerate(arms):
         rule = arm.sampler()
-        beta = rule.acceptance_probability(p, q)
-        law = rule.emitted_law(p, q)
+        if arm.reads_unscaled:
+            p, q, laws = *as_stored[:2], as_stored[2:]
+        else:
+            p, q, laws = p_c, q_c, ()
+        beta = rule.acceptance_probability(p, q, *laws)
+        law = rule.emitted_law(p, q, *laws)
         torch.testing.assert_close(compact["beta"][index], beta, atol=1e-11, rtol=0)
         torch.testing.assert_close(
             compact["tv"][index], full_divergence(law, q, "tv"), atol=1e-11, rtol=0
@@ -144,6 +166,11 @@ def test_statistics_on_the_compact_support_equal_the_full_vocabulary():
         finite = torch.isfinite(kl)
         torch.testing.assert_close(compact["kl"][index][finite], kl[finite], atol=1e-10, rtol=0)
         torch.testing.assert_close(compact["q_zero_mass"][index], (law * (q == 0)).sum(-1))
+        if arm.reads_unscaled:
+            processed = make_sampler(arm.family, **{**rule.params(), "test_law": "processed"})
+            if not torch.allclose(compact["beta"][index], processed.acceptance_probability(p, q)):
+                told_apart.add(arm.family)
+    assert len(told_apart) >= 3, told_apart  # BiLD, TokenV1, TokenV2 read them apart here
 
 
 def test_taylor_overshoot_statistics_match_a_loop_over_drafts():

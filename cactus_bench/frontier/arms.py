@@ -1,9 +1,9 @@
 """The frontier's arms: one rule at one parameter value, built from the configured grids.
 
 An arm's `rule` and `parameter` are the CSV's columns (`cactus_exact:kl`, `delta=0.5`). Rules
-of `samplers/rules/` whose test reads the temperature-1 laws run with test_law=processed here:
-the contexts keep only the processed laws p_t, q_t (on their union support), so their
-parameter column says so (`alpha=0.5,processed`).
+of `samplers/rules/` whose test reads the temperature-1 laws (the cascades, FSD, BiLD) run at
+their default test_law=unscaled, as in the HF engine: the teacher pass gives them p̄, q̄
+(`teacher.FullRows`, `Arm.reads_unscaled`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cactus_bench.frontier.conf import FrontierConf
-from cactus_bench.samplers import make_sampler
+from cactus_bench.samplers import RULES, make_sampler
 from cactus_bench.samplers.catalogue import rule_info
 
 # family -> (FrontierConf grid field, the rule's parameter, the CSV label of its value)
@@ -61,14 +61,13 @@ class Arm:
         if self.family not in GRIDS:
             return ""
         label = GRIDS[self.family][2]
-        text = f"{label}={int(self.value) if label == 'k' else self.value:g}"
-        return f"{text},processed" if self._reads_unscaled_by_default else text
+        return f"{label}={int(self.value) if label == 'k' else self.value:g}"
 
     @property
-    def _reads_unscaled_by_default(self) -> bool:
-        """The rules whose test reads a law (`test_law`, unscaled by default): the contexts keep
-        only the processed laws, so these arms run with test_law=processed."""
-        return rule_info(self.family).param("test_law") is not None
+    def reads_unscaled(self) -> bool:
+        """True for the rules whose test reads the sources' temperature-1 laws (a `test_law`
+        parameter, unscaled by default): their statistics need p̄, q̄ on the whole index space."""
+        return self.family in RULES and rule_info(self.family).param("test_law") is not None
 
     def sampler(self):
         """The acceptance rule this arm runs (make_sampler's name and parameters)."""
@@ -78,8 +77,6 @@ class Arm:
             params[name] = int(self.value) if name == "k" else self.value
         if self.family == "cactus_exact":
             params["divergence"] = self.divergence
-        if self._reads_unscaled_by_default:
-            params["test_law"] = "processed"
         return make_sampler(self.family, **params)
 
 

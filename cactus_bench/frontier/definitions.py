@@ -17,8 +17,8 @@ COLUMNS_TEXT = {
     "the prompts per source",
     "rule": "the sampler (cactus_exact:<f> for the exact rule with divergence f; verifier for "
     "rule-free rows)",
-    "parameter": "the grid value (delta=, eps=, k=, alpha=, l=, T=, tau=); ',processed': the "
-    "rule's test read p, q instead of the temperature-1 laws",
+    "parameter": "the grid value (delta=, eps=, k=, alpha=, l=, T=, tau=); the cascades', "
+    "FSD's and BiLD's tests read the temperature-1 untruncated laws, as their sources do",
     "value, ci_low, ci_high": "the statistic and its 95 % bootstrap interval (empty: none)",
     "n_positions": "positions the statistic is computed over",
 }

@@ -140,13 +140,16 @@ def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
     stats = {name: torch.empty(len(arms), total, dtype=torch.float64) for name in STATISTICS}
     entropies = torch.empty(total, dtype=torch.float64)
     sequence = torch.empty(total, dtype=torch.long)
+    unscaled = any(arm.reads_unscaled for arm in arms)  # p̄, q̄ for the cascades, FSD, BiLD
     chunks = iter_chunks(
-        pair, contexts, sampling, conf.chunk_elements, grid_size(arms), conf.progress
+        pair, contexts, sampling, conf.chunk_elements, grid_size(arms), conf.progress, unscaled
     )
     cells = 0
     for chunk in chunks:
         columns = slice(chunk.offset, chunk.offset + chunk.p.shape[0])
-        values, chunk_cells = chunk_statistics(chunk.p, chunk.q, arms, conf.chunk_elements)
+        values, chunk_cells = chunk_statistics(
+            chunk.p, chunk.q, arms, conf.chunk_elements, chunk.full
+        )
         for name, value in values.items():
             stats[name][:, columns] = value
         cells = cells + chunk_cells

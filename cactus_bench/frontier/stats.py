@@ -15,8 +15,11 @@ functions fed gamma for all budgets at once):
     excess        sum_n p(n) max(0, d_f(h_n || q) - delta)    by how much (nats for KL)
     exceed_any    1[some draft n with p(n) > 0 breaks it]      (Corollary 6; cactus rules only)
 
-and the verifier's entropy H(q_t). Cactus's target for draft n is h_n = (gamma_n at n, q
-rescaled elsewhere), so d_f(h_n || q) is the binary divergence d_f(gamma_n; q(n)) (Theorem 2).
+and the verifier's entropy H(q_t). A rule whose test reads the sources' temperature-1 laws
+(`Arm.reads_unscaled`) is evaluated on the chunk's full rows with p̄_t, q̄_t (`teacher.FullRows`):
+its statistics are the same functions of its law, only its test sees the whole index space.
+Cactus's target for draft n is h_n = (gamma_n at n, q rescaled elsewhere), so d_f(h_n || q)
+is the binary divergence d_f(gamma_n; q(n)) (Theorem 2).
 The cactus grids also return overshoot cells: sums over positions of the draft mass p(n) and of
 the overshooting draft mass, binned by q(n) and gamma_n (Corollary 6: KL <= delta is guaranteed
 only for gamma <= 1/2).
@@ -110,11 +113,35 @@ def _overshoot_cells(p, q, gamma, breaks) -> torch.Tensor:
     return out.view(gamma.shape[0], num_q, num_g, 2)
 
 
-def _arm_statistics(p, q, pq, arm: Arm) -> dict[str, torch.Tensor]:
+def _arm_statistics(p, q, pq, arm: Arm, p_bar=None, q_bar=None) -> dict[str, torch.Tensor]:
+    """One arm's [1, C] statistics; p_bar, q_bar: the test's temperature-1 laws where it reads
+    them (then p, q are full rows of the same index space)."""
     rule = arm.sampler()
-    stats = {"beta": rule.acceptance_probability(p, q)}
-    stats.update(_law_statistics(rule.emitted_law(p, q), q, pq, arm.budget_divergence))
+    laws = (p_bar, q_bar) if arm.reads_unscaled else ()
+    stats = {"beta": rule.acceptance_probability(p, q, *laws)}
+    law = rule.emitted_law(p, q, *laws)
+    stats.update(_law_statistics(law, q, pq, arm.budget_divergence))
     return {name: value.unsqueeze(0) for name, value in stats.items()}  # [1, C]
+
+
+def _full_row_statistics(full, p, q, arm: Arm, chunk_elements: int, out, index: int) -> None:
+    """Fill out[name][index] for an arm that reads p̄, q̄, block by block on the full rows
+    (O(chunk_elements) numbers per temporary); pq from the compact rows (the same values)."""
+    if full is None:
+        raise ValueError(
+            f"{arm.rule} {arm.parameter} reads the temperature-1 laws: build the chunks with "
+            "iter_chunks(..., unscaled=True)"
+        )
+    step = max(1, chunk_elements // full.p.shape[-1])
+    for start in range(0, p.shape[0], step):
+        block = slice(start, start + step)
+        laws = [
+            law[block].double() for law in (full.p, full.q, full.p_bar, full.q_bar)
+        ]  # 4 x [b, V']
+        pq = pair_divergences(p[block], q[block])
+        stats = _arm_statistics(*laws[:2], pq, arm, *laws[2:])
+        for name, value in stats.items():
+            out[name][[index], block] = value.to("cpu", torch.float64)
 
 
 def entropy(q: torch.Tensor) -> torch.Tensor:
@@ -122,9 +149,11 @@ def entropy(q: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(q, q).sum(-1)
 
 
-def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int):
+def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int, full=None):
     """[C, K] p, q -> ({statistic: [A, C] float64 (NaN where it does not apply)},
-    overshoot cells [A, Qb, Gb, 2] summed over the chunk (zero for arms without a grid))."""
+    overshoot cells [A, Qb, Gb, 2] summed over the chunk (zero for arms without a grid)).
+    full: the same positions on the whole index space with p̄, q̄ (`teacher.FullRows`), for the
+    arms that read the temperature-1 laws."""
     rows = p.shape[0]
     out = {
         name: torch.full((len(arms), rows), torch.nan, dtype=torch.float64) for name in STATISTICS
@@ -132,6 +161,9 @@ def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int):
     cells = torch.zeros(len(arms), len(Q_EDGES) - 1, len(GAMMA_EDGES) - 1, 2, dtype=torch.float64)
     groups: dict[tuple, list[int]] = {}
     for index, arm in enumerate(arms):
+        if arm.reads_unscaled:
+            _full_row_statistics(full, p, q, arm, chunk_elements, out, index)
+            continue
         key = (arm.family, arm.divergence) if arm.family in ("cactus", "cactus_exact") else index
         groups.setdefault(key, []).append(index)
     step = max(1, chunk_elements // max(1, p.shape[-1] * max(len(g) for g in groups.values())))

@@ -12,6 +12,12 @@ emit a token one of them gives mass), so rows are gathered onto that support in 
 order (argmax ties break as in the full vocabulary) and zero-padded to the widest row of a
 chunk: with top_k = 20 a row has at most 40 entries instead of 49,152. Without truncation the
 support is the vocabulary and a chunk holds O(chunk x V) numbers, as the chunk size allows.
+
+The rules whose test reads the sources' temperature-1 untruncated laws (the cascades' confidences,
+FSD's divergence, BiLD's fallback: `reads_unscaled`) see the whole index space there, so for them
+a chunk also carries full rows (`FullRows`): p_t, q_t and the temperature-1 laws p̄_t = softmax of
+the drafter's logits, q̄_t = softmax of the verifier's teacher-forced logits (one more verifier
+forward per sequence), all [C, V'] after the token map, as the HF engine passes them to `verify`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,19 @@ from tqdm.auto import tqdm
 from cactus_bench.engine import SamplingParams, process_logits
 from cactus_bench.frontier.contexts import Contexts
 
+# Numbers per FullRows tensor before a chunk is flushed (4 float32 tensors: 256 MB at most).
+FULL_ROW_ELEMENTS = 16_000_000
+
+
+@dataclass
+class FullRows:
+    """The chunk's positions on the whole index space V' (float32; rows of p, q as processed)."""
+
+    p: torch.Tensor  # [C, V'] drafter's processed law
+    q: torch.Tensor  # [C, V'] verifier's processed law
+    p_bar: torch.Tensor  # [C, V'] drafter's temperature-1 law (softmax of its logits)
+    q_bar: torch.Tensor  # [C, V'] verifier's temperature-1 law
+
 
 @dataclass
 class Chunk:
@@ -34,6 +53,7 @@ class Chunk:
     q: torch.Tensor  # [C, K] verifier law
     sequence: torch.Tensor  # [C] int64 index of each position's sequence
     offset: int  # index of the chunk's first position among all positions
+    full: FullRows | None = None  # the same positions on V', when a rule reads p̄, q̄
 
 
 def compact_support(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,8 +73,8 @@ def compact_support(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 @torch.inference_mode()
-def answer_laws(model, prompt: list[int], answer: list[int], sampling, token_map) -> torch.Tensor:
-    """[T, V'] processed law of `model` at each answer position (teacher forcing, one forward).
+def answer_logits(model, prompt: list[int], answer: list[int], token_map) -> torch.Tensor:
+    """[T, V'] logits of `model` at each answer position (teacher forcing, one forward).
 
     V' is the token_map's size (or the vocabulary): the index space the engine's rules see."""
     device = next(model.parameters()).device
@@ -63,7 +83,17 @@ def answer_laws(model, prompt: list[int], answer: list[int], sampling, token_map
     logits = model(input_ids=sequence, use_cache=False, logits_to_keep=len(answer)).logits[0]
     if token_map is not None:
         logits = logits.index_select(-1, token_map.to(device))
-    return process_logits(logits, sampling)
+    return logits
+
+
+def answer_laws(model, prompt: list[int], answer: list[int], sampling, token_map) -> torch.Tensor:
+    """[T, V'] processed law of `model` at each answer position (the engine's process_logits)."""
+    return process_logits(answer_logits(model, prompt, answer, token_map), sampling)
+
+
+def temperature_one(logits: torch.Tensor) -> torch.Tensor:
+    """[T, V'] the source's law: softmax at temperature 1, untruncated (the engine's p̄, q̄)."""
+    return logits.float().softmax(-1)
 
 
 def _kept_law(contexts: Contexts, index: int, vocab: int, device) -> torch.Tensor:
@@ -80,12 +110,15 @@ def iter_chunks(
     chunk_elements: int,
     grid_size: int,
     progress: bool = True,
+    unscaled: bool = False,
 ) -> Iterator[Chunk]:
     """Teacher-forces the sequences in order and yields chunks of about chunk_elements numbers
-    (positions x support width x grid_size, the largest parameter grid evaluated at once)."""
+    (positions x support width x grid_size, the largest parameter grid evaluated at once).
+    unscaled: also carry the full rows and the temperature-1 laws (`FullRows`)."""
     pending_p: list[torch.Tensor] = []
     pending_q: list[torch.Tensor] = []
     pending_seq: list[int] = []
+    pending_full: list[tuple[torch.Tensor, ...]] = []
     offset = 0
 
     def flush() -> Chunk:
@@ -99,10 +132,17 @@ def iter_chunks(
             ]
         )
         p64, q64 = p.double(), q.double()
+        full = None
+        if pending_full:
+            full = FullRows(*(torch.cat(rows) for rows in zip(*pending_full, strict=True)))
         chunk = Chunk(
-            p64 / p64.sum(-1, keepdim=True), q64 / q64.sum(-1, keepdim=True), sequence, offset
+            p64 / p64.sum(-1, keepdim=True),
+            q64 / q64.sum(-1, keepdim=True),
+            sequence,
+            offset,
+            full,
         )
-        pending_p.clear(), pending_q.clear(), pending_seq.clear()
+        pending_p.clear(), pending_q.clear(), pending_seq.clear(), pending_full.clear()
         return chunk
 
     bar = tqdm(range(len(contexts.tokens)), desc="teacher forcing", disable=not progress)
@@ -111,23 +151,32 @@ def iter_chunks(
         if not answer:
             continue
         prompt = contexts.prompt_ids[index]
-        p = answer_laws(pair.drafter, prompt, answer, sampling, pair.token_map)
+        p_logits = answer_logits(pair.drafter, prompt, answer, pair.token_map)
+        p = process_logits(p_logits, sampling)
+        q_logits = None
         if contexts.q_ids is not None:
             q = _kept_law(contexts, index, p.shape[-1], p.device)
         else:
-            q = answer_laws(pair.verifier, prompt, answer, sampling, pair.token_map)
+            q_logits = answer_logits(pair.verifier, prompt, answer, pair.token_map)
+            q = process_logits(q_logits, sampling)
         if p.shape != q.shape:
             raise ValueError(
                 f"drafter gives {p.shape[-1]} probabilities and verifier {q.shape[-1]}: the pair "
                 "needs a token_map of the ids both models share"
             )
+        if unscaled:
+            if q_logits is None:  # the kept q is processed: the verifier's logits come anew
+                q_logits = answer_logits(pair.verifier, prompt, answer, pair.token_map)
+            laws = (p, q, temperature_one(p_logits), temperature_one(q_logits))
+            pending_full.append(tuple(law.float().cpu() for law in laws))
         p_compact, q_compact = compact_support(p, q)
         pending_p.append(p_compact)
         pending_q.append(q_compact)
         pending_seq.append(index)
         rows = sum(t.shape[0] for t in pending_p)
         width = max(t.shape[-1] for t in pending_p)
-        if rows * width * grid_size >= chunk_elements:
+        full_elements = rows * p.shape[-1] if unscaled else 0  # per FullRows tensor
+        if rows * width * grid_size >= chunk_elements or full_elements >= FULL_ROW_ELEMENTS:
             chunk = flush()
             offset += chunk.p.shape[0]
             yield chunk
