@@ -4,6 +4,7 @@
     python scripts/rules_board.py --tasks demo --limit 3 --max-new-tokens 32 --defaults-only
     python scripts/rules_board.py --report-only                 # redraw from results/rules/
     python scripts/rules_board.py --reverse ...   # a second worker: arms last-first, same --out
+    python scripts/rules_board.py --rules mentored fsd ...      # only these rules' arms
 
 Each rule runs at its source's default and along its parameter curve (ARMS) through the run API
 (`cactus_bench.run.run`, the same path as `python run.py`), one row per (rule, task) in
@@ -61,10 +62,15 @@ ARMS: list[tuple[str, dict]] = [
     ("ensemble", {"w": 0.5}),
     ("tas", {"threshold": 0.09}),
     ("tas", {"threshold": 0.3}),
+    # vLLM's window is min(6, m - 1): at the board's m = 2 that is W = 1 (W >= m never defers)
+    ("fly", {"entropy_threshold": 0.3, "window": 1}),
+    ("fly", {"entropy_threshold": 0.1, "window": 1}),
 ]
 
 
-def run_arms(tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir, reverse) -> None:
+def run_arms(
+    tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir, reverse, rules=None
+) -> None:
     from omegaconf import OmegaConf
 
     from cactus_bench.run import format_outcome, run, run_conf_from_dict
@@ -74,6 +80,11 @@ def run_arms(tasks, limit, max_new_tokens, m, data_dir, defaults_only, out_dir, 
     arms = ARMS
     if defaults_only:  # each rule's first arm is its source's default
         arms = [arm for index, arm in enumerate(ARMS) if arm[0] not in {a[0] for a in ARMS[:index]}]
+    if rules:
+        unknown = sorted(set(rules) - {name for name, _ in ARMS})
+        if unknown:
+            raise SystemExit(f"--rules {' '.join(unknown)}: not on the board; choose from ARMS")
+        arms = [arm for arm in arms if arm[0] in rules]
     for name, params in reversed(arms) if reverse else arms:
         if not RULES[name].alias_of:  # a run names every parameter: the rule's defaults fill in
             params = {**make_sampler(name, **params).params(), **params}
@@ -114,6 +125,7 @@ def main() -> int:
         help="arms last-first: a second worker on the same --out meets the first in the middle "
         "(each run skips an arm that already has a finished row)",
     )
+    parser.add_argument("--rules", nargs="+", default=None, help="only these rules' arms")
     parser.add_argument("--out", default="results/rules")
     parser.add_argument(
         "--rows", default=None, help="the runs' CSV to report (default: <out>/rules.csv)"
@@ -131,6 +143,7 @@ def main() -> int:
             args.defaults_only,
             out_dir,
             args.reverse,
+            args.rules,
         )
     rows_csv = Path(args.rows) if args.rows else out_dir / "rules.csv"
     if not rows_csv.is_file():

@@ -102,10 +102,12 @@ def test_the_rules_board_draws_an_interval_beside_its_estimate(tmp_path, monkeyp
     csv = tmp_path / "rules.csv"
     rows.to_csv(csv, index=False)
     paths = write_leaderboard(csv, tmp_path, REPO / "results" / "frontier" / "smollm2_135m.csv")
-    assert [p.suffix for p in paths] == [".png", ".pdf"]
-    marks = _marks(drawn[0])
+    assert [p.suffix for p in paths] == [".png", ".pdf"] * len(drawn)  # a figure per task
+    figure = drawn[[p.stem for p in paths[::2]].index(f"leaderboard_{rows.at[target, 'task']}")]
+    marks = _marks(figure)
     assert len(marks) == 1 and len(marks[0].get_offsets()) == 1
-    assert EXCLUDED_NOTE in _legend_texts(drawn[0])
+    assert EXCLUDED_NOTE in _legend_texts(figure)
+    assert all(not _marks(other) for other in drawn if other is not figure)
 
 
 def _intervals_beside(rows: pd.DataFrame) -> pd.DataFrame:

@@ -39,6 +39,8 @@ COLORS = {
     "fsd_reducible": "#8c564b",
     "bild": "#e377c2",
     "ensemble": "#9edae5",
+    "fly": "#843c39",
+    "fsd_unsmoothed": "#c7c7c7",
 }  # one color per sampler in every figure (run tables, the frontier, the rules leaderboard)
 REFERENCE_STYLES = {"verifier": ("Verifier", "-"), "sps": ("SpS", "--"), "tas": ("TAS", ":")}
 MARKERS = {

@@ -38,7 +38,8 @@ from cactus_bench.report.leaderboard_power import (
 from cactus_bench.report.load import normalise_device_name
 from cactus_bench.results.schema import RENAMED_COLUMNS
 
-# The frontier's parameter label of an arm (frontier/arms.py), to join its exact statistics.
+# The frontier's parameter label of an arm (frontier/arms.py), to join its exact statistics;
+# the cascades, FSD and BiLD read the temperature-1 laws there as in the runs.
 FRONTIER_LABEL = {
     "cactus": "delta",
     "cactus_exact": "delta",
@@ -46,13 +47,18 @@ FRONTIER_LABEL = {
     "lenience": "l",
     "tas": "eps",
     "ensemble": "alpha",
+    **{rule: "alpha" for rule in ("chow", "diff", "opt", "tokenv1", "tokenv2", "tokenv3")},
+    "fsd": "T",
+    "fsd_reducible": "T",
+    "bild": "tau",
 }
+FRONTIER_PARAM = {"eps": "threshold", "T": "threshold"}  # the run's name of a frontier label
 FRONTIER_SOURCE = {"gsm8k": "gsm8k_test"}  # the frontier's prompt source of each task
 FRONTIER_RULE = {"ensemble": "interp"}  # the alias runs as interp (alpha = 1 - w)
 
 # An arm's label: its numeric parameters under the names docs/rules.md gives them
 LABEL_SYMBOLS = {"delta": "δ", "alpha": "α", "tau": "τ", "threshold": "T"}
-RULE_SYMBOLS = {"tas": {"threshold": "ε"}}
+RULE_SYMBOLS = {"tas": {"threshold": "ε"}, "fly": {"entropy_threshold": "θ", "window": "W"}}
 
 DEFINITIONS = """# Definitions for leaderboard.csv
 
@@ -136,7 +142,7 @@ def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list
     def exact(row, statistic):
         params = json.loads(row.sampler_params)
         key = FRONTIER_LABEL.get(row.sampler)
-        label = f"{key}={params[key if key != 'eps' else 'threshold']:g}" if key else ""
+        label = f"{key}={params[FRONTIER_PARAM.get(key, key)]:g}" if key else ""
         rule = FRONTIER_RULE.get(row.sampler, row.sampler)
         if row.sampler == "cactus_exact":
             rule = f"cactus_exact:{params['divergence']}"
