@@ -5,14 +5,17 @@ Reads a JSON job on stdin, prints one line `RESULT <json>`.
     (prompt, seed) request in one batch, and optionally the first two tokens of many seeded
     requests of one prompt (the first-token law test). A subprocess per rule because vLLM reads
     the rule once per engine process and one process holds one engine's counters.
-  backend "hf": this project's SpeculativeDecoder, one request at a time, one torch thread; the
-    steps drafting / accepting at least j+1 drafts. A subprocess so the rules decode in parallel.
+  backend "hf": this project's SpeculativeDecoder, HF_BATCH requests at a time (continuous
+    batching; a request's seed gives it the draws `generate` would), one torch thread; the steps
+    drafting / accepting at least j+1 drafts. A subprocess so the rules decode in parallel.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+HF_BATCH = 8  # the batched engine decodes the same laws (tests/test_engine_batch*.py), faster
 
 
 def hf(job: dict) -> dict:
@@ -37,15 +40,23 @@ def hf(job: dict) -> dict:
         compile="off",
     )
     drafted, accepted = [0] * m, [0] * m
-    requests = list(zip(job["prompts"], job["seeds"], strict=True))
-    for index, (ids, seed) in enumerate(requests):
-        record = decoder.generate(ids, job["max_tokens"], seed=seed)
+    requests = [
+        {"prompt_ids": ids, "max_new_tokens": job["max_tokens"], "seed": seed}
+        for ids, seed in zip(job["prompts"], job["seeds"], strict=True)
+    ]
+    finished = 0
+
+    def count(index, record) -> None:
+        nonlocal finished
         for d, a in zip(record.drafted_per_step, record.accepted_per_step, strict=True):
             for j in range(m):
                 drafted[j] += d > j
                 accepted[j] += a > j
-        if (index + 1) % 10 == 0:
-            print(f"HF {job['rule']}: {index + 1}/{len(requests)} requests", file=sys.stderr)
+        finished += 1
+        if finished % 10 == 0:
+            print(f"HF {job['rule']}: {finished}/{len(requests)} requests", file=sys.stderr)
+
+    decoder.generate_batch(requests, batch_size=HF_BATCH, on_finish=count)
     return {"drafted": drafted, "accepted": accepted}
 
 

@@ -5,7 +5,8 @@ its 8192-id head: the HF engine's module, and in vLLM the export cactus_bench/vl
 registers as its own architecture, the same law), fp32, T 0.6,
 top-p 0.95, top-k 20, m = 2, on the same prompt token ids (the demo prompts, chat template) and
 seeds. Both run in subprocesses (tests/agreement_worker.py): one vLLM engine per rule, one after
-another, bound to one core; the HF engine's three rules in parallel, one torch thread each.
+another, bound to one core; the HF engine's three rules in parallel, one torch thread each,
+eight requests at a time (its batched engine: the same laws, a request's seed its own draws).
 
 1. Acceptance by position agrees for sps, cactus (delta = 1) and tas: per position j, the pooled
    rate a_j / n_j (steps accepting >= j+1 drafts over steps drafting >= j+1) of each backend,
