@@ -124,10 +124,12 @@ def _arm_statistics(p, q, pq, arm: Arm, p_bar=None, q_bar=None) -> dict[str, tor
     return {name: value.unsqueeze(0) for name, value in stats.items()}  # [1, C]
 
 
-def _full_row_statistics(full, p, q, arm: Arm, chunk_elements: int, out, index: int) -> None:
-    """Fill out[name][index] for an arm that reads p̄, q̄, block by block on the full rows
-    (O(chunk_elements) numbers per temporary); pq from the compact rows (the same values)."""
+def _full_row_statistics(full, p, q, arms: dict[int, Arm], chunk_elements: int, out) -> None:
+    """Fill out[name][index] for each {index: arm} that reads p̄, q̄, block by block on the full
+    rows (O(chunk_elements) numbers per temporary): each block's laws are converted and pq
+    (from the compact rows, the same values) computed once for all those arms."""
     if full is None:
+        arm = next(iter(arms.values()))
         raise ValueError(
             f"{arm.rule} {arm.parameter} reads the temperature-1 laws: build the chunks with "
             "iter_chunks(..., unscaled=True)"
@@ -139,9 +141,10 @@ def _full_row_statistics(full, p, q, arm: Arm, chunk_elements: int, out, index: 
             law[block].double() for law in (full.p, full.q, full.p_bar, full.q_bar)
         ]  # 4 x [b, V']
         pq = pair_divergences(p[block], q[block])
-        stats = _arm_statistics(*laws[:2], pq, arm, *laws[2:])
-        for name, value in stats.items():
-            out[name][[index], block] = value.to("cpu", torch.float64)
+        for index, arm in arms.items():
+            stats = _arm_statistics(*laws[:2], pq, arm, *laws[2:])
+            for name, value in stats.items():
+                out[name][[index], block] = value.to("cpu", torch.float64)
 
 
 def entropy(q: torch.Tensor) -> torch.Tensor:
@@ -160,13 +163,16 @@ def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int, full=None):
     }
     cells = torch.zeros(len(arms), len(Q_EDGES) - 1, len(GAMMA_EDGES) - 1, 2, dtype=torch.float64)
     groups: dict[tuple, list[int]] = {}
+    unscaled = {index: arm for index, arm in enumerate(arms) if arm.reads_unscaled}
+    if unscaled:
+        _full_row_statistics(full, p, q, unscaled, chunk_elements, out)
     for index, arm in enumerate(arms):
         if arm.reads_unscaled:
-            _full_row_statistics(full, p, q, arm, chunk_elements, out, index)
             continue
         key = (arm.family, arm.divergence) if arm.family in ("cactus", "cactus_exact") else index
         groups.setdefault(key, []).append(index)
-    step = max(1, chunk_elements // max(1, p.shape[-1] * max(len(g) for g in groups.values())))
+    widest = max((len(g) for g in groups.values()), default=1)
+    step = max(1, chunk_elements // max(1, p.shape[-1] * widest))
     for start in range(0, rows, step):  # O(step x K x D) memory whatever the chunk
         block = slice(start, start + step)
         pq = pair_divergences(p[block], q[block])
