@@ -24,6 +24,7 @@ from cactus_bench.frontier.conf import (
 from cactus_bench.frontier.stats import chunk_statistics, entropy
 from cactus_bench.frontier.teacher import FullRows, compact_support
 from cactus_bench.samplers import binary_divergence, full_divergence, make_sampler, taylor_gamma
+from cactus_bench.samplers.exact import normalised
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -147,7 +148,8 @@ def test_statistics_on_the_compact_support_equal_the_full_vocabulary():
     p_c, q_c = compact_support(p, q)
     full = FullRows(p.float(), q.float(), p_bar.float(), q_bar.float())
     compact = chunk_statistics(p_c, q_c, arms, chunk_elements=10_000, full=full)[0]
-    as_stored = [law.float().double() for law in (p, q, p_bar, q_bar)]  # FullRows is float32
+    # FullRows is float32: the statistics read its rows normalised again in float64
+    as_stored = [*normalised(p.float(), q.float()), *normalised(p_bar.float(), q_bar.float())]
     told_apart = set()
     for index, arm in enumerate(arms):
         rule = arm.sampler()
@@ -171,6 +173,33 @@ def test_statistics_on_the_compact_support_equal_the_full_vocabulary():
             if not torch.allclose(compact["beta"][index], processed.acceptance_probability(p, q)):
                 told_apart.add(arm.family)
     assert len(told_apart) >= 3, told_apart  # BiLD, TokenV1, TokenV2 read them apart here
+
+
+def test_a_law_outside_the_union_support_is_measured_on_the_full_rows(monkeypatch):
+    """The full-row arms take their divergences on the union support of p and q; a rule whose
+    residual spreads mass beyond it (uniform here) must still get KL = inf and its q-zero mass."""
+    from cactus_bench.samplers.kernel import PlanRule
+    from cactus_bench.samplers.rules.bild import Bild
+
+    class UniformResidual(Bild):
+        def plan(self, p, q, p_bar, q_bar):
+            accept, _ = super().plan(p, q, p_bar, q_bar)
+            return accept, torch.ones_like(q)
+
+    p, q, p_bar, q_bar = _rows_and_laws(12, 30, seed=3)
+    p_c, q_c = compact_support(p, q)
+    full = FullRows(p.float(), q.float(), p_bar.float(), q_bar.float())
+    monkeypatch.setattr(Arm, "sampler", lambda arm: PlanRule(UniformResidual(tau=arm.value)))
+    stats = chunk_statistics(p_c, q_c, [Arm("bild", 0.5)], chunk_elements=120, full=full)[0]
+    laws = [*normalised(p.float(), q.float()), *normalised(p_bar.float(), q_bar.float())]
+    law = PlanRule(UniformResidual(tau=0.5)).emitted_law(*laws)
+    outside = (law * (laws[1] == 0)).sum(-1)
+    assert float(outside.min()) > 0  # every row puts mass where q = 0
+    torch.testing.assert_close(stats["q_zero_mass"][0], outside, atol=1e-12, rtol=0)
+    assert torch.isinf(stats["kl"][0]).all()
+    torch.testing.assert_close(
+        stats["tv"][0], full_divergence(law, laws[1], "tv"), atol=1e-12, rtol=0
+    )
 
 
 def test_taylor_overshoot_statistics_match_a_loop_over_drafts():

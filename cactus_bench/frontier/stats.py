@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.frontier.arms import Arm
+from cactus_bench.frontier.teacher import on_support, support_index
 from cactus_bench.samplers import (
     DIVERGENCES,
     binary_divergence,
@@ -37,7 +38,7 @@ from cactus_bench.samplers import (
     full_divergence,
     taylor_gamma,
 )
-from cactus_bench.samplers.exact import boosted_acceptance, boosted_law
+from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
 
 STATISTICS = ("beta", *DIVERGENCES, "q_zero_mass", "thm3_excess", "exceed", "excess", "exceed_any")
 Q_EDGES = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # overshoot cells: q(n) bins ...
@@ -113,21 +114,21 @@ def _overshoot_cells(p, q, gamma, breaks) -> torch.Tensor:
     return out.view(gamma.shape[0], num_q, num_g, 2)
 
 
-def _arm_statistics(p, q, pq, arm: Arm, p_bar=None, q_bar=None) -> dict[str, torch.Tensor]:
-    """One arm's [1, C] statistics; p_bar, q_bar: the test's temperature-1 laws where it reads
-    them (then p, q are full rows of the same index space)."""
-    rule = arm.sampler()
-    laws = (p_bar, q_bar) if arm.reads_unscaled else ()
-    stats = {"beta": rule.acceptance_probability(p, q, *laws)}
-    law = rule.emitted_law(p, q, *laws)
-    stats.update(_law_statistics(law, q, pq, arm.budget_divergence))
+def _arm_statistics(p, q, pq, arm: Arm) -> dict[str, torch.Tensor]:
+    """One arm's [1, C] statistics on the compact rows (an arm whose test reads only p, q)."""
+    beta, law = arm.sampler().acceptance_and_law(p, q)
+    stats = {"beta": beta, **_law_statistics(law, q, pq, arm.budget_divergence)}
     return {name: value.unsqueeze(0) for name, value in stats.items()}  # [1, C]
 
 
 def _full_row_statistics(full, p, q, arms: dict[int, Arm], chunk_elements: int, out) -> None:
     """Fill out[name][index] for each {index: arm} that reads p̄, q̄, block by block on the full
-    rows (O(chunk_elements) numbers per temporary): each block's laws are converted and pq
-    (from the compact rows, the same values) computed once for all those arms."""
+    rows (O(chunk_elements) numbers per temporary). Each block's laws are converted and pq
+    computed once for all those arms, and each arm's plan runs once (`acceptance_and_law`: the
+    test on full rows is the expensive part). The divergences are then taken on the union support
+    of p and q, where every rule of `samplers/rules/` puts its law (a = pi / p and r = (pi - p)+
+    with pi built from p and q, or r = q, or argmax q); a law with mass outside it is measured on
+    the full rows instead, so the statistics stay exact for any rule."""
     if full is None:
         arm = next(iter(arms.values()))
         raise ValueError(
@@ -137,14 +138,23 @@ def _full_row_statistics(full, p, q, arms: dict[int, Arm], chunk_elements: int, 
     step = max(1, chunk_elements // full.p.shape[-1])
     for start in range(0, p.shape[0], step):
         block = slice(start, start + step)
-        laws = [
-            law[block].double() for law in (full.p, full.q, full.p_bar, full.q_bar)
-        ]  # 4 x [b, V']
+        laws = normalised(full.p[block], full.q[block]) + normalised(
+            full.p_bar[block], full.q_bar[block]
+        )  # 4 x [b, V'] float64
+        index, valid = support_index(*laws[:2])  # [b, K]
+        outside_support = ~((laws[0] > 0) | (laws[1] > 0))  # [b, V']
+        q_compact = on_support(laws[1], index, valid)
         pq = pair_divergences(p[block], q[block])
-        for index, arm in arms.items():
-            stats = _arm_statistics(*laws[:2], pq, arm, *laws[2:])
+        for arm_index, arm in arms.items():
+            beta, law = arm.sampler().acceptance_and_law(*laws)  # [b], [b, V']
+            if bool((law * outside_support).any()):  # mass where p = q = 0: measure it all
+                stats = _law_statistics(law, laws[1], pq, arm.budget_divergence)
+            else:
+                law_compact = on_support(law, index, valid)
+                stats = _law_statistics(law_compact, q_compact, pq, arm.budget_divergence)
+            stats["beta"] = beta
             for name, value in stats.items():
-                out[name][[index], block] = value.to("cpu", torch.float64)
+                out[name][arm_index, block] = value.to("cpu", torch.float64)
 
 
 def entropy(q: torch.Tensor) -> torch.Tensor:

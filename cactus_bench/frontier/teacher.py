@@ -56,20 +56,26 @@ class Chunk:
     full: FullRows | None = None  # the same positions on V', when a rule reads p̄, q̄
 
 
-def compact_support(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[T, V] x 2 -> [T, K] x 2 on the union support of each row, ascending ids, zero-padded."""
+def support_index(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[T, V] x 2 -> ([T, K] ids of each row's union support in ascending order, padded with
+    any id, and [T, K] bool: which entries are real), K the widest row's support."""
     mask = (p > 0) | (q > 0)
     width = max(int(mask.sum(-1).max()), 1)
     vocab = p.shape[-1]
     values, index = mask.to(torch.float32).topk(width, dim=-1)
     index = torch.where(values > 0, index, torch.full_like(index, vocab)).sort(-1).values
-    valid = index < vocab
-    safe = index.clamp(max=vocab - 1)
-    zero = torch.zeros((), dtype=p.dtype, device=p.device)
-    return (
-        torch.where(valid, p.gather(-1, safe), zero),
-        torch.where(valid, q.gather(-1, safe), zero),
-    )
+    return index.clamp(max=vocab - 1), index < vocab
+
+
+def on_support(rows: torch.Tensor, index: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[T, V] -> [T, K]: rows gathered onto `support_index`'s ids, zero on the padding."""
+    return torch.where(valid, rows.gather(-1, index), rows.new_zeros(()))
+
+
+def compact_support(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[T, V] x 2 -> [T, K] x 2 on the union support of each row, ascending ids, zero-padded."""
+    index, valid = support_index(p, q)
+    return on_support(p, index, valid), on_support(q, index, valid)
 
 
 @torch.inference_mode()

@@ -88,6 +88,10 @@ class AcceptanceRule:
         """[..., V] float64: `output_distribution` batched over positions, in O(V log V) each."""
         raise NotImplementedError(f"{type(self).__name__} has no exact emitted law")
 
+    def acceptance_and_law(self, p: torch.Tensor, q: torch.Tensor):
+        """([...] beta, [..., V] law) together; a rule that can share their work overrides it."""
+        return self.acceptance_probability(p, q), self.emitted_law(p, q)
+
     # ---- the chain ---------------------------------------------------------------------------
     @torch.inference_mode()
     def verify(

@@ -89,15 +89,20 @@ class PlanRule(AcceptanceRule):
         empty = residual.sum(-1, keepdim=True) <= 0
         return accept.clamp(0.0, 1.0), torch.where(empty, q, residual)
 
+    def acceptance_and_law(self, p, q, p_bar=None, q_bar=None):
+        """([...] beta, [..., V] law) from one plan: what the frontier needs of a rule per block,
+        where the plan on full rows is the expensive part."""
+        self._per_position()
+        accept, residual = self.plan(p, q, p_bar, q_bar)
+        return threshold_law(normalised(p, q)[0], accept, residual)
+
     def acceptance_probability(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
         self._per_position()
         accept, _ = self.plan(p, q, p_bar, q_bar)
         return (normalised(p, q)[0] * accept).sum(-1)
 
     def emitted_law(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
-        self._per_position()
-        accept, residual = self.plan(p, q, p_bar, q_bar)
-        return threshold_law(normalised(p, q)[0], accept, residual)[1]
+        return self.acceptance_and_law(p, q, p_bar, q_bar)[1]
 
     def output_distribution(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
         """[V] float64: sum_n p(n) [1{x = n} a(n) + (1 - a(n)) norm(r)(x)], candidate by
