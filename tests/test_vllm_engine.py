@@ -13,18 +13,12 @@ the limit gets vLLM's zeroed drafts without draft probabilities. ~3-4 min on a q
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from vllm_worker_job import embedded_pair_job, run_worker
 
 pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm TARGET=cpu, then make test-vllm")
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
 M, MAX_MODEL_LEN, SEEDS = 3, 48, 8
 BATCH, BATCH_REQUESTS, BATCH_TOKENS = 4, 6, 12
 PROMPT = "Write a long story about a cat who travels the world and meets many friends."
@@ -32,37 +26,16 @@ PROMPT = "Write a long story about a cat who travels the world and meets many fr
 
 @pytest.fixture(scope="module")
 def result():
-    from cactus_bench.models.smollm2 import is_prepared, smollm2_dir
-    from cactus_bench.vllm.export import export_vllm_drafter
-
-    if not is_prepared():
-        pytest.skip("needs the SmolLM2 cache (make setup)")
-    job = {
-        "verifier": str(smollm2_dir()),
-        "drafter": str(export_vllm_drafter()),
-        "m": M,
-        "max_model_len": MAX_MODEL_LEN,
-        "seeds": SEEDS,
-        "prompt": PROMPT,
-        "batch": BATCH,
-        "batch_requests": BATCH_REQUESTS,
-        "batch_tokens": BATCH_TOKENS,
-        "sampling": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
-    }
-    core = sorted(os.sched_getaffinity(0))[-1]
-    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(HERE.parent)}
-    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-    done = subprocess.run(
-        [sys.executable, str(HERE / "engine_worker.py")],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
+    job = embedded_pair_job(
+        m=M,
+        max_model_len=MAX_MODEL_LEN,
+        seeds=SEEDS,
+        prompt=PROMPT,
+        batch=BATCH,
+        batch_requests=BATCH_REQUESTS,
+        batch_tokens=BATCH_TOKENS,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-4000:]
-    return json.loads(lines[-1].removeprefix("RESULT ")), done.stderr
+    return run_worker("engine_worker.py", job)
 
 
 def test_engine_start_proves_runner_v1_with_the_rule(result):

@@ -10,58 +10,29 @@ top-k 20, m = 2, 3 seeded requests of 32 tokens per engine, eager. ~3 min on a q
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from vllm_worker_job import embedded_pair_job, run_worker
 
 pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm TARGET=cpu, then make test-vllm")
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
 M, SEEDS, MAX_TOKENS = 2, 3, 32
 
 
 @pytest.fixture(scope="module")
 def result():
-    from cactus_bench.models.smollm2 import is_prepared, smollm2_dir
     from cactus_bench.vllm.acceptance import RULE_ENV, rule_spec
-    from cactus_bench.vllm.export import export_vllm_drafter
 
-    if not is_prepared():
-        pytest.skip("needs the SmolLM2 cache (make setup)")
-    job = {
-        "verifier": str(smollm2_dir()),
-        "drafter": str(export_vllm_drafter()),
-        "m": M,
-        "seeds": SEEDS,
-        "max_tokens": MAX_TOKENS,
-        "max_model_len": 256,
-        "prompt": "Write a long story about a cat who travels the world and meets many friends.",
-        "sampling": {"temperature": 0.6, "top_p": 0.95, "top_k": 20},
-    }
-    core = sorted(os.sched_getaffinity(0))[-1]
-    env = {
-        **os.environ,
-        "VLLM_CPU_OMP_THREADS_BIND": str(core),
-        "PYTHONPATH": str(HERE.parent),
-        RULE_ENV: rule_spec("cactus", {"delta": 1.0}),  # an earlier engine's, left behind
-    }
-    env.pop("VLLM_USE_V2_MODEL_RUNNER", None)
-    done = subprocess.run(
-        [sys.executable, str(HERE / "own_sampler_worker.py")],
-        input=json.dumps(job),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
+    job = embedded_pair_job(
+        m=M,
+        seeds=SEEDS,
+        max_tokens=MAX_TOKENS,
+        max_model_len=256,
+        prompt="Write a long story about a cat who travels the world and meets many friends.",
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, done.stderr[-4000:]
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    # an earlier engine's rule, left behind in the environment
+    leftover = {RULE_ENV: rule_spec("cactus", {"delta": 1.0})}
+    return run_worker("own_sampler_worker.py", job, **leftover)[0]
 
 
 @pytest.mark.parametrize(
