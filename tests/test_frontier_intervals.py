@@ -46,9 +46,19 @@ def _legend_texts(figure) -> list[str]:
     return [text.get_text() for legend in legends for text in legend.get_texts()]
 
 
+def _every_interval_holds_its_estimate(frame: pd.DataFrame) -> pd.DataFrame:
+    """The committed CSV with each interval widened to its estimate (the real set has
+    percentile intervals beside their estimates, which these tests place one at a time)."""
+    has = frame.ci_low.notna()
+    frame.loc[has, "ci_low"] = frame.loc[has, ["ci_low", "value"]].min(axis=1)
+    frame.loc[has, "ci_high"] = frame.loc[has, ["ci_high", "value"]].max(axis=1)
+    return frame
+
+
 @pytest.mark.parametrize("kind", ["matched", "entropy"])
 def test_frontier_figures_draw_an_interval_beside_its_estimate(tmp_path, kind):
     frame = pd.read_csv(FRONTIER_CSV, keep_default_na=False, na_values=[""])
+    frame = _every_interval_holds_its_estimate(frame)
     prefix = "matched_" if kind == "matched" else "gain@H="
     rows = frame.index[frame.statistic.str.startswith(prefix) & frame.ci_low.notna()]
     if kind == "entropy":  # only the headline arms are drawn there
@@ -74,8 +84,9 @@ def test_frontier_figures_draw_an_interval_beside_its_estimate(tmp_path, kind):
     assert make_figures(csv, tmp_path / "figures", formats=("png",))  # the whole set renders
 
 
-def test_the_committed_frontier_figures_get_no_mark():
+def test_frontier_figures_without_such_an_interval_get_no_mark():
     frame = pd.read_csv(FRONTIER_CSV, keep_default_na=False, na_values=[""])
+    frame = _every_interval_holds_its_estimate(frame)
     frame["parameter"] = frame.parameter.fillna("").astype(str)
     from cactus_bench.frontier import plots
 
@@ -148,3 +159,19 @@ def test_the_run_figures_draw_intervals_beside_their_estimates():
             assert EXCLUDED_NOTE in _legend_texts(figure), kind
             assert _legend_texts(figure).count(EXCLUDED_NOTE) == 1, kind
     assert marked >= 3, marked  # the δ sweeps, score vs AL, per position
+
+
+def test_the_frontier_figure_leaves_zero_divergences_off_its_log_axes():
+    """FSD unsmoothed never accepts, so its law is q and its mean KL is 1e-18 (rounding): drawn,
+    it would stretch every log axis down to 1e-18 and squeeze the other rules into one corner."""
+    frame = pd.read_csv(FRONTIER_CSV.with_name("smollm2_135m.csv"), keep_default_na=False,
+                        na_values=[""])  # fmt: skip
+    frame["parameter"] = frame.parameter.fillna("").astype(str)
+    unsmoothed = frame[(frame.rule == "fsd_unsmoothed") & (frame.statistic == "kl")]
+    assert not unsmoothed.empty and (unsmoothed.value < 1e-12).all()  # the case is there
+    from cactus_bench.frontier import plots
+
+    figure = plots.FIGURES["frontier"](frame)
+    log_axes = [ax for ax in figure.axes if ax.get_xscale() == "log"]
+    assert len(log_axes) == 4
+    assert all(ax.get_xlim()[0] > 1e-6 for ax in log_axes)

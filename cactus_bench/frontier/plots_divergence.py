@@ -29,6 +29,7 @@ FRONTIER_AXES = (
     ("hellinger", "Hellinger² (no ½)", True),
     ("tv", "TV(law, q)", False),
 )
+_ROUNDING = 1e-12  # a mean divergence below this is 0 to float64 rounding
 
 
 def measured_axes(frame: pd.DataFrame) -> list[tuple[str, str, bool]]:
@@ -57,7 +58,10 @@ def frontier_figure(frame: pd.DataFrame) -> Figure:
             if rule == "sps":
                 continue
             rows = rows.sort_values("x")
-            shown = rows[rows.value.apply(math.isfinite) & (rows.value > 0)]
+            # on a log axis a mean below rounding is q's own law (a rule that never departs from
+            # q, such as FSD unsmoothed here): left off, or the axis would span 1e-18 to 1
+            floor = _ROUNDING if log else 0.0
+            shown = rows[rows.value.apply(math.isfinite) & (rows.value > floor)]
             label = rule_label(rule)
             if zero.get(rule, 0) > 0:
                 label += f" (q = 0 mass at ≤{100 * zero[rule]:.0f}% of positions)"
