@@ -106,10 +106,10 @@ def gamma_figure(frame: pd.DataFrame) -> Figure:
     for ax, (divergence, name, _) in zip(axes, panels, strict=True):
         for rule in gamma_rules(frame, divergence):
             style = rule_style(rule)
-            for statistic, dash in (
-                (divergence, "-"),
-                (f"{divergence}_q99", "--"),
-                (f"{divergence}_max", ":"),
+            for statistic, dash, what in (
+                (divergence, "-", "mean"),
+                (f"{divergence}_q99", "--", "99th percentile"),
+                (f"{divergence}_max", ":", "max"),
             ):
                 line = stat_rows(frame[frame.rule == rule], statistic).sort_values("x")
                 line = line[line.value.apply(math.isfinite) & (line.value > 0)]
@@ -122,7 +122,7 @@ def gamma_figure(frame: pd.DataFrame) -> Figure:
                     marker=style["marker"],
                     linestyle=dash,
                     markersize=3,
-                    label=f"{rule_label(rule)}: {statistic.removeprefix(divergence) or 'mean'}",
+                    label=f"{rule_label(rule)}: {what}",
                 )
         deltas = sorted(stat_rows(frame, "acceptance").query("rule == 'cactus'").x)
         if deltas:
