@@ -7,7 +7,12 @@ import torch
 
 from cactus_bench.engine.base import BaseDecoder, DecodeState
 from cactus_bench.engine.batch_steps import autoregressive_step
-from cactus_bench.engine.runtime import check_token_map, make_runner, resolve_compile
+from cactus_bench.engine.runtime import (
+    check_token_map,
+    graphs_apply,
+    make_runner,
+    resolve_compile,
+)
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 
 
@@ -16,8 +21,8 @@ class AutoregressiveDecoder(BaseDecoder):
 
     token_map (optional, 1-D LongTensor of vocabulary ids) restricts sampling to those ids, so
     the baseline samples exactly the law a SpeculativeDecoder with the same token_map targets.
-    fast / compile: as for `SpeculativeDecoder` (the same verifier forward path, so speedups
-    compare like with like).
+    fast / compile / cuda_graphs: as for `SpeculativeDecoder` (the same verifier forward path,
+    so speedups compare like with like).
     """
 
     def __init__(
@@ -30,9 +35,11 @@ class AutoregressiveDecoder(BaseDecoder):
         token_map: torch.Tensor | None = None,
         fast: str = "auto",
         compile: str = "auto",
+        cuda_graphs: str = "auto",
     ):
         super().__init__(tokenizer, sampling, eos_token_ids, device, eos_model=verifier)
-        compiled = resolve_compile(verifier, fast, compile)
+        self.cuda_graphs = graphs_apply(verifier, fast, cuda_graphs, self.device)
+        compiled = not self.cuda_graphs and resolve_compile(verifier, fast, compile)
         self.verifier = make_runner(verifier, self.device, fast, compiled, sizes=(1,))
         self.token_map, self._token_list = check_token_map(token_map, self.device, verifier)
 
@@ -49,6 +56,9 @@ class AutoregressiveDecoder(BaseDecoder):
         return {"verifier": self.verifier}
 
     _batch_step = autoregressive_step
+
+    def graph_sizes(self) -> dict[str, list[tuple[int, bool]]]:
+        return {"verifier": [(1, False)]}
 
     def _step(self, state: DecodeState, remaining: int) -> list[int]:
         clock, record, params = state.clock, state.record, state.params

@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from cactus_bench.engine.batch_cache import BatchRunner
+from cactus_bench.engine.cuda_graphs import GraphedRunner
 from cactus_bench.engine.fast_runner import FastRunner, unsupported_reason
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.runtime import Clock, check_prompt, resolve_eos_ids
@@ -82,6 +83,8 @@ class BaseDecoder:
 
     num_draft_tokens = 0
     sampler_name: str | None = None
+    cuda_graphs = False  # batched forwards as CUDA graphs (cuda_graphs.resolve_cuda_graphs)
+    graph_capture_s = 0.0  # seconds the last generate_batch spent capturing them
     step_log: list = []  # the last generate_batch's steps (batched.BatchStep); set per run
 
     def __init__(
@@ -104,6 +107,8 @@ class BaseDecoder:
     ) -> RequestRecord:
         """Decodes one request (batch size 1). The same seed gives the same tokens."""
         request = Request.make(self, prompt_ids, max_new_tokens, stop, seed, sampling)
+        if self.cuda_graphs:  # the batched engine's captured forwards, on one slot
+            return self.generate_batch([request], batch_size=1)[0]
         prompt_ids, params = request.prompt_ids, request.sampling
         generator = torch.Generator(device=self.device).manual_seed(request.seed)
         record = RequestRecord(
@@ -152,7 +157,25 @@ class BaseDecoder:
                 f"batch_size={batch_size} needs the fast forward (Llama, Qwen2, Qwen3 causal "
                 f"LMs on one device, fast='auto' or 'on'): {refusal}; use batch_size=1"
             )
-        return {name: BatchRunner(runner) for name, runner in self._named_runners().items()}
+        if getattr(self, "_batch_runner_cache", None) is None:  # kept: their graphs persist
+            self._batch_runner_cache = {
+                name: BatchRunner(runner) for name, runner in self._named_runners().items()
+            }
+        return self._batch_runner_cache
+
+    def graphed_runners(self, runners: dict) -> dict | None:
+        """{model name: `GraphedRunner`} over `runners` when forwards run as CUDA graphs
+        (`cuda_graphs`), kept for the decoder's life so captures are reused; else None."""
+        if not self.cuda_graphs:
+            return None
+        graphs = getattr(self, "_graph_cache", None)
+        if graphs is None or any(graphs[name].runner is not runners[name] for name in runners):
+            graphs = self._graph_cache = {name: GraphedRunner(r) for name, r in runners.items()}
+        return graphs
+
+    def graph_sizes(self) -> dict[str, list[tuple[int, bool]]]:
+        """{model name: [(new tokens n, all_logits)]}: the forward shapes a batched step runs."""
+        raise NotImplementedError
 
     def _batch_refusal(self) -> str | None:
         """Why this decoder cannot run batched forwards, or None."""

@@ -15,6 +15,11 @@ the rest padding) works per row:
 - lengths[b] += counts[b] afterwards; roll-back is setting lengths[b] (`BatchKVCache.crop`).
 A row with counts[b] = 0 takes no part: its writes are stale padding, its length stays.
 
+`static_forward` is the same forward with shapes that depend only on (B, n, capacity) and no
+host read: it attends over the whole buffer (the eager forward stops at the longest row, which
+it reads from the device) and writes no position past the buffer. It is what a CUDA graph
+captures (cuda_graphs.py); on a CPU `torch.compile(fullgraph=True)` traces it.
+
 It reuses a `FastRunner`'s model, rotary tables and oneDNN packs (`FastRunner.uses_packs` on the
 B * n rows of each product; `BATCH_PACKED_ROWS` for decode steps of more than 8 rows). The
 layers always run eagerly: compiled graphs are specialised on the batch-1 shapes. Where the
@@ -41,11 +46,14 @@ BATCH_PACKED_ROWS = 32
 
 
 class BatchKVCache:
-    """Per layer keys/values [B, H_kv, capacity, D]; `lengths` [B] int64 valid positions."""
+    """Per layer keys/values [B, H_kv, capacity, D]; `lengths` [B] int64 valid positions, and
+    `host_lengths` their host copy, kept by the engine (which knows every row's length without
+    reading the device) for `crop`'s check."""
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]):
         self.keys, self.values = keys, values
         self.lengths = torch.zeros(keys[0].shape[0], dtype=torch.long, device=keys[0].device)
+        self.host_lengths = [0] * keys[0].shape[0]
 
     @property
     def capacity(self) -> int:
@@ -57,13 +65,37 @@ class BatchKVCache:
         view.keys = [key[first:stop] for key in self.keys]
         view.values = [value[first:stop] for value in self.values]
         view.lengths = self.lengths[first:stop]
+        view.host_lengths = _HostSlice(self.host_lengths, first)
         return view
 
     def crop(self, row: int, length: int) -> None:
-        """Rolls row `row` back to its first `length` positions: only its length moves."""
-        if not 0 <= length <= int(self.lengths[row]):
-            raise RuntimeError(f"cannot crop row {row} of {int(self.lengths[row])} to {length}")
+        """Rolls row `row` back to its first `length` positions: only its length moves (a write
+        to the device, no read: the check uses the host copy)."""
+        if not 0 <= length <= self.host_lengths[row]:
+            raise RuntimeError(f"cannot crop row {row} of {self.host_lengths[row]} to {length}")
         self.lengths[row] = length
+        self.host_lengths[row] = length
+
+    def advance(self, counts: list[int]) -> None:
+        """The host copy follows a forward that fed counts[b] tokens to row b."""
+        for row, count in enumerate(counts):
+            self.host_lengths[row] += count
+
+
+class _HostSlice:
+    """A window of a cache's host lengths, for `BatchKVCache.rows` views."""
+
+    def __init__(self, lengths: list[int], first: int):
+        self.lengths, self.first = lengths, first
+
+    def __getitem__(self, row: int) -> int:
+        return self.lengths[self.first + row]
+
+    def __setitem__(self, row: int, value: int) -> None:
+        self.lengths[self.first + row] = value
+
+    def __len__(self) -> int:
+        return len(self.lengths) - self.first
 
 
 class BatchRunner:
@@ -72,27 +104,40 @@ class BatchRunner:
     def __init__(self, runner: FastRunner):
         self.runner = runner
         self.device = runner.device
+        self._kept: BatchKVCache | None = None  # the last cache, when `keep` asked for it
 
-    def new_cache(self, rows: int, capacity: int) -> BatchKVCache:
+    def new_cache(self, rows: int, capacity: int, keep: bool = False) -> BatchKVCache:
         """Zeroed buffers (masked positions still enter softmax(.) @ V as 0 * value, and
-        uninitialised memory may hold NaN) for `rows` slots of at least `capacity` positions."""
+        uninitialised memory may hold NaN) for `rows` slots of at least `capacity` positions.
+        keep: reuse the last kept cache when it has `rows` slots and room enough (its lengths
+        reset): CUDA graphs captured on its buffers stay valid from one run to the next."""
         runner = self.runner
         capacity = bucket(capacity)
         if runner._packs is not None:  # once per batched run: re-pack weights edited since
             runner._packs = packed_model(runner.model)
+        kept = self._kept
+        if keep and kept is not None and kept.lengths.shape[0] == rows:
+            if kept.capacity >= capacity:
+                kept.lengths.zero_()
+                kept.host_lengths[:] = [0] * rows
+                return kept
         runner.new_cache(capacity)  # builds the rotary tables for this capacity
         shape = (rows, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
         keys = [torch.zeros(shape, dtype=runner.dtype, device=self.device) for _ in runner.layers]
-        return BatchKVCache(keys, [torch.zeros_like(key) for key in keys])
+        cache = BatchKVCache(keys, [torch.zeros_like(key) for key in keys])
+        self._kept = cache if keep else None
+        return cache
 
     def prefill(self, cache: BatchKVCache, row: int, token_ids: list[int]) -> None:
         """Writes `token_ids` into slot `row` from position 0 (no logits): a one-row forward on
         views of that row's buffers, so its neighbours' positions are untouched."""
         cache.lengths[row] = 0
+        cache.host_lengths[row] = 0
         if token_ids:
             ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)  # [1, L]
             counts = torch.tensor([len(token_ids)], device=self.device)
             self._run(ids, counts, cache.rows(row, row + 1), decode=False)
+            cache.host_lengths[row] = len(token_ids)
 
     def forward(
         self, input_ids: torch.Tensor, counts: torch.Tensor, cache: BatchKVCache, all_logits: bool
@@ -100,12 +145,25 @@ class BatchRunner:
         """input_ids [B, n], counts [B] -> logits [B, n, V] (all_logits; padding positions hold
         junk) or [B, 1, V] (each row's last real position; junk where counts[b] = 0)."""
         hidden = self._run(input_ids, counts, cache, decode=True)  # [B, n, H]
+        return self._head(hidden, counts, all_logits, packs_allowed=True)
+
+    def static_forward(
+        self, input_ids: torch.Tensor, counts: torch.Tensor, cache: BatchKVCache, all_logits: bool
+    ) -> torch.Tensor:
+        """`forward` over the whole buffer, with no host read (module docstring). The caller
+        keeps every real position inside the buffer (the engine sizes it for that)."""
+        hidden = self._run(input_ids, counts, cache, decode=True, static=True)  # [B, n, H]
+        return self._head(hidden, counts, all_logits, packs_allowed=False)
+
+    def _head(self, hidden, counts, all_logits: bool, packs_allowed: bool) -> torch.Tensor:
+        """Final-normed hidden [B, n, H] -> logits [B, n, V] or [B, 1, V] (last real token)."""
         if not all_logits:
             last = (counts - 1).clamp(min=0)  # [B]
             hidden = hidden[torch.arange(hidden.shape[0], device=self.device), last][:, None]
         runner = self.runner
         rows = hidden.shape[0] * hidden.shape[1]
-        head = runner._packs.head if self._packed(rows, decode=True) else None
+        packed = packs_allowed and self._packed(rows, decode=True)
+        head = runner._packs.head if packed else None
         return runner.model.lm_head(hidden) if head is None else head(hidden)
 
     def _packed(self, rows: int, decode: bool) -> bool:
@@ -115,20 +173,27 @@ class BatchRunner:
             return self.runner.uses_packs(probed)
         return self.runner.uses_packs(rows)
 
-    def _run(self, input_ids, counts, cache: BatchKVCache, decode: bool):
-        """input_ids [B, n] -> final-norm hidden states [B, n, H]; lengths += counts."""
+    def _run(self, input_ids, counts, cache: BatchKVCache, decode: bool, static: bool = False):
+        """input_ids [B, n] -> final-norm hidden states [B, n, H]; lengths += counts.
+        static: attend over the whole buffer and read nothing from the device."""
         runner = self.runner
         batch, num_new = input_ids.shape
         positions = cache.lengths[:, None] + torch.arange(num_new, device=self.device)  # [B, n]
-        if int(positions.max()) >= cache.capacity:
-            raise RuntimeError(
-                f"batched cache of {cache.capacity} positions cannot hold position "
-                f"{int(positions.max())}: size it for the longest prompt + new tokens"
-            )
+        if static:
+            # Padding past a full buffer lands on its last position (stale, masked for every
+            # real query); the engine never feeds a real token there.
+            positions = positions.clamp(max=cache.capacity - 1)
+            visible = cache.capacity
+        else:
+            visible = int(positions.max()) + 1  # no query sees a key past the largest position
+            if visible > cache.capacity:
+                raise RuntimeError(
+                    f"batched cache of {cache.capacity} positions cannot hold position "
+                    f"{visible - 1}: size it for the longest prompt + new tokens"
+                )
         cos_table, sin_table = runner._rope_tables  # [capacity', D] x 2, capacity' >= capacity
         cos = cos_table[positions][:, None]  # [B, 1, n, D]
         sin = sin_table[positions][:, None]
-        visible = int(positions.max()) + 1  # no query sees a key past the largest position
         keys_at = torch.arange(visible, device=self.device)  # [K]
         causal = keys_at[None, None, :] <= positions[:, :, None]  # [B, n, K]
         masks: dict[int | None, torch.Tensor] = {None: causal}
@@ -141,7 +206,7 @@ class BatchRunner:
             .unsqueeze(1)
             for window, mask in masks.items()
         }
-        use_packs = self._packed(batch * num_new, decode)
+        use_packs = not static and self._packed(batch * num_new, decode)
         packs = runner._packs.layers if use_packs else [None] * len(runner.layers)
         # scatter_ index for the cache writes: [B, H_kv, n, D], row b's tokens at its positions
         index = positions[:, None, :, None].expand(

@@ -23,27 +23,40 @@ from cactus_bench.engine.batched import Batch, BatchStep, Row, group_by_sampling
 from cactus_bench.engine.sampling import process_logits, sample_token
 
 
-def _padded(rows: list[Row], inputs: list[list[int]], device):
-    """The slot span rows[0].slot..rows[-1].slot and its inputs: ids [S, n] padded with 0 (the
-    padding is never attended to), counts [S] (0 for slots without a row or without input)."""
-    first, stop = rows[0].slot, rows[-1].slot + 1
-    width = max(1, max(len(tokens) for tokens in inputs))
+def _padded(rows: list[Row], inputs: list[list[int]], device, span, width: int):
+    """Inputs over the slot span (first, stop): ids [S, width] padded with 0 (the padding is
+    never attended to), counts (a host list and [S] on the device; 0 for slots without a row or
+    without input)."""
+    first, stop = span
     padded = [[0] * width for _ in range(stop - first)]
     counts = [0] * (stop - first)
     for row, tokens in zip(rows, inputs, strict=True):
         padded[row.slot - first][: len(tokens)] = tokens
         counts[row.slot - first] = len(tokens)
     ids = torch.tensor(padded, dtype=torch.long, device=device)
-    return first, stop, ids, torch.tensor(counts, dtype=torch.long, device=device)
+    return ids, counts, torch.tensor(counts, dtype=torch.long, device=device)
 
 
 def _forward(decoder, batch: Batch, name: str, rows, inputs, all_logits: bool) -> torch.Tensor:
-    """One batched forward of model `name` -> restricted logits of the rows [R, n, K]."""
-    first, stop, ids, counts = _padded(rows, inputs, decoder.device)
-    cache = batch.caches[name].rows(first, stop)
-    logits = batch.runners[name].forward(ids, counts, cache, all_logits)  # [S, n, V]
-    if stop - first != len(rows):  # empty slots inside the span
-        logits = logits[torch.tensor([row.slot - first for row in rows], device=decoder.device)]
+    """One batched forward of model `name` -> restricted logits of the rows [R, n, K].
+
+    Eager: over the span of occupied slots, as wide as the longest input. CUDA graphs: over
+    every slot (an empty one is fed nothing), as wide as the smallest captured shape that holds
+    the longest input, so that the forward replays one captured graph."""
+    width = max(1, max(len(tokens) for tokens in inputs))
+    if batch.graphs is not None:
+        span = (0, batch.caches[name].lengths.shape[0])
+        width = batch.graph_width(name, width, all_logits)
+        cache, runner = batch.caches[name], batch.graphs[name]
+    else:
+        span = (rows[0].slot, rows[-1].slot + 1)
+        cache, runner = batch.caches[name].rows(*span), batch.runners[name]
+    ids, host_counts, counts = _padded(rows, inputs, decoder.device, span, width)
+    logits = runner.forward(ids, counts, cache, all_logits)  # [S, n, V]
+    cache.advance(host_counts)
+    if span[1] - span[0] != len(rows):  # empty slots inside the span
+        index = torch.tensor([row.slot - span[0] for row in rows], device=decoder.device)
+        logits = logits[index]
     if decoder.token_map is not None:
         logits = logits.index_select(-1, decoder.token_map)  # [R, n, K] the shared ids only
     return logits

@@ -109,9 +109,16 @@ class Batch:
     clock: Clock
     origin: float  # clock() at the start of the run
     log: list[BatchStep]
+    graphs: dict | None = None  # {model name: cuda_graphs.GraphedRunner} when captured
+    graph_sizes: dict = field(default_factory=dict)  # {model name: [(n, all_logits)]}
 
     def since(self, moment: float) -> float:
         return moment - self.origin
+
+    def graph_width(self, name: str, width: int, all_logits: bool) -> int:
+        """The smallest captured input width >= width (else width: that forward runs eagerly)."""
+        sizes = sorted(n for n, every in self.graph_sizes.get(name, []) if every == all_logits)
+        return next((n for n in sizes if n >= width), width)
 
 
 def as_request(decoder, request) -> Request:
@@ -152,8 +159,15 @@ def generate_batch(decoder, requests, batch_size: int, on_finish=None) -> list[R
     clock = Clock(decoder.device)
     with torch.inference_mode():
         runners = decoder.batch_runners(slots)  # raises where the architecture cannot batch
-        caches = {name: runner.new_cache(slots, capacity) for name, runner in runners.items()}
-        batch = Batch(runners, caches, clock, clock(), [])
+        graphs = decoder.graphed_runners(runners)
+        keep = graphs is not None  # graphs are captured on the caches' buffers: keep them
+        caches = {name: runner.new_cache(slots, capacity, keep) for name, runner in runners.items()}
+        sizes = decoder.graph_sizes() if graphs is not None else {}
+        # Every shape the steps will run, captured before the clock starts (once per cache).
+        decoder.graph_capture_s = sum(
+            graphs[name].capture(caches[name], sizes[name]) for name in (graphs or {})
+        )
+        batch = Batch(runners, caches, clock, clock(), [], graphs, sizes)
         decoder.step_log = batch.log
         records: list[RequestRecord | None] = [None] * len(requests)
         queue = deque(enumerate(requests))
@@ -175,7 +189,7 @@ def generate_batch(decoder, requests, batch_size: int, on_finish=None) -> list[R
                     records[row.index] = _finish_row(decoder, batch, row, slots)
                     occupied[row.slot] = None
                     for cache in caches.values():
-                        cache.crop(row.slot, 0)  # an empty slot costs no attention
+                        cache.crop(row.slot, 0)  # an empty slot costs no (eager) attention
                     if on_finish is not None:
                         on_finish(row.index, records[row.index])
     return records

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import torch
 from transformers import DynamicCache
 
+from cactus_bench.engine.cuda_graphs import resolve_cuda_graphs
 from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache, unsupported_reason
 
 FORWARD_MODES = ("auto", "on", "off")
@@ -80,6 +81,22 @@ def check_forward_mode(name: str, value: str) -> str:
     if value not in FORWARD_MODES:
         raise ValueError(f"{name} must be one of {FORWARD_MODES}; got {value!r}")
     return value
+
+
+def graphs_apply(model: torch.nn.Module, fast: str, cuda_graphs: str, device) -> bool:
+    """Whether a decoder runs its forwards as CUDA graphs (`cuda_graphs.resolve_cuda_graphs`);
+    they capture the fast forward, so "auto" stays eager where that cannot run and "on" says
+    why it cannot."""
+    wanted = resolve_cuda_graphs(cuda_graphs, torch.device(device))
+    reason = "fast='off' was asked for" if fast == "off" else unsupported_reason(model)
+    if wanted and reason is not None:
+        if cuda_graphs == "on":
+            raise ValueError(
+                f"cuda_graphs='on' captures the fast forward, which cannot run: {reason}"
+            )
+        logger.info("CUDA graphs off: %s", reason)
+        return False
+    return wanted
 
 
 def resolve_compile(model: torch.nn.Module, fast: str, compile: str) -> bool:

@@ -22,6 +22,7 @@ from cactus_bench.engine.batch_steps import speculative_step
 from cactus_bench.engine.runtime import (
     check_token_map,
     crop_cache,
+    graphs_apply,
     make_runner,
     output_vocab_size,
     resolve_compile,
@@ -56,6 +57,7 @@ class SpeculativeDecoder(BaseDecoder):
         token_map: torch.Tensor | None = None,
         fast: str = "auto",
         compile: str = "auto",
+        cuda_graphs: str = "auto",
     ):
         super().__init__(tokenizer, sampling, eos_token_ids, device, eos_model=verifier)
         if not callable(getattr(sampler, "verify", None)):
@@ -69,7 +71,8 @@ class SpeculativeDecoder(BaseDecoder):
         self.sampler = sampler
         self.greedy_sampler = make_sampler("greedy")
         self.num_draft_tokens = num_draft_tokens
-        compiled = resolve_compile(verifier, fast, compile)
+        self.cuda_graphs = graphs_apply(verifier, fast, cuda_graphs, self.device)
+        compiled = not self.cuda_graphs and resolve_compile(verifier, fast, compile)
         # Sizes the steps use: the drafter reads 1 token (2 after an all-accepted step), the
         # verifier m + 1 (fewer drafts near the token budget are padded up to it) or 1 (bonus).
         self.drafter = make_runner(drafter, self.device, fast, compiled, sizes=(1, 2))
@@ -93,6 +96,14 @@ class SpeculativeDecoder(BaseDecoder):
         return {"drafter": self.drafter, "verifier": self.verifier}
 
     _batch_step = speculative_step
+
+    def graph_sizes(self) -> dict[str, list[tuple[int, bool]]]:
+        # The drafter's first forward of a step reads 1 or 2 tokens, the others 1; the verifier
+        # reads pending + drafts, padded to m + 1 (batch_steps.py).
+        return {
+            "drafter": [(1, False), (2, False)],
+            "verifier": [(self.num_draft_tokens + 1, True)],
+        }
 
     def _sampler_name(self, params: SamplingParams) -> str:
         rule = self.greedy_sampler if params.is_greedy else self.sampler

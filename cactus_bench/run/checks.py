@@ -189,6 +189,7 @@ def _check_choices(conf: RunConf) -> None:
         ("logger", conf.logger.name, LOGGER_NAMES),
         ("engine.fast", conf.engine.fast, ENGINE_SWITCHES),
         ("engine.compile", conf.engine.compile, ENGINE_SWITCHES),
+        ("engine.cuda_graphs", conf.engine.cuda_graphs, ENGINE_SWITCHES),
         ("logger.mode", conf.logger.mode, (None, "online", "offline", "disabled")),
     ):
         if value not in known:

@@ -68,6 +68,7 @@ class EngineConf:
 
     fast: str = "auto"  # static KV cache + compact forward: auto | on | off
     compile: str = "auto"  # torch.compile of that forward: auto | on | off
+    cuda_graphs: str = "auto"  # whole forwards as CUDA graphs: auto (CUDA) | on | off
 
 
 @dataclass

@@ -55,6 +55,15 @@ class RunIdentity:
         return backend.name if backend.name == "hf" else dataclasses.asdict(backend)
 
     @property
+    def hashed_engine(self) -> dict[str, Any]:
+        """The engine node; `cuda_graphs` only where graphs run (a CUDA device, not "off"), so
+        CPU rows and rows from before the setting keep their hashes."""
+        engine = dataclasses.asdict(self.conf.engine)
+        if engine["cuda_graphs"] == "off" or not str(self.conf.device).startswith("cuda"):
+            engine.pop("cuda_graphs")
+        return engine
+
+    @property
     def auto_dtype(self) -> str | None:
         """The resolved dtype when the config says `auto`; None when it names one."""
         return self.dtype if self.conf.model.dtype == "auto" else None

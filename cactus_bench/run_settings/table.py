@@ -228,7 +228,7 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         column=None,
     ),
     # the forward path changes timings
-    Setting("engine", "the HF engine's forward path", source="conf.engine", column=None),
+    Setting("engine", "the HF engine's forward path", source="hashed_engine", column=None),
     Setting(
         "threads",
         "torch CPU threads (null = all cores); 1 keeps CPU timings stable on a shared machine",

@@ -15,7 +15,11 @@ def hf_decoders(identity: RunIdentity, rule) -> Decoders:
     conf = identity.conf
     pair = load_pair(PairSpec(**dataclasses.asdict(conf.model)), device=conf.device)
     sampling = sampling_params(conf)
-    engine = {"fast": conf.engine.fast, "compile": conf.engine.compile}  # same path for both arms
+    engine = {  # the same forward path for both arms
+        "fast": conf.engine.fast,
+        "compile": conf.engine.compile,
+        "cuda_graphs": conf.engine.cuda_graphs,
+    }
 
     def verifier_only() -> AutoregressiveDecoder:
         return AutoregressiveDecoder(
