@@ -6,7 +6,7 @@ TORCH_VERSION ?= 2.13.0
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu test test-fast lint docs bench tables plots frontier-figures \
 	drafter eval-drafter pilot-feature-drafter run demo frontier rules rules-report batch-sweep \
-	batch-report rehearse slurm-install slurm-up slurm-down gpu-check setup-vllm test-vllm \
+	batch-report rehearse slurm-install slurm-up slurm-down gpu-check gpu-bench setup-vllm test-vllm \
 	bench-vllm bench-bridge
 
 help:  ## list the targets
@@ -110,6 +110,9 @@ slurm-up:  ## start a single-node Slurm cluster here for the real-Slurm tests (a
 
 slurm-down:  ## stop it (scripts/slurm/down.sh --purge also deletes its state folder)
 	scripts/slurm/down.sh
+
+gpu-bench:  ## CUDA: forwards (eager, CUDA graphs), rules, engine steps beside their floors -> results/bench/gpu_*.csv (<= 8 min); DRY=1: on CPU
+	$(PYTHON) scripts/gpu_bench.py $(if $(DRY),--dry)
 
 gpu-check:  ## CUDA: HF engine + vLLM first-contact checks -> results/bench/gpu_check.json; DRY=1: on CPU
 	$(PYTHON) scripts/gpu_check.py $(if $(DRY),--dry --out results/bench/gpu_check_dry.json)

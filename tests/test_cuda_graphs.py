@@ -125,10 +125,10 @@ def test_the_engine_decodes_the_same_tokens_with_graphs(tiny_pair):
     requests = [BatchRequest(prompt, 12, seed=i) for i, prompt in enumerate(PROMPTS * 2)]
     tokens = {}
     for mode in ("off", "on"):
+        rule = make_sampler("sps")
         decoder = SpeculativeDecoder(
-            *models, tokenizer, make_sampler("sps"), 3, sampling=greedy, device="cuda",
-            cuda_graphs=mode,
-        )  # fmt: skip
+            *models, tokenizer, rule, 3, sampling=greedy, device="cuda", cuda_graphs=mode
+        )
         records = decoder.generate_batch(requests, batch_size=4)
         tokens[mode] = [record.output_ids for record in records]
         if mode == "on":

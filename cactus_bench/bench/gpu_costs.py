@@ -1,0 +1,209 @@
+"""What `make gpu-bench` measures on one GPU: forwards, rules and engine steps beside their floors.
+
+Model shapes are the paper's (Qwen3-0.6B, 8B, 14B) built from their configs with random weights:
+a step's cost depends on shapes, not values. Each figure is a median over timed repeats (CUDA
+events) with its quartiles, beside its floor: the bytes the step must stream (weights, or the
+laws a rule reads) over the card's measured copy bandwidth.
+
+- `copy_bandwidth`: device-to-device copy of a 2 GiB buffer, bytes read + written per second.
+- `forward_costs`: one batched forward (`BatchRunner.static_forward`) per rows B and new tokens
+  n at a context of `context` tokens, eager and replayed as a CUDA graph (`GraphedRunner`), with
+  the capture time.
+- `verify_costs`: each rule's `verify` at V = 151,936 on the paper's processed laws.
+- `engine_costs`: the engine end to end (`generate_batch`): the verifier alone, SpS and Cactus at
+  batch B, tokens per second and the mean decode step, with the graphs' capture time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from cactus_bench.engine import AutoregressiveDecoder, BatchRequest, SpeculativeDecoder
+from cactus_bench.engine.batch_cache import BatchRunner
+from cactus_bench.engine.cuda_graphs import GraphedRunner
+from cactus_bench.engine.fast_runner import FastRunner
+from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits
+from cactus_bench.samplers import make_sampler
+
+
+def timed(call, repeats: int, device: torch.device) -> tuple[float, float, float]:
+    """(median, 25th, 75th percentile) seconds of `call()` after two warm-up calls: CUDA events
+    on a GPU, perf_counter elsewhere."""
+    for _ in range(2):
+        call()
+    samples = []
+    for _ in range(max(2, repeats)):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+        else:
+            begin = time.perf_counter()
+            call()
+            samples.append(time.perf_counter() - begin)
+    quartiles = statistics.quantiles(samples, n=4)
+    return statistics.median(samples), quartiles[0], quartiles[2]
+
+
+def copy_bandwidth(device: torch.device, gib: float = 2.0, repeats: int = 10) -> float:
+    """Bytes per second of a device-to-device copy (read + write counted)."""
+    source = torch.empty(int(gib * 2**30), dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    median, _, _ = timed(lambda: target.copy_(source), repeats, device)
+    return 2 * source.numel() / median
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes a forward streams: every parameter once (a tied head counted once)."""
+    seen, total = set(), 0
+    for param in model.parameters():
+        if param.data_ptr() not in seen:
+            seen.add(param.data_ptr())
+            total += param.numel() * param.element_size()
+    return total
+
+
+def forward_costs(model, device, rows_grid, sizes, context: int, repeats: int, graphs: bool):
+    """Rows (dicts) of one forward's cost per (rows, n, path) at `context` cached tokens."""
+    runner = BatchRunner(FastRunner(model, device, linear_kernel="aten"))
+    graphed = GraphedRunner(runner) if graphs else None
+    vocab = model.config.vocab_size
+    out = []
+    for rows in rows_grid:
+        cache = runner.new_cache(rows, context + max(sizes) + 1, keep=graphed is not None)
+        cache.lengths.fill_(context)  # random KV content: the cost depends on shapes only
+        for num_new in sizes:
+            ids = torch.randint(vocab, (rows, num_new), device=device)
+            counts = torch.full((rows,), num_new, dtype=torch.long, device=device)
+            inputs = (ids, counts, cache, num_new > 1)
+            eager = _at_context(runner.static_forward, inputs, context)
+            out.append(_forward_row("eager", rows, num_new, timed(eager, repeats, device), 0.0))
+            if graphed is None:
+                continue
+            capture_s = graphed.capture(cache, [(num_new, num_new > 1)])
+            if graphed.failed is not None:
+                row = _forward_row("graph", rows, num_new, (None, None, None), capture_s)
+                out.append({**row, "note": graphed.failed})
+                continue
+            replay = _at_context(graphed.forward, inputs, context)
+            spread = timed(replay, repeats, device)
+            out.append(_forward_row("graph", rows, num_new, spread, capture_s))
+    return out
+
+
+def _at_context(forward, inputs, context: int):
+    """A call of forward(*inputs) that puts the cache back at `context` tokens after it."""
+
+    def call():
+        forward(*inputs)
+        inputs[2].lengths.fill_(context)
+
+    return call
+
+
+def _forward_row(path, rows, num_new, spread, capture_s) -> dict:
+    median, low, high = spread
+    return {
+        "path": path,
+        "batch": rows,
+        "tokens_per_row": num_new,
+        "seconds": median,
+        "q25_s": low,
+        "q75_s": high,
+        "capture_s": capture_s,
+    }
+
+
+def paper_laws(rows: int, positions: int, vocab: int, device, generator) -> torch.Tensor:
+    """[rows, positions, V] float32: the paper's processed law (T 0.6, top-k 20, top-p 0.95) of
+    random logits, as a real step hands the rules."""
+    logits = 3 * torch.randn((rows, positions, vocab), device=device, generator=generator)
+    return process_logits(logits, PAPER_SAMPLING)
+
+
+def verify_costs(rules, device, vocab, batches, ms, repeats: int):
+    """Rows of each rule's `verify` time per (batch, m), with the bytes of p and q it reads."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    out = []
+    for batch in batches:
+        for m in ms:
+            draft = paper_laws(batch, m, vocab, device, generator)
+            target = paper_laws(batch, m + 1, vocab, device, generator)
+            ids = torch.multinomial(draft.view(-1, vocab), 1, generator=generator).view(batch, m)
+            law_bytes = (draft.numel() + target.numel()) * draft.element_size()
+            for name, params in rules:
+                call = _verify_call(make_sampler(name, **params), ids, draft, target, generator)
+                row = {"rule": name, **params, "batch": batch, "m": m, "law_bytes": law_bytes}
+                try:
+                    median, low, high = timed(call, repeats, device)
+                    row.update(seconds=median, q25_s=low, q75_s=high, note="")
+                except Exception as error:  # noqa: BLE001 - recorded in the row, the run goes on
+                    note = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                    row.update(seconds=None, q25_s=None, q75_s=None, note=note)
+                out.append(row)
+    return out
+
+
+def _verify_call(rule, ids, draft, target, generator):
+    extra = {}
+    if getattr(rule, "reads_unscaled", False):  # the same laws stand in for temperature 1
+        extra = {"unscaled_draft_probs": draft, "unscaled_target_probs": target}
+
+    def call():
+        rule.verify(ids, draft, target, generator=generator, **extra)
+
+    return call
+
+
+def engine_costs(drafter, verifier, tokenizer, device, arms, batches, m, context, new_tokens):
+    """Rows of the engine end to end per (arm, batch): tokens/s, mean step, capture seconds.
+    Requests are `batch` random prompts of `context` tokens each, decoded at the paper's law."""
+    vocab = verifier.config.vocab_size
+    generator = torch.Generator().manual_seed(1)
+    out = []
+    for arm in arms:
+        if arm == "verifier":
+            decoder = AutoregressiveDecoder(verifier, tokenizer, PAPER_SAMPLING, [vocab], device)
+        else:
+            params = {"delta": 1.0} if arm == "cactus" else {}
+            rule = make_sampler(arm, **params)
+            decoder = SpeculativeDecoder(
+                drafter, verifier, tokenizer, rule, m, PAPER_SAMPLING, [vocab], device
+            )
+        for batch in batches:
+            prompts = torch.randint(vocab, (batch, context), generator=generator).tolist()
+            requests = [BatchRequest(p, new_tokens, seed=i) for i, p in enumerate(prompts)]
+            decoder.generate_batch(requests[:1], batch_size=1)  # warm: kernels, allocator
+            start = time.perf_counter()
+            records = decoder.generate_batch(requests, batch_size=batch)
+            wall = time.perf_counter() - start
+            steps = [s for s in decoder.step_log if s.kind == "decode"]
+            tokens = sum(len(r.output_ids) for r in records)
+            accepted = [sum(step.accepted) / max(1, len(step.accepted)) for step in steps]
+            out.append(
+                {
+                    "arm": arm,
+                    "batch": batch,
+                    "m": m if arm != "verifier" else 0,
+                    "tokens": tokens,
+                    "wall_s": wall,
+                    "tokens_per_s": tokens / wall,
+                    "mean_step_s": statistics.mean(_step_s(steps)),
+                    "accepted_per_step": statistics.mean(accepted),
+                    "capture_s": decoder.graph_capture_s,
+                    "cuda_graphs": decoder.cuda_graphs,
+                }
+            )
+    return out
+
+
+def _step_s(steps) -> list[float]:
+    """Each decode step's seconds: its draft, verify and rule phases (each timed on a clock that
+    waits for the device)."""
+    return [step.draft_s + step.verify_s + step.rule_s for step in steps]

@@ -1,0 +1,224 @@
+"""make gpu-bench: the HF engine's costs on one GPU beside their floors, in at most 8 minutes.
+
+    make gpu-bench                    # CUDA: results/bench/gpu_*.csv + gpu_bench.json
+    make gpu-bench DRY=1              # the same stages on a CPU, tiny shapes (CI runs it)
+    PYTHONPATH=. python3 scripts/gpu_bench.py --budget-s 420   # a GPU machine's own image
+
+Runs with the package on PYTHONPATH and only torch and transformers installed (no hydra-core,
+lm-eval or wandb), on torch 2.11 / transformers 5.17 as on the pinned versions. Shapes: Qwen3
+0.6B, 8B and 14B from their configs with random bf16 weights (no download). Stages, each
+written as soon as it ends (a budget cut leaves every finished stage on disk):
+
+1. machine: the GPU, versions, commit, the measured copy bandwidth (the floors' denominator);
+2. forwards: one batched forward per shape, rows B and new tokens n at a 512-token context,
+   eager and as a replayed CUDA graph, with capture seconds and the weight-streaming floor
+   -> gpu_forward.csv, and the cost tables `report batch --cost-table` reads
+   (device, model, batch, tokens_per_row, seconds): gpu_step_costs.csv (graphs, the engine's
+   default on CUDA) and gpu_step_costs_eager.csv;
+3. rules: every catalogue rule's `verify` at V = 151,936 (batch 1, 8, 32, 64; m 2 and 20) beside
+   the floor of reading p and q once -> gpu_verify.csv;
+4. engine: 0.6B drafting for 8B, the verifier alone, SpS and Cactus (delta 1, m 4) at batch 1,
+   8, 32: tokens/s, mean step, capture seconds -> gpu_engine.csv.
+Exit 0 when every stage ran, 3 when the budget cut one (INCOMPLETE), 2 without CUDA (not --dry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the package without an install (a GPU machine's own image)
+INCOMPLETE = 3
+SHAPES = {"drafter": "Qwen/Qwen3-0.6B", "verifier": "Qwen/Qwen3-8B", "large": "Qwen/Qwen3-14B"}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry", action="store_true", help="CPU, tiny shapes (the script's logic)")
+    parser.add_argument("--out-dir", type=Path, default=None, help="default results/bench")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="no stage starts after it")
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=10)
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    import torch
+
+    if not args.dry and not torch.cuda.is_available():
+        print("gpu-bench: no CUDA device here; run it on a GPU node, or DRY=1 for the CPU run")
+        return 2
+    out = args.out_dir or (Path(tempfile.mkdtemp()) if args.dry else REPO / "results/bench")
+    out.mkdir(parents=True, exist_ok=True)
+    plan = Plan(args, out, torch.device("cpu" if args.dry else "cuda"))
+    for stage in (plan.machine, plan.forwards, plan.rules, plan.engine):
+        if time.monotonic() - plan.started > args.budget_s:
+            plan.summary["skipped"].append(stage.__name__)
+            continue
+        began = time.monotonic()
+        stage()
+        plan.summary["stages_s"][stage.__name__] = round(time.monotonic() - began, 1)
+        plan.write_json()
+        print(f"gpu-bench: {stage.__name__} done in {time.monotonic() - began:.0f} s", flush=True)
+    print(f"gpu-bench: wrote {out}")
+    return INCOMPLETE if plan.summary["skipped"] else 0
+
+
+class Plan:
+    """The stages and what they share: the device, the grids, the built models."""
+
+    def __init__(self, args, out: Path, device):
+        import torch
+
+        self.args, self.out, self.device, self.torch = args, out, device, torch
+        self.started = time.monotonic()
+        dry = args.dry
+        self.rows_grid = [1, 2] if dry else [1, 8, 32, 64]
+        self.m = 4
+        self.summary = {"dry": dry, "stages_s": {}, "skipped": [], "date": time.strftime("%F %T")}
+        self.models: dict[str, object] = {}
+        self.tokenizer = None
+
+    # ---- stages -----------------------------------------------------------------------------
+    def machine(self) -> None:
+        import transformers
+
+        from cactus_bench.bench.gpu_costs import copy_bandwidth
+
+        torch = self.torch
+        name = torch.cuda.get_device_name(0) if self.device.type == "cuda" else "cpu (dry run)"
+        self.bandwidth = copy_bandwidth(self.device, gib=0.05 if self.args.dry else 2.0)
+        self.summary.update(
+            device=name,
+            torch=torch.__version__,
+            transformers=transformers.__version__,
+            commit=_commit(),
+            copy_bandwidth_gb_s=round(self.bandwidth / 1e9, 1),
+        )
+        self.device_name = name
+
+    def forwards(self) -> None:
+        from cactus_bench.bench.gpu_costs import forward_costs, weight_bytes
+
+        rows, tables = [], {"graph": [], "eager": []}
+        for role, repo_id in SHAPES.items():
+            model = self._model(role)
+            floor = weight_bytes(model) / self.bandwidth
+            sizes = [1, 2] if role == "drafter" else [1, self.m + 1]
+            costs = forward_costs(
+                model,
+                self.device,
+                self.rows_grid,
+                sizes,
+                self.args.context,
+                self.args.repeats,
+                graphs=self.device.type == "cuda",
+            )
+            for row in costs:
+                rows.append({"shape": repo_id, "role": role, **row, "floor_s": floor})
+                if role != "large" and row["seconds"] is not None:
+                    keys = ("batch", "tokens_per_row", "seconds")
+                    entry = {"device": self.device_name, "model": role}
+                    tables[row["path"]].append({**entry, **{key: row[key] for key in keys}})
+            if role == "large":
+                del self.models["large"]  # the engine stage needs only the pair
+                self.torch.cuda.empty_cache() if self.device.type == "cuda" else None
+            self._write("gpu_forward.csv", rows)
+        self._write("gpu_step_costs.csv", tables["graph"] or tables["eager"])
+        self._write("gpu_step_costs_eager.csv", tables["eager"])
+
+    def rules(self) -> None:
+        from cactus_bench.bench.gpu_costs import verify_costs
+        from cactus_bench.samplers.catalogue import RULES
+
+        vocab = 512 if self.args.dry else 151_936
+        batches = [1, 2] if self.args.dry else [1, 8, 32, 64]
+        grid = [(info.name, {}) for info in RULES.values()]
+        rows = verify_costs(grid, self.device, vocab, batches, [2, 20], self.args.repeats)
+        for row in rows:
+            row["floor_s"] = row["law_bytes"] / (self.bandwidth / 2)  # read once, nothing written
+            row["device"] = self.device_name
+        self._write("gpu_verify.csv", rows)
+
+    def engine(self) -> None:
+        from cactus_bench.bench.gpu_costs import engine_costs
+
+        batches = [1, 2] if self.args.dry else [1, 8, 32]
+        new_tokens = 8 if self.args.dry else 64
+        pair = (self._model("drafter"), self._model("verifier"), self._tokenizer())
+        arms = ["verifier", "sps", "cactus"]
+        shape = (batches, self.m, self.args.context, new_tokens)
+        rows = engine_costs(*pair, self.device, arms, *shape)
+        for row in rows:
+            row["device"] = self.device_name
+        self._write("gpu_engine.csv", rows)
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _model(self, role: str):
+        if role not in self.models:
+            self.models[role] = self._build(role)
+        return self.models[role]
+
+    def _build(self, role: str):
+        torch = self.torch
+        if self.args.dry:
+            from cactus_bench.models.tiny import make_tiny_pair
+
+            drafter, verifier, self.tokenizer = make_tiny_pair(seed=0)
+            return drafter if role == "drafter" else verifier
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from cactus_bench.rehearsal.specs import hub_model
+
+        spec = hub_model(SHAPES[role])
+        config = dict(spec.config, **spec.real_sizes)
+        config = AutoConfig.for_model(config.pop("model_type"), **config)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with torch.device(self.device):
+                model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+        finally:
+            torch.set_default_dtype(previous)
+        return model.eval()
+
+    def _tokenizer(self):
+        if self.tokenizer is None:
+            from cactus_bench.models.tiny import make_tiny_tokenizer
+
+            self.tokenizer = make_tiny_tokenizer()  # decodes for stop checks; ids are random
+        return self.tokenizer
+
+    def _write(self, name: str, rows: list[dict]) -> None:
+        import csv
+
+        if not rows:
+            return
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        with open(self.out / name, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def write_json(self) -> None:
+        text = json.dumps(self.summary, indent=2)
+        (self.out / "gpu_bench.json").write_text(text + "\n", encoding="utf-8")
+
+
+def _commit() -> str:
+    try:
+        command = ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]
+        return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
