@@ -52,6 +52,7 @@ bench:  ## benchmarks: samplers, engine vs transformers, fast forward, batch siz
 	$(PYTHON) scripts/bench_engine.py
 	$(PYTHON) scripts/bench_forward.py
 	$(PYTHON) scripts/bench_batch.py
+	$(PYTHON) scripts/bench_step_ops.py
 
 # The report reads CSVs only. By default it rebuilds the committed demo outputs byte for byte;
 # after a sweep: make tables plots CSV='results/table1.csv' OUT=results/table1

@@ -110,7 +110,7 @@ def test_cache_rollback_equals_fresh_forward(tiny_pair, forward_path):
     record = RequestRecord(prompt_ids=prompt, num_draft_tokens=m)
     state = DecodeState(
         SamplingParams(temperature=1.0),
-        torch.Generator().manual_seed(11),
+        torch.tensor([11]),
         record,
         Clock(torch.device("cpu")),
         seq_len=len(prompt),

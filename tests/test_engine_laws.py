@@ -253,12 +253,12 @@ def test_draft_draws_and_sps_acceptance_match_their_step_by_step_expectations(ti
     class Recording:  # the rule, recording position 1 of every step
         name = "sps"
 
-        def verify(self, draft_ids, draft_probs, target_probs, generator=None):
+        def verify(self, draft_ids, draft_probs, target_probs, generator=None, **draws):
             p, q = (probs[0, 0].double() for probs in (draft_probs, target_probs))
             p, q = p / p.sum(), q / q.sum()
             p_n = float(p[draft_ids[0, 0]])
             accept = float(torch.minimum(p, q).sum())
-            out = rule.verify(draft_ids, draft_probs, target_probs, generator=generator)
+            out = rule.verify(draft_ids, draft_probs, target_probs, generator=generator, **draws)
             accepted = int((out.token_ids[0] >= 0).sum()) - 1 >= 1
             squares, cubes, cross = float((p * p).sum()), float((p**3).sum()), float((p * q).sum())
             sums.update(steps=1, p_n=p_n, p_n_expected=squares, p_n_variance=cubes - squares**2)

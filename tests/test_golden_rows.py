@@ -3,7 +3,10 @@
 The fixture tests/fixtures/golden_rows.json was written by the code BEFORE the run package was
 reorganised with `python tests/test_golden_rows.py --write`, and rewritten once since,
 deliberately, when the CPU token draw changed from torch.multinomial to one uniform per token
-(same law, other tokens for a seed; the greedy row stayed equal); regenerate it only
+(same law, other tokens for a seed; the greedy row stayed equal), and again when the HF
+engine's draws became counter-based, keyed on seed and position (engine/draws.py: same laws,
+other tokens; sampled rows rehashed through the `draws` setting, the greedy row unchanged,
+hash included); regenerate it only
 for a deliberate change of what a run measures, and say so in the commit. Compared: every CSV column
 except those that are wall-clock times, ids, timestamps and the git state (they differ per run by
 construction), plus the per-request records' token ids and per-step counts.

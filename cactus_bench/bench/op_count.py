@@ -117,36 +117,36 @@ def count_ops(fn, *args, **kwargs) -> tuple[OpCounter, object]:
     return counter, result
 
 
-# In the traced aten graph: a value read to the host, or a shape that depends on the data (an
-# unbacked size: torch >= 2.13 traces these instead of breaking the graph, so a successful
-# fullgraph compile alone no longer proves the code is capturable).
-_GRAPH_READS = frozenset(
-    f"aten.{name}"
-    for name in ("_local_scalar_dense", "nonzero", "item", "sym_size", "_assert_scalar")
-)
+# Tensor methods and functions that read a value to the host (traced by torch >= 2.13 as
+# unbacked values instead of breaking the graph, so a fullgraph compile alone no longer proves
+# the code capturable).
+_HOST_METHODS = frozenset({"item", "tolist", "nonzero", "numpy", "__bool__", "__int__"})
+_HOST_FUNCTIONS = frozenset({"nonzero", "argwhere", "masked_select", "unique", "repeat_interleave"})
 
 
 def compiles_fullgraph(fn, *args, **kwargs) -> tuple[bool, str]:
     """(True, "") when `torch.compile(fn, fullgraph=True, dynamic=False)` traces fn on these
-    inputs into one aten graph with no host read and no data-dependent shape: the proof that it
-    can be captured in a CUDA graph. (False, the reason) otherwise: the compiler's first line,
-    or the offending aten ops."""
+    inputs into one graph with no host read and no data-dependent size: the proof that it can
+    be captured in a CUDA graph. (False, the reason) otherwise: the compiler's first line, or
+    the offending nodes."""
     import torch._dynamo  # lazy: the compiler stack loads only for this check
-    from torch._dynamo.backends.common import aot_autograd  # lazy: as above
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols  # lazy: as above
 
     offending: list[str] = []
 
     def inspect(graph_module, example_inputs):
         for node in graph_module.graph.nodes:
-            target = str(node.target)
-            if node.op == "call_function" and ".".join(target.split(".")[:2]) in _GRAPH_READS:
-                offending.append(target)
+            name = getattr(node.target, "__name__", str(node.target))
+            if node.op == "call_method" and name in _HOST_METHODS:
+                offending.append(f"Tensor.{name}")
+            elif node.op == "call_function" and name in _HOST_FUNCTIONS:
+                offending.append(name)
+            elif node.op != "output" and free_unbacked_symbols(node.meta.get("example_value")):
+                offending.append(f"{name} (a size read from the data)")
         return graph_module.forward
 
     torch._dynamo.reset()
-    compiled = torch.compile(
-        fn, fullgraph=True, dynamic=False, backend=aot_autograd(fw_compiler=inspect)
-    )
+    compiled = torch.compile(fn, fullgraph=True, dynamic=False, backend=inspect)
     try:
         compiled(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - the compiler's reason is the answer

@@ -7,13 +7,14 @@ import torch
 
 from cactus_bench.engine.base import BaseDecoder, DecodeState
 from cactus_bench.engine.batch_steps import autoregressive_step
+from cactus_bench.engine.draws import LAST
 from cactus_bench.engine.runtime import (
     check_token_map,
     graphs_apply,
     make_runner,
     resolve_compile,
 )
-from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
+from cactus_bench.engine.sampling import SamplingParams, process_logits
 
 
 class AutoregressiveDecoder(BaseDecoder):
@@ -69,7 +70,7 @@ class AutoregressiveDecoder(BaseDecoder):
             logits = logits.index_select(-1, self.token_map)  # [1, K]
         probs = process_logits(logits, params)
         forwarded = clock()
-        token = sample_token(probs, state.generator, params.is_greedy)  # [1, 1]
+        token = state.draw(probs, LAST, 0, params.is_greedy)  # [1, 1]
         if self.token_map is not None:
             token = self.token_map[token]
         token_id = int(token.item())  # the one sync per token: EOS and stop checks need it

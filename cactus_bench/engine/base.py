@@ -14,10 +14,11 @@ import torch
 
 from cactus_bench.engine.batch_cache import BatchRunner
 from cactus_bench.engine.cuda_graphs import GraphedRunner
+from cactus_bench.engine.draws import uniforms
 from cactus_bench.engine.fast_runner import FastRunner, unsupported_reason
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.runtime import Clock, check_prompt, resolve_eos_ids
-from cactus_bench.engine.sampling import SamplingParams
+from cactus_bench.engine.sampling import BAD_LAW, SamplingParams, bad_rows, draw_tokens
 from cactus_bench.engine.stopping import OutputTracker
 
 
@@ -69,13 +70,29 @@ class DecodeState:
     """Per-request mutable state (caches, pending tokens, RNG, bookkeeping)."""
 
     params: SamplingParams
-    generator: torch.Generator
+    seed: torch.Tensor  # [1] int64 on the device: the key of the request's draws (draws.py)
     record: RequestRecord
     clock: Clock
     seq_len: int  # tokens in the sequence so far (prompt + emitted)
     capacity: int = 0  # the most positions a cache may need (static caches preallocate it)
     caches: dict[str, Any] = field(default_factory=dict)
     pending: dict[str, torch.Tensor] = field(default_factory=dict)  # [1, n] ids not yet cached
+
+    def uniforms(self, stream: int, offsets: int | torch.Tensor = 0) -> torch.Tensor:
+        """[1] (int offset) or [1, k] (offsets [k]) float64 uniforms of this request at
+        positions seq_len + offsets: the batched steps' draws (draws.py), so batch 1 and batch
+        B decode the same tokens."""
+        if isinstance(offsets, int):
+            return uniforms(self.seed, self.seed.new_tensor([self.seq_len + offsets]), stream)
+        return uniforms(self.seed, (self.seq_len + offsets)[None], stream)
+
+    def draw(self, probs: torch.Tensor, stream: int, offset: int, greedy: bool) -> torch.Tensor:
+        """[1, V] -> [1, 1] a token drawn as the batched steps draw it (`draw_tokens`); the same
+        refusal as `sample_token` for a law that cannot be sampled."""
+        if bool(bad_rows(probs).any()):
+            raise ValueError(BAD_LAW)
+        is_greedy = torch.tensor([greedy], device=probs.device)
+        return draw_tokens(probs, self.uniforms(stream, offset), is_greedy)[:, None]
 
 
 class BaseDecoder:
@@ -110,7 +127,7 @@ class BaseDecoder:
         if self.cuda_graphs:  # the batched engine's captured forwards, on one slot
             return self.generate_batch([request], batch_size=1)[0]
         prompt_ids, params = request.prompt_ids, request.sampling
-        generator = torch.Generator(device=self.device).manual_seed(request.seed)
+        seed = torch.tensor([request.seed], device=self.device)
         record = RequestRecord(
             prompt_ids=list(prompt_ids),
             num_draft_tokens=self.num_draft_tokens,
@@ -124,7 +141,7 @@ class BaseDecoder:
             self._warm_runners(capacity)  # compiles (once per cache size) outside the clock
         clock = Clock(self.device)
         start = clock()
-        state = DecodeState(params, generator, record, clock, len(prompt_ids), capacity)
+        state = DecodeState(params, seed, record, clock, len(prompt_ids), capacity)
         with torch.inference_mode():
             self._start(state, prompt_ids)
             record.prefill_time_s = clock() - start

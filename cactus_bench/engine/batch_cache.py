@@ -76,6 +76,17 @@ class BatchKVCache:
         self.lengths[row] = length
         self.host_lengths[row] = length
 
+    def set_lengths(self, lengths: list[tuple[int, int]]) -> None:
+        """Rolls rows back: (row, length) pairs, every length <= the row's; one copy to the
+        device for all of them."""
+        if not lengths:
+            return
+        for row, length in lengths:
+            if not 0 <= length <= self.host_lengths[row]:
+                raise RuntimeError(f"cannot crop row {row} of {self.host_lengths[row]} to {length}")
+            self.host_lengths[row] = length
+        self.lengths.copy_(torch.tensor(self.host_lengths, dtype=torch.long))
+
     def advance(self, counts: list[int]) -> None:
         """The host copy follows a forward that fed counts[b] tokens to row b."""
         for row, count in enumerate(counts):
@@ -140,11 +151,16 @@ class BatchRunner:
             cache.host_lengths[row] = len(token_ids)
 
     def forward(
-        self, input_ids: torch.Tensor, counts: torch.Tensor, cache: BatchKVCache, all_logits: bool
+        self,
+        input_ids: torch.Tensor,
+        counts: torch.Tensor,
+        cache: BatchKVCache,
+        all_logits: bool,
+        visible: int | None = None,
     ) -> torch.Tensor:
         """input_ids [B, n], counts [B] -> logits [B, n, V] (all_logits; padding positions hold
         junk) or [B, 1, V] (each row's last real position; junk where counts[b] = 0)."""
-        hidden = self._run(input_ids, counts, cache, decode=True)  # [B, n, H]
+        hidden = self._run(input_ids, counts, cache, decode=True, visible=visible)  # [B, n, H]
         return self._head(hidden, counts, all_logits, packs_allowed=True)
 
     def static_forward(
@@ -173,9 +189,11 @@ class BatchRunner:
             return self.runner.uses_packs(probed)
         return self.runner.uses_packs(rows)
 
-    def _run(self, input_ids, counts, cache: BatchKVCache, decode: bool, static: bool = False):
+    def _run(self, input_ids, counts, cache, decode: bool, static: bool = False, visible=None):
         """input_ids [B, n] -> final-norm hidden states [B, n, H]; lengths += counts.
-        static: attend over the whole buffer and read nothing from the device."""
+        static: attend over the whole buffer and read nothing from the device. visible: the
+        caller's count of keys any query can see (max length + n, known to the engine without
+        a read); None reads it from the device."""
         runner = self.runner
         batch, num_new = input_ids.shape
         positions = cache.lengths[:, None] + torch.arange(num_new, device=self.device)  # [B, n]
@@ -185,7 +203,8 @@ class BatchRunner:
             positions = positions.clamp(max=cache.capacity - 1)
             visible = cache.capacity
         else:
-            visible = int(positions.max()) + 1  # no query sees a key past the largest position
+            if visible is None:  # no query sees a key past the largest position
+                visible = int(positions.max()) + 1
             if visible > cache.capacity:
                 raise RuntimeError(
                     f"batched cache of {cache.capacity} positions cannot hold position "

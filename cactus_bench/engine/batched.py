@@ -93,6 +93,7 @@ class Row:
     tracker: OutputTracker
     seq_len: int  # prompt + emitted tokens so far
     pending: dict[str, list[int]] = field(default_factory=dict)  # ids not yet in each cache
+    kept_drafter: int = 0  # the drafter's cache length after the last step's roll-back
 
     @property
     def params(self) -> SamplingParams:

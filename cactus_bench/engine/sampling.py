@@ -65,6 +65,13 @@ class SamplingParams:
 PAPER_SAMPLING = SamplingParams(PAPER.temperature, PAPER.top_p, PAPER.top_k)
 
 
+# What every draw says of a law it cannot sample.
+BAD_LAW = (
+    "cannot sample a token: the probabilities contain NaN/inf, negatives or sum to 0 "
+    "(the model produced NaN logits; try model.dtype=float32)"
+)
+
+
 def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """[..., V] logits -> [..., V] float32 probabilities after temperature, top-k, top-p.
 
@@ -120,8 +127,23 @@ def sample_token(probs: torch.Tensor, generator: torch.Generator | None, greedy:
     lowest, highest = torch.aminmax(probs)
     valid = (lowest >= 0) & torch.isfinite(highest) & (probs.sum(dim=-1) > 0).all()
     if not bool(valid):
-        raise ValueError(
-            "cannot sample a token: the probabilities contain NaN/inf, negatives or sum to 0 "
-            "(the model produced NaN logits; try model.dtype=float32)"
-        )
+        raise ValueError(BAD_LAW)
     return sample_categorical(probs, generator).unsqueeze(-1)
+
+
+def draw_tokens(probs: torch.Tensor, uniform: torch.Tensor, greedy: torch.Tensor) -> torch.Tensor:
+    """[R, V] probabilities, [R] float64 uniforms, [R] bool greedy rows -> [R] int64 tokens,
+    with no host read: the argmax where greedy, else the law's inverse CDF at the uniform
+    (`sample_categorical`, the same law as `sample_token`). The engine's batched steps draw
+    with it from counter-based uniforms (draws.py); bad laws are flagged by `bad_rows`."""
+    sampled = sample_categorical(probs, None, uniform)
+    return torch.where(greedy, probs.argmax(dim=-1), sampled)
+
+
+def bad_rows(probs: torch.Tensor) -> torch.Tensor:
+    """[R, ..., V] -> [R] bool: rows holding NaN/inf or negatives, or with no mass (what
+    `sample_token` refuses), reduced over every leading axis after the first."""
+    finite = torch.isfinite(probs).flatten(1).all(-1)
+    negative = (probs < 0).flatten(1).any(-1)
+    empty = (probs.sum(-1) <= 0).reshape(probs.shape[0], -1).any(-1)
+    return ~finite | negative | empty

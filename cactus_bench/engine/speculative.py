@@ -19,6 +19,7 @@ import torch
 
 from cactus_bench.engine.base import BaseDecoder, DecodeState
 from cactus_bench.engine.batch_steps import speculative_step
+from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST
 from cactus_bench.engine.runtime import (
     check_token_map,
     crop_cache,
@@ -27,7 +28,7 @@ from cactus_bench.engine.runtime import (
     output_vocab_size,
     resolve_compile,
 )
-from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
+from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.samplers import make_sampler
 
 
@@ -144,7 +145,7 @@ class SpeculativeDecoder(BaseDecoder):
             draft_probs[:, j] = probs
             if unscaled is not None:
                 unscaled["unscaled_draft_probs"][:, j] = logits.float().softmax(-1)
-            token = sample_token(probs, state.generator, greedy)  # [1, 1] n_j ~ p_j
+            token = state.draw(probs, DRAFT, j, greedy)  # [1, 1] n_j ~ p_j
             draft_ids[:, j : j + 1] = token
             next_input = self._to_vocab(token)
         drafted = clock()
@@ -163,9 +164,9 @@ class SpeculativeDecoder(BaseDecoder):
             )
         verified = clock()
 
-        out = rule.verify(
-            draft_ids, draft_probs, target_probs, generator=state.generator, **(unscaled or {})
-        )
+        accept_u = state.uniforms(ACCEPT, torch.arange(num_drafts, device=self.device))
+        draws = torch.cat([accept_u, state.uniforms(LAST)[:, None]], dim=1)  # [1, m + 1]
+        out = rule.verify(draft_ids, draft_probs, target_probs, uniforms=draws, **(unscaled or {}))
         emitted_row = self._to_vocab(out.token_ids.clamp(min=0))  # [1, m + 1]; tail junk
         row = out.token_ids[0].tolist()  # the one sync of the step: -1 marks the unused tail
         num_accepted = sum(1 for token in row if token >= 0) - 1
@@ -200,7 +201,7 @@ class SpeculativeDecoder(BaseDecoder):
         verified = clock()
         bonus_is_argmax = getattr(self.sampler, "bonus_is_argmax", False)
         token = self._to_vocab(
-            sample_token(probs, state.generator, greedy=params.is_greedy or bonus_is_argmax)
+            state.draw(probs, LAST, 0, greedy=params.is_greedy or bonus_is_argmax)
         )  # [1, 1]
         token_id = int(token.item())
         record.verify_time_s += verified - start

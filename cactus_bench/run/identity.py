@@ -55,6 +55,15 @@ class RunIdentity:
         return backend.name if backend.name == "hf" else dataclasses.asdict(backend)
 
     @property
+    def draws(self) -> str | None:
+        """How the HF engine draws: "counter" (keyed on seed and position, engine/draws.py)
+        where it samples at all; None for greedy runs and vLLM, whose tokens it never changed,
+        so their rows keep their hashes while sampled HF rows (drawn from per-request
+        generators before) get new ones."""
+        sampled = self.conf.temperature > 0
+        return "counter" if sampled and self.conf.backend.name == "hf" else None
+
+    @property
     def hashed_engine(self) -> dict[str, Any]:
         """The engine node; `cuda_graphs` only where graphs run (a CUDA device, not "off"), so
         CPU rows and rows from before the setting keep their hashes."""

@@ -227,6 +227,15 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         ),
         column=None,
     ),
+    # the HF engine's random draws: sampled rows from before counter draws keep their hashes
+    Setting(
+        "draws",
+        "how the HF engine draws its random numbers (counter: keyed on seed and position)",
+        source="draws",
+        column=None,
+        unhashed=None,
+        baseline="sampling.draws",
+    ),
     # the forward path changes timings
     Setting("engine", "the HF engine's forward path", source="hashed_engine", column=None),
     Setting(

@@ -100,16 +100,21 @@ class AcceptanceRule:
         draft_probs: torch.Tensor,
         target_probs: torch.Tensor,
         generator: torch.Generator | None = None,
+        *,
+        uniforms: torch.Tensor | None = None,
+        check: bool = True,
     ) -> VerifyOutput:
         batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs)
         ids = draft_token_ids.long()
-        stats, draft_sums = _draft_stats(ids, draft_probs, target_probs)
+        stats, draft_sums = _draft_stats(ids, draft_probs, target_probs, check)
 
         accept = self.accept_prob(stats)  # [B, m]
-        if bool(torch.isnan(accept).any()):
+        if check and bool(torch.isnan(accept).any()):
             raise ValueError("acceptance probability is NaN: check draft_probs/target_probs")
         if self.deterministic_accept:
             accepted = accept >= 0.5
+        elif uniforms is not None:
+            accepted = uniforms[:, :m].to(accept.dtype) < accept
         else:
             uniform = torch.rand(
                 (batch, m), generator=generator, device=accept.device, dtype=torch.float32
@@ -132,6 +137,7 @@ class AcceptanceRule:
             stats.q_n[rows, pos],
             stats.p_n[rows, pos],
             generator,
+            None if uniforms is None else uniforms[:, m],
         )
 
         token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
@@ -140,7 +146,9 @@ class AcceptanceRule:
         token_ids[rows, num_accepted] = last_token
         return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)
 
-    def _sample_last(self, rejected, q_row, p_row, n, q_n, p_n, generator) -> torch.Tensor:
+    def _sample_last(
+        self, rejected, q_row, p_row, n, q_n, p_n, generator, uniform=None
+    ) -> torch.Tensor:
         """[B] the token after the accepted prefix: recovered where rejected, else the bonus."""
         if self.recovery_is_argmax or self.bonus_is_argmax:
             argmax_q = q_row.argmax(dim=-1)
@@ -153,7 +161,7 @@ class AcceptanceRule:
             empty = recovery.sum(dim=-1, keepdim=True) <= 0
             recovery = torch.where(empty, self.fallback_weights(q_row, n), recovery)
             weights = torch.where(rejected.unsqueeze(-1), recovery, q_row)
-        sampled = sample_categorical(weights, generator)
+        sampled = sample_categorical(weights, generator, uniform)
         if self.recovery_is_argmax:
             return torch.where(rejected, argmax_q, sampled)
         if self.bonus_is_argmax:
@@ -198,7 +206,9 @@ class AcceptanceRule:
         return law
 
 
-def sample_categorical(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def sample_categorical(
+    weights: torch.Tensor, generator: torch.Generator | None, uniform: torch.Tensor | None = None
+) -> torch.Tensor:
     """[R] one index per row of non-negative weights [R, V], by inverting the float64 CDF.
 
     One uniform per row, so the generator advances by R draws whatever V is; at V ~ 150k this is
@@ -207,16 +217,19 @@ def sample_categorical(weights: torch.Tensor, generator: torch.Generator | None)
     """
     cdf = weights.to(torch.float64).cumsum(dim=-1)  # [R, V]
     total = cdf[:, -1:]
-    uniform = torch.rand(
-        total.shape, generator=generator, device=weights.device, dtype=torch.float64
-    )
+    if uniform is None:
+        uniform = torch.rand(
+            total.shape, generator=generator, device=weights.device, dtype=torch.float64
+        )
+    else:
+        uniform = uniform.to(torch.float64).reshape(total.shape)
     index = torch.searchsorted(cdf, uniform * total, right=True).squeeze(-1)
     # u * total < total in exact arithmetic; guard the rounding case at the top end.
     last_positive = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.int8).argmax(-1)
     return torch.minimum(index, last_positive)
 
 
-def _draft_stats(ids, draft_probs, target_probs) -> tuple[DraftStats, torch.Tensor]:
+def _draft_stats(ids, draft_probs, target_probs, check=True) -> tuple[DraftStats, torch.Tensor]:
     """Gathers q(n), p(n) in the input dtype, then row-normalises in float32 (float64 inputs
     stay float64).
 
@@ -237,7 +250,7 @@ def _draft_stats(ids, draft_probs, target_probs) -> tuple[DraftStats, torch.Tens
             ((ids < 0) | (ids >= target_probs.shape[-1])).any(),
         ]
     )
-    if bool(problems.any()):
+    if check and bool(problems.any()):
         _raise_input_error(problems.tolist(), target_probs.shape[-1])
     index = ids.unsqueeze(-1)
     q_n = target_probs[:, :m].gather(-1, index).squeeze(-1).to(dtype) / target_sums[:, :m]

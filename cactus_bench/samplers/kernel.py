@@ -139,10 +139,13 @@ class PlanRule(AcceptanceRule):
         generator: torch.Generator | None = None,
         unscaled_draft_probs: torch.Tensor | None = None,  # [B, m, V] temperature-1 laws
         unscaled_target_probs: torch.Tensor | None = None,  # [B, m + 1, V]
+        *,
+        uniforms: torch.Tensor | None = None,  # [B, m + 1] float64: the draws (engine)
+        check: bool = True,
     ) -> VerifyOutput:
         batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs)
         ids = draft_token_ids.long()
-        _draft_stats(ids, draft_probs, target_probs)  # the input checks, one line each
+        _draft_stats(ids, draft_probs, target_probs, check)  # the input checks
         if self.reads_unscaled:
             self._test_laws(draft_probs, target_probs, unscaled_draft_probs, unscaled_target_probs)
 
@@ -170,7 +173,10 @@ class PlanRule(AcceptanceRule):
         for j in range(m):
             a, _ = plan_at(rows, torch.full_like(rows, j))
             accept[:, j] = a.gather(-1, ids[:, j : j + 1]).squeeze(-1)
-        uniform = torch.rand((batch, m), generator=generator, device=ids.device)
+        if uniforms is None:
+            uniform = torch.rand((batch, m), generator=generator, device=ids.device)
+        else:
+            uniform = uniforms[:, :m]
         accepted = uniform < accept  # [B, m] each position's own decision
         if self.reads_window:  # FLy: a rejection overridden by the decisions after it
             accepted = self.builder.across_window(accepted, draft_probs, target_probs, ids)
@@ -180,7 +186,8 @@ class PlanRule(AcceptanceRule):
         _, residual = plan_at(rows, num_accepted.clamp(max=m - 1))  # [B, V]
         bonus = target_probs[rows, num_accepted].to(torch.float64)
         weights = torch.where(rejected.unsqueeze(-1), residual, bonus)
-        last_token = sample_categorical(weights, generator)
+        last = None if uniforms is None else uniforms[:, m]
+        last_token = sample_categorical(weights, generator, last)
 
         token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
         keep = torch.arange(m, device=ids.device).unsqueeze(0) < num_accepted.unsqueeze(1)
