@@ -46,7 +46,7 @@ def main() -> int:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    worst = max((r["host_reads"] for r in rows if r["kind"] == "step" and r["batch"] == 8))
+    worst = max(r["host_reads"] for r in rows if r["kind"] == "step" and r["batch"] == 8)
     print(f"step_ops: {len(rows)} rows -> {args.out}; most host reads in a batch-8 step: {worst}")
     return 0
 
