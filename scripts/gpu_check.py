@@ -15,7 +15,7 @@ On the embedded pair (SmolLM2-135M-Instruct and its distilled drafter, `make set
 2. greedy_float32 / _bfloat16 / _float16: speculative (SpS, m = 4) and autoregressive greedy
    decoding emit the same tokens on CUDA, up to near-ties (cactus_bench/gpu_check/checks.py says
    how ties are judged; divergences are counted);
-3. cuda_graphs: the compiled forward (torch.compile + CUDA graphs) decodes as the eager one;
+3. cuda_graphs: whole forwards replayed as CUDA graphs decode as the eager fast forward;
 4. qwen3_vocab: the same equality on a random Qwen3-architecture pair at V = 151,936, each dtype;
 5. first_token_law: sps's and cactus's first emitted token on the device against the exact law
    (chi-square; cactus must also reject q, so the check can fail);
@@ -141,7 +141,7 @@ def headline(name: str, check: dict) -> str:
         )
     if name == "cuda_graphs":
         return (
-            f"compile {check['compile_s']} s; AR {check['autoregressive']['identical']}/"
+            f"capture {check['capture_s']} s; AR {check['autoregressive']['identical']}/"
             f"{check['autoregressive']['prompts']}, spec {check['speculative']['identical']}/"
             f"{check['speculative']['prompts']} identical; tok/s {check['greedy_tokens_per_s']}"
         )

@@ -127,8 +127,11 @@ def paper_laws(rows: int, positions: int, vocab: int, device, generator) -> torc
     return process_logits(logits, PAPER_SAMPLING)
 
 
-def verify_costs(rules, device, vocab, batches, ms, repeats: int):
-    """Rows of each rule's `verify` time per (batch, m), with the bytes of p and q it reads."""
+def verify_costs(rules, device, vocab, batches, ms, repeats: int, compiled=()):
+    """Rows of each rule's `verify` time per (batch, m), called as the engine calls it
+    (`uniforms=`, `check=False`), with the bytes of p and q it reads. `compiled`: (rule, batch,
+    m) settings also timed under `torch.compile(fullgraph=True, dynamic=False)` (inductor fuses
+    the rule into a few kernels), with the compile seconds."""
     generator = torch.Generator(device=device).manual_seed(0)
     out = []
     for batch in batches:
@@ -136,33 +139,46 @@ def verify_costs(rules, device, vocab, batches, ms, repeats: int):
             draft = paper_laws(batch, m, vocab, device, generator)
             target = paper_laws(batch, m + 1, vocab, device, generator)
             ids = torch.multinomial(draft.view(-1, vocab), 1, generator=generator).view(batch, m)
+            draws = torch.rand((batch, m + 1), generator=generator, device=device).double()
             law_bytes = (draft.numel() + target.numel()) * draft.element_size()
             for name, params in rules:
-                call = _verify_call(make_sampler(name, **params), ids, draft, target, generator)
+                rule = make_sampler(name, **params)
+                call = _verify_call(rule, ids, draft, target, draws)
                 row = {"rule": name, **params, "batch": batch, "m": m, "law_bytes": law_bytes}
-                try:
-                    median, low, high = timed(call, repeats, device)
-                    row.update(seconds=median, q25_s=low, q75_s=high, note="")
-                except Exception as error:  # noqa: BLE001 - recorded in the row, the run goes on
-                    note = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                    row.update(seconds=None, q25_s=None, q75_s=None, note=note)
-                out.append(row)
+                out.append({**row, "path": "eager", **_timed_row(call, repeats, device)})
+                if (name, batch, m) in compiled:
+                    began = time.perf_counter()
+                    fused = torch.compile(call, fullgraph=True, dynamic=False)
+                    with torch.inference_mode():  # as verify runs: compiled under the same mode
+                        timing = _timed_row(fused, repeats, device)  # the first call compiles
+                    timing["compile_s"] = time.perf_counter() - began
+                    out.append({**row, "path": "compiled", **timing})
     return out
 
 
-def _verify_call(rule, ids, draft, target, generator):
+def _timed_row(call, repeats: int, device) -> dict:
+    try:
+        median, low, high = timed(call, repeats, device)
+    except Exception as error:  # noqa: BLE001 - recorded in the row, the run goes on
+        note = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        return {"seconds": None, "q25_s": None, "q75_s": None, "note": note}
+    return {"seconds": median, "q25_s": low, "q75_s": high, "note": ""}
+
+
+def _verify_call(rule, ids, draft, target, draws):
     extra = {}
     if getattr(rule, "reads_unscaled", False):  # the same laws stand in for temperature 1
         extra = {"unscaled_draft_probs": draft, "unscaled_target_probs": target}
 
     def call():
-        rule.verify(ids, draft, target, generator=generator, **extra)
+        rule.verify(ids, draft, target, uniforms=draws, check=False, **extra)
 
     return call
 
 
 def engine_costs(drafter, verifier, tokenizer, device, arms, batches, m, context, new_tokens):
-    """Rows of the engine end to end per (arm, batch): tokens/s, mean step, capture seconds.
+    """Rows of the engine end to end per (arm, batch): tokens/s, mean step, capture seconds (of
+    the warm-up run; the timed run reuses its graphs).
     Requests are `batch` random prompts of `context` tokens each, decoded at the paper's law."""
     vocab = verifier.config.vocab_size
     generator = torch.Generator().manual_seed(1)
@@ -179,7 +195,11 @@ def engine_costs(drafter, verifier, tokenizer, device, arms, batches, m, context
         for batch in batches:
             prompts = torch.randint(vocab, (batch, context), generator=generator).tolist()
             requests = [BatchRequest(p, new_tokens, seed=i) for i, p in enumerate(prompts)]
-            decoder.generate_batch(requests[:1], batch_size=1)  # warm: kernels, allocator
+            # Warm-up on the same slots and cache size: kernels, allocator, graph captures
+            # (kept with the caches, so the timed run replays them and captures nothing).
+            warm = [BatchRequest(p, 4, seed=i) for i, p in enumerate(prompts)]
+            decoder.generate_batch(warm, batch_size=batch)
+            capture_s = decoder.graph_capture_s
             start = time.perf_counter()
             records = decoder.generate_batch(requests, batch_size=batch)
             wall = time.perf_counter() - start
@@ -196,7 +216,8 @@ def engine_costs(drafter, verifier, tokenizer, device, arms, batches, m, context
                     "tokens_per_s": tokens / wall,
                     "mean_step_s": statistics.mean(_step_s(steps)),
                     "accepted_per_step": statistics.mean(accepted),
-                    "capture_s": decoder.graph_capture_s,
+                    "capture_s": capture_s,
+                    "recaptured_s": decoder.graph_capture_s,  # 0: the timed run replayed only
                     "cuda_graphs": decoder.cuda_graphs,
                 }
             )

@@ -95,29 +95,30 @@ def greedy_equality(pair, prompts, new_tokens: int, m: int, dtype: str, device) 
 
 
 def cuda_graphs(pair, prompts, new_tokens: int, m: int, dtype: str, device, compile="on") -> dict:
-    """The compiled path (torch.compile, CUDA graphs on CUDA) against the eager fast forward:
-    compile time, greedy equality of the autoregressive and the speculative decoders, and the
-    step times of both paths. `compile="off"` (gpu_check.py --dry) runs the same comparison
-    without compiling (torch.compile on a CPU takes minutes)."""
+    """Whole forwards replayed as CUDA graphs (engine/cuda_graphs.py, the default on CUDA)
+    against the eager fast forward: greedy equality of the autoregressive and the speculative
+    decoders, the graphs' capture time, and the tokens/s of both paths. `compile="off"`
+    (gpu_check.py --dry, a CPU) runs the same comparison with graphs off on both sides."""
     common = {
         "sampling": GREEDY,
         "eos_token_ids": [],
         "device": device,
         "token_map": pair.token_map,
+        "compile": "off",
     }
-    eager = AutoregressiveDecoder(pair.verifier, pair.tokenizer, compile="off", **common)
-    compiled = AutoregressiveDecoder(pair.verifier, pair.tokenizer, compile=compile, **common)
-    spec = sps_decoder(pair, m, compile=compile, **common)
-    capacity = max(len(p) for p in prompts) + new_tokens
-    compile_s = compiled.warmup(capacity) + spec.warmup(capacity)
-    ar = compare_greedy(eager, compiled, pair.verifier, prompts, new_tokens, dtype, device)
+    graphs = "on" if compile == "on" else "off"
+    eager = AutoregressiveDecoder(pair.verifier, pair.tokenizer, cuda_graphs="off", **common)
+    graphed = AutoregressiveDecoder(pair.verifier, pair.tokenizer, cuda_graphs=graphs, **common)
+    spec = sps_decoder(pair, m, cuda_graphs=graphs, **common)
+    ar = compare_greedy(eager, graphed, pair.verifier, prompts, new_tokens, dtype, device)
     sp = compare_greedy(eager, spec, pair.verifier, prompts, new_tokens, dtype, device)
-    times = decode_tokens_per_s({"eager": eager, "cuda_graphs": compiled}, prompts, new_tokens)
+    capture_s = graphed.graph_capture_s + spec.graph_capture_s
+    times = decode_tokens_per_s({"eager": eager, "cuda_graphs": graphed}, prompts, new_tokens)
     return {
         "dtype": dtype,
         "m": m,
-        "compile": compile,
-        "compile_s": round(compile_s, 1),
+        "cuda_graphs": graphs,
+        "capture_s": round(capture_s, 2),
         "autoregressive": ar,
         "speculative": sp,
         "greedy_tokens_per_s": times,

@@ -93,7 +93,10 @@ class AcceptanceRule:
         return self.acceptance_probability(p, q), self.emitted_law(p, q)
 
     # ---- the chain ---------------------------------------------------------------------------
-    @torch.inference_mode()
+    # no_grad, not inference_mode: inductor cannot compile code that makes inference tensors
+    # (torch 2.13: "Cannot set version_counter for inference tensor"), and the engine compiles
+    # rules into its captured step.
+    @torch.no_grad()
     def verify(
         self,
         draft_token_ids: torch.Tensor,

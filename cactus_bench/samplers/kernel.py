@@ -130,7 +130,7 @@ class PlanRule(AcceptanceRule):
         return normalised(p_bar, q_bar)
 
     # ---- the chain -----------------------------------------------------------------------------
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: inductor must be able to compile it (base.py)
     def verify(
         self,
         draft_token_ids: torch.Tensor,  # [B, m]
