@@ -18,10 +18,14 @@ from cactus_bench.samplers.catalogue import RULE_NAMES
 VOCAB, TOP_K = 64, 8  # top-k truncation leaves zeros in both laws; the support is <= 2 k wide
 SHAPES = [(1, 2), (8, 4)]
 # Parameters other than the defaults where the default would skip code: FLy's default window
-# (6) does not fit in m <= 4 drafts, and cactus_exact's second numeric root is reverse_kl's.
+# (6) does not fit in m <= 4 drafts, cactus_exact's second numeric root is reverse_kl's, and
+# the rules reading the temperature-1 laws plan on the support when they read p, q instead.
 CASES = [(name, {}) for name in RULE_NAMES] + [
     ("fly", {"window": 1}),
     ("cactus_exact", {"divergence": "reverse_kl"}),
+    ("opt", {"test_law": "processed"}),
+    ("tokenv1", {"test_law": "processed"}),
+    ("bild", {"test_law": "processed"}),
 ]
 CASE_IDS = [name + "".join(f"-{k}={v}" for k, v in params.items()) for name, params in CASES]
 
@@ -153,3 +157,30 @@ def test_uniforms_of_the_wrong_shape_are_refused():
     ids, p, q, _ = _inputs(2, 2)
     with pytest.raises(ValueError, match="uniforms must be"):
         make_sampler("sps").verify(ids, p, q, uniforms=torch.rand(2, 2, dtype=torch.float64))
+
+
+def _plans_on_support(name, params) -> bool:
+    """The rules of samplers/rules/ whose verify restricts the plan to the support."""
+    rule, reads_unscaled = _rule(name, params)
+    full_rows = getattr(getattr(rule, "builder", None), "full_rows", False)
+    return hasattr(rule, "plan") and not reads_unscaled and not full_rows
+
+
+SUPPORT_CASES = [case for case in CASES if _plans_on_support(*case)]
+SUPPORT_IDS = [i for c, i in zip(CASES, CASE_IDS, strict=True) if c in SUPPORT_CASES]
+
+
+@pytest.mark.parametrize("name,params", SUPPORT_CASES, ids=SUPPORT_IDS)
+def test_the_static_support_gives_the_full_rows_plan(name, params):
+    """On each row's support (p > 0 or q > 0) the plan on support_width columns equals the
+    plan on the full rows; elsewhere no draft lands and no residual mass goes."""
+    rule, _ = _rule(name, params)
+    _, p, q, _ = _inputs(8, 4)
+    q = q[:, :4]
+    accept, residual = rule._plan_on_support(p, q, 2 * TOP_K, False)
+    full_accept, full_residual = rule.plan(p, q)
+    support = (p > 0) | (q > 0)
+    assert int(support.sum(-1).max()) <= 2 * TOP_K < VOCAB  # the compaction restricted the rows
+    torch.testing.assert_close(accept[support], full_accept[support], rtol=0, atol=1e-12)
+    expected = torch.where(support, full_residual, 0.0)
+    torch.testing.assert_close(residual, expected, rtol=0, atol=1e-12)

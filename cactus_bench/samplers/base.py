@@ -58,6 +58,12 @@ class AcceptanceRule:
         """[B, m] acceptance probability of each drafted token, in [0, 1]."""
         raise NotImplementedError
 
+    def accept_prob_and_reuse(self, stats: DraftStats):
+        """(accept_prob [B, m], a [B, m] tensor or None): what the recovery at the rejected
+        position may reuse instead of recomputing it (TargetRule: h(n), whose exact root is
+        the costly part), handed to `recovery_weights` as its last argument."""
+        return self.accept_prob(stats), None
+
     def recovery_weights(
         self,
         p_row: torch.Tensor,
@@ -116,7 +122,7 @@ class AcceptanceRule:
         ids = draft_token_ids.long()
         stats, draft_sums = _draft_stats(ids, draft_probs, target_probs, check)
 
-        accept = self.accept_prob(stats)  # [B, m]
+        accept, reuse = self.accept_prob_and_reuse(stats)  # [B, m] each (reuse may be None)
         if check and bool(torch.isnan(accept).any()):
             raise ValueError("acceptance probability is NaN: check draft_probs/target_probs")
         if self.deterministic_accept:
@@ -141,10 +147,11 @@ class AcceptanceRule:
             stats.p_n[rows, pos],
             generator,
             None if uniforms is None else uniforms[:, m],
+            () if reuse is None else (reuse[rows, pos],),
         )
         return emitted(ids, num_accepted, last_token)
 
-    def _sample_last(self, rejected, q_row, p_row, n, q_n, p_n, generator, uniform):
+    def _sample_last(self, rejected, q_row, p_row, n, q_n, p_n, generator, uniform, reused=()):
         """[B] the token after the accepted prefix: recovered where rejected, else the bonus."""
         if self.recovery_is_argmax or self.bonus_is_argmax:
             argmax_q = q_row.argmax(dim=-1)
@@ -153,7 +160,7 @@ class AcceptanceRule:
         if self.recovery_is_argmax:
             weights = q_row  # rejected rows use argmax; the others draw the bonus from q
         else:
-            recovery = self.recovery_weights(p_row, q_row, n, q_n, p_n).clamp(min=0)
+            recovery = self.recovery_weights(p_row, q_row, n, q_n, p_n, *reused).clamp(min=0)
             empty = recovery.sum(dim=-1, keepdim=True) <= 0
             recovery = torch.where(empty, self.fallback_weights(q_row, n), recovery)
             weights = torch.where(rejected.unsqueeze(-1), recovery, q_row)
