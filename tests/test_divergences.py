@@ -124,3 +124,55 @@ def test_delta_zero_is_identity_and_negative_delta_raises():
         exact_gamma(q, -0.1)
     with pytest.raises(ValueError, match="divergence"):
         exact_gamma(q, 0.1, "js")
+
+
+def _root_60_digits(q: float, delta: float, divergence: str) -> float:
+    """The largest gamma in [q, 1] with d_f(gamma; q) <= delta, by bisection at 60 digits."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    q_mp = mpmath.mpf(q)
+
+    def d(x):
+        a, b = (x, q_mp) if divergence == "kl" else (q_mp, x)
+        left = a * mpmath.log(a / b) if a > 0 else 0
+        right = (1 - a) * mpmath.log((1 - a) / (1 - b)) if a < 1 else 0
+        return left + right
+
+    lo, hi = q_mp, mpmath.mpf(1)
+    for _ in range(160):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if d(mid) > delta else (mid, hi)
+    return float(lo)
+
+
+_BOUND_Q = [1e-200, 1e-30, 1e-9, 3e-4, 0.02, 0.2, 0.45, 0.566, 0.8, 0.97, 1 - 1e-7, 1 - 1e-13]
+_BOUND_DELTA = [1e-6, 1e-3, 0.05, 0.3, 1.0, 5.0, 100.0]
+
+
+def _worst_root_error(divergence: str) -> float:
+    """max |exact_gamma - root| over the grid where the root lies below 1 (no whole budget)."""
+    worst = 0.0
+    q = torch.tensor(_BOUND_Q, dtype=torch.float64)
+    for delta in _BOUND_DELTA:
+        gamma = exact_gamma(q, delta, divergence)
+        assert torch.all(binary_divergence(gamma, q, divergence) <= delta)
+        for i, q_i in enumerate(_BOUND_Q):
+            if gamma[i].item() < 1.0:
+                root = _root_60_digits(q_i, delta, divergence)
+                worst = max(worst, abs(gamma[i].item() - root))
+    return worst
+
+
+@pytest.mark.parametrize("divergence", ["kl", "reverse_kl"])
+def test_fixed_round_solver_is_within_1e12_of_the_true_root(divergence):
+    """The solver runs a fixed number of rounds (no host read): this bound is what they buy."""
+    assert _worst_root_error(divergence) <= 1e-12
+
+
+def test_the_root_bound_catches_too_few_rounds(monkeypatch):
+    """With 2 rounds instead of the solver's the bound above fails: it measures the count."""
+    from cactus_bench.samplers import divergences
+
+    monkeypatch.setattr(divergences, "_SOLVER_ROUNDS", 2)
+    assert max(_worst_root_error("kl"), _worst_root_error("reverse_kl")) > 1e-12

@@ -429,3 +429,28 @@ def test_the_vllm_bridge_runs_the_rules_through_its_generic_path():
         assert int(k[0]) == int(alone.num_accepted[0]), name
     with pytest.raises(ValueError, match="test_law=processed"):
         verify_ragged(make_sampler("tokenv3"), [ids], [p], [q[:n]], [q[n]], [False], [None], n)
+
+
+def _mentored_budget_errors() -> list[float]:
+    """|KL(q || pi) / delta - 1| of mentored's law, over the cases of the test above."""
+    errors = []
+    for seed in range(12):
+        p, q, _, _ = random_laws(seed, 30)
+        spent = kl(q.tolist(), p.tolist())
+        if not math.isfinite(spent):  # p = 0 < q: every budget is below KL(q || p)
+            spent = 1.0
+        for fraction in (0.1, 0.4, 0.8):
+            budget = fraction * spent
+            law = make_sampler("mentored", delta=budget).emitted_law(p, q)
+            errors.append(abs(kl(q.tolist(), law.tolist()) / budget - 1))
+    return errors
+
+
+def test_mentored_fixed_search_spends_the_budget_and_too_few_rounds_would_not(monkeypatch):
+    """mentored's alpha search has a fixed round count (no host read): it spends delta to 1e-9;
+    with 6 rounds instead of 12 the same check fails, so it measures the count."""
+    from cactus_bench.samplers.rules import mentored
+
+    assert max(_mentored_budget_errors()) <= 1e-9
+    monkeypatch.setattr(mentored, "_ROUNDS", 6)
+    assert max(_mentored_budget_errors()) > 1e-9

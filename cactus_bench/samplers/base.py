@@ -12,9 +12,9 @@ is drawn from the verifier's row m. Rules supply those three pieces; this module
 Memory: acceptance reads only q(n), p(n) and row statistics ([B, m]); the full-vocabulary
 recovery/bonus distribution is built once per row, at position k: extra memory O(B V).
 Random draws happen in a fixed order (torch.rand [B, m], then one uniform per row for the
-last token)
-so that rules that coincide (Cactus at delta = 0 and SpS) produce identical outputs for one
-generator.
+last token) so that rules that coincide (Cactus at delta = 0 and SpS) produce identical outputs
+for one generator. The caller may pass those draws instead (`uniforms` [B, m + 1]) and skip the
+input checks (check=False): verify then reads nothing back to the host and traces into one graph.
 """
 
 from __future__ import annotations
@@ -58,6 +58,12 @@ class AcceptanceRule:
         """[B, m] acceptance probability of each drafted token, in [0, 1]."""
         raise NotImplementedError
 
+    def accept_prob_and_reuse(self, stats: DraftStats):
+        """(accept_prob [B, m], a [B, m] tensor or None): what the recovery at the rejected
+        position may reuse instead of recomputing it (TargetRule: h(n), whose exact root is
+        the costly part), handed to `recovery_weights` as its last argument."""
+        return self.accept_prob(stats), None
+
     def recovery_weights(
         self,
         p_row: torch.Tensor,
@@ -93,36 +99,36 @@ class AcceptanceRule:
         return self.acceptance_probability(p, q), self.emitted_law(p, q)
 
     # ---- the chain ---------------------------------------------------------------------------
-    # no_grad, not inference_mode: inductor cannot compile code that makes inference tensors
-    # (torch 2.13: "Cannot set version_counter for inference tensor"), and the engine compiles
-    # rules into its captured step.
-    @torch.no_grad()
+    @torch.no_grad()  # not inference_mode: torch.compile cannot trace through it
     def verify(
         self,
-        draft_token_ids: torch.Tensor,
-        draft_probs: torch.Tensor,
-        target_probs: torch.Tensor,
+        draft_token_ids: torch.Tensor,  # [B, m]
+        draft_probs: torch.Tensor,  # [B, m, V]
+        target_probs: torch.Tensor,  # [B, m + 1, V]
         generator: torch.Generator | None = None,
         *,
-        uniforms: torch.Tensor | None = None,
+        uniforms: torch.Tensor | None = None,  # [B, m + 1] float64 in [0, 1)
         check: bool = True,
+        support_width: int | None = None,
+        **unscaled: torch.Tensor,
     ) -> VerifyOutput:
-        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs)
+        """The chain (module doc). `uniforms[:, j]` replaces the draw of position j and
+        `uniforms[:, m]` the last token's, so nothing is drawn from `generator`. check=False
+        skips the input checks, the only host reads: with uniforms given the call can be
+        captured in a CUDA graph. `support_width` and the unscaled laws are read by the rules
+        of `samplers/rules/` (kernel.py); the rules here take them and ignore them."""
+        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
+        check_unscaled_names(unscaled)
         ids = draft_token_ids.long()
         stats, draft_sums = _draft_stats(ids, draft_probs, target_probs, check)
 
-        accept = self.accept_prob(stats)  # [B, m]
+        accept, reuse = self.accept_prob_and_reuse(stats)  # [B, m] each (reuse may be None)
         if check and bool(torch.isnan(accept).any()):
             raise ValueError("acceptance probability is NaN: check draft_probs/target_probs")
         if self.deterministic_accept:
             accepted = accept >= 0.5
-        elif uniforms is not None:
-            accepted = uniforms[:, :m].to(accept.dtype) < accept
         else:
-            uniform = torch.rand(
-                (batch, m), generator=generator, device=accept.device, dtype=torch.float32
-            )
-            accepted = uniform < accept
+            accepted = acceptance_uniforms(batch, m, generator, accept.device, uniforms) < accept
         num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
 
         rows = torch.arange(batch, device=ids.device)
@@ -141,17 +147,11 @@ class AcceptanceRule:
             stats.p_n[rows, pos],
             generator,
             None if uniforms is None else uniforms[:, m],
+            () if reuse is None else (reuse[rows, pos],),
         )
+        return emitted(ids, num_accepted, last_token)
 
-        token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
-        keep = torch.arange(m, device=ids.device).unsqueeze(0) < num_accepted.unsqueeze(1)
-        token_ids[:, :m] = torch.where(keep, ids, token_ids[:, :m])
-        token_ids[rows, num_accepted] = last_token
-        return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)
-
-    def _sample_last(
-        self, rejected, q_row, p_row, n, q_n, p_n, generator, uniform=None
-    ) -> torch.Tensor:
+    def _sample_last(self, rejected, q_row, p_row, n, q_n, p_n, generator, uniform, reused=()):
         """[B] the token after the accepted prefix: recovered where rejected, else the bonus."""
         if self.recovery_is_argmax or self.bonus_is_argmax:
             argmax_q = q_row.argmax(dim=-1)
@@ -160,7 +160,7 @@ class AcceptanceRule:
         if self.recovery_is_argmax:
             weights = q_row  # rejected rows use argmax; the others draw the bonus from q
         else:
-            recovery = self.recovery_weights(p_row, q_row, n, q_n, p_n).clamp(min=0)
+            recovery = self.recovery_weights(p_row, q_row, n, q_n, p_n, *reused).clamp(min=0)
             empty = recovery.sum(dim=-1, keepdim=True) <= 0
             recovery = torch.where(empty, self.fallback_weights(q_row, n), recovery)
             weights = torch.where(rejected.unsqueeze(-1), recovery, q_row)
@@ -216,7 +216,8 @@ def sample_categorical(
 
     One uniform per row, so the generator advances by R draws whatever V is; at V ~ 150k this is
     several times faster on CPU than torch.multinomial (an exponential draw per entry). Entries
-    of zero weight are never returned (strict inequality in the search).
+    of zero weight are never returned (strict inequality in the search). `uniform` [R] float64
+    in [0, 1), when given, is used instead of the draw (the engine's per-row streams).
     """
     cdf = weights.to(torch.float64).cumsum(dim=-1)  # [R, V]
     total = cdf[:, -1:]
@@ -225,11 +226,40 @@ def sample_categorical(
             total.shape, generator=generator, device=weights.device, dtype=torch.float64
         )
     else:
-        uniform = uniform.to(torch.float64).reshape(total.shape)
+        uniform = uniform.to(torch.float64).unsqueeze(-1)  # [R, 1]
     index = torch.searchsorted(cdf, uniform * total, right=True).squeeze(-1)
     # u * total < total in exact arithmetic; guard the rounding case at the top end.
     last_positive = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.int8).argmax(-1)
     return torch.minimum(index, last_positive)
+
+
+def acceptance_uniforms(batch, m, generator, device, uniforms) -> torch.Tensor:
+    """[B, m] the acceptance draws: uniforms[:, :m] when given, else torch.rand in float32 (the
+    order and dtype every rule has drawn in, so one generator keeps giving the same tokens)."""
+    if uniforms is not None:
+        return uniforms[:, :m]
+    return torch.rand((batch, m), generator=generator, device=device, dtype=torch.float32)
+
+
+def emitted(ids: torch.Tensor, num_accepted: torch.Tensor, last_token: torch.Tensor):
+    """VerifyOutput from the drafts [B, m], the accepted counts [B] and the last tokens [B]."""
+    batch, m = ids.shape
+    token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
+    keep = torch.arange(m, device=ids.device).unsqueeze(0) < num_accepted.unsqueeze(1)
+    token_ids[:, :m] = torch.where(keep, ids, token_ids[:, :m])
+    rows = torch.arange(batch, device=ids.device)
+    token_ids[rows, num_accepted] = last_token
+    return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)
+
+
+UNSCALED_NAMES = ("unscaled_draft_probs", "unscaled_target_probs")
+
+
+def check_unscaled_names(unscaled: dict) -> None:
+    """The keyword laws `verify` takes besides its own: the temperature-1 laws, by name."""
+    unknown = sorted(set(unscaled) - set(UNSCALED_NAMES))
+    if unknown:
+        raise TypeError(f"verify() got unexpected keywords {unknown}; it takes {UNSCALED_NAMES}")
 
 
 def _draft_stats(ids, draft_probs, target_probs, check=True) -> tuple[DraftStats, torch.Tensor]:
@@ -243,18 +273,18 @@ def _draft_stats(ids, draft_probs, target_probs, check=True) -> tuple[DraftStats
     dtype = torch.float64 if target_probs.dtype == torch.float64 else torch.float32
     target_sums = target_probs.sum(dim=-1, dtype=dtype)  # [B, m + 1]
     draft_sums = draft_probs.sum(dim=-1, dtype=dtype)  # [B, m]
-    # One host sync for all checks (each bool() on a CUDA tensor stalls the stream).
-    problems = torch.stack(
-        [
-            ~torch.isfinite(target_sums).all(),
-            (target_sums <= 0).any(),
-            ~torch.isfinite(draft_sums).all(),
-            (draft_sums <= 0).any(),
-            ((ids < 0) | (ids >= target_probs.shape[-1])).any(),
-        ]
-    )
-    if check and bool(problems.any()):
-        _raise_input_error(problems.tolist(), target_probs.shape[-1])
+    if check:  # one host sync for all checks (each bool() on a CUDA tensor stalls the stream)
+        problems = torch.stack(
+            [
+                ~torch.isfinite(target_sums).all(),
+                (target_sums <= 0).any(),
+                ~torch.isfinite(draft_sums).all(),
+                (draft_sums <= 0).any(),
+                ((ids < 0) | (ids >= target_probs.shape[-1])).any(),
+            ]
+        )
+        if bool(problems.any()):
+            _raise_input_error(problems.tolist(), target_probs.shape[-1])
     index = ids.unsqueeze(-1)
     q_n = target_probs[:, :m].gather(-1, index).squeeze(-1).to(dtype) / target_sums[:, :m]
     p_n = draft_probs.gather(-1, index).squeeze(-1).to(dtype) / draft_sums
@@ -279,7 +309,8 @@ def _raise_input_error(problems: list[bool], vocab: int) -> None:
     raise ValueError(next(msg for msg, bad in zip(messages, problems, strict=True) if bad))
 
 
-def _check_shapes(ids, draft_probs, target_probs) -> tuple[int, int, int]:
+def _check_shapes(ids, draft_probs, target_probs, uniforms=None) -> tuple[int, int, int]:
+    """(B, m, V) from the shapes alone (no host read)."""
     if ids.dim() != 2:
         raise ValueError(f"draft_token_ids must be [B, m]; got shape {tuple(ids.shape)}")
     batch, m = ids.shape
@@ -301,5 +332,12 @@ def _check_shapes(ids, draft_probs, target_probs) -> tuple[int, int, int]:
         raise ValueError(
             f"vocab mismatch: draft_probs has V={draft_probs.shape[2]}, target_probs has "
             f"V={vocab}; restrict both to the shared token ids first"
+        )
+    if uniforms is not None and (
+        tuple(uniforms.shape) != (batch, m + 1) or not uniforms.dtype.is_floating_point
+    ):
+        raise ValueError(
+            f"uniforms must be a float tensor [B, m + 1] = [{batch}, {m + 1}]; "
+            f"got {tuple(uniforms.shape)} {uniforms.dtype}"
         )
     return batch, m, vocab

@@ -33,8 +33,11 @@ from cactus_bench.samplers.catalogue import DIVERGENCE_NAMES
 
 DIVERGENCES = DIVERGENCE_NAMES  # the torch-free catalogue lists them for config checks
 
-_SOLVER_TOL = 1e-12  # bracket width at which the Newton/bisection solver stops
-_NEWTON_MAX_ITERS = 100
+# Rounds of `_solve_boundary`: 4 reach the 60-digit root within 1e-13 for delta >= 1e-6 on the
+# tested grid (3 miss by 1e-6); 6 leave a margin. Fixed, so the solver never reads the host.
+_SOLVER_ROUNDS = 6
+_NUDGE = 1e-13  # the chord's point stays this far left of hi (rounding near the root)
+_T_MAX = 53 * math.log(2)  # t = -log(1 - x) of x = 1 - 2**-53, the largest float64 below 1
 
 
 def _xlogy_ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -97,8 +100,8 @@ def exact_gamma(
     """Largest gamma in [q_n, 1] with d_f(gamma; q_n) <= delta (float64, same shape as q_n).
 
     gamma = 1 where the whole budget allows it (d_f(1; q_n) <= delta). Closed forms for chi2,
-    hellinger and tv; kl and reverse_kl use a vectorised safeguarded Newton/bisection that
-    returns the feasible end of a bracket narrower than 1e-12, so d_f(gamma) <= delta always.
+    hellinger and tv; kl and reverse_kl use a fixed number of safeguarded Newton/chord rounds that
+    return the feasible end of a bracket (within 1e-12 of the root), so d_f(gamma) <= delta.
     delta may be a tensor broadcastable against q_n (a grid of budgets, e.g. [D, 1, 1] against
     [N, V]): the result then has the broadcast shape, each element solved for its own delta.
     """
@@ -147,56 +150,73 @@ def _exact_gamma_grid(q_n: torch.Tensor, delta: torch.Tensor, divergence: str) -
 def _solve_boundary(q: torch.Tensor, delta: float, divergence: str) -> torch.Tensor:
     """Largest x in [q, 1] with g(x) = d_f(x; q) - delta <= 0, for kl and reverse_kl.
 
-    g is convex and increasing on [q, 1]. Newton from a point right of the root converges
-    monotonically from the right; a bracket [lo, hi] with g(lo) <= 0 < g(hi) catches steps that
-    leave it (replaced by bisection). The root estimate is then nudged left by 1e-12 and checked:
-    any element still infeasible (rare) is finished by plain bisection, so d_f <= delta always.
+    A fixed number of rounds and no host read, so the solver can be captured in a CUDA graph.
+    g is convex and increasing on [q, 1] (reverse_kl in t = -log(1 - x), where it is convex too
+    and nearly linear, so roots near 1 take no more rounds). A bracket [lo, hi] keeps
+    g(lo) <= 0 < g(hi); each round tries the nearer of the tangents from lo and hi (both land
+    right of the root: a convex g lies above its tangents) and then the chord's zero (left of
+    it: the chord lies above g), nudged >= 1e-13 left of hi so that rounding near the root
+    cannot stall it; a point outside the bracket is replaced by the midpoint. Only points whose
+    computed g <= 0 become lo, which is returned: d_f(gamma) <= delta always. The error bound
+    (|gamma - root| <= 1e-12 for delta >= 1e-6) is tested against a 60-digit root.
     """
     one = torch.ones_like(q)
     whole_budget = binary_divergence(one, q, divergence) <= delta
-    # KL(gamma; 0) = inf for every gamma > 0: the root is q = 0 itself (bisection would take ~40
-    # steps to say so).
+    # KL(gamma; 0) = inf for every gamma > 0: the root is q = 0 itself.
     pinned = (q == 0) if divergence == "kl" else torch.zeros_like(whole_budget)
-    lo, hi = q.clone(), one.clone()
-    x = torch.clamp(taylor_gamma(q, delta), max=1.0 - 1e-12)  # warm start near the root
-    x = torch.where(x > lo, x, (lo + hi) / 2)
-    active = ~whole_budget & ~pinned & (hi - lo > _SOLVER_TOL)
-    for _ in range(_NEWTON_MAX_ITERS):
-        if not bool(active.any()):
-            break
-        g = binary_divergence(x, q, divergence) - delta
-        lo = torch.where(active & (g <= 0), x, lo)
-        hi = torch.where(active & (g > 0), x, hi)
-        step = g / _binary_divergence_slope(x, q, divergence)
-        newton = x - step
-        inside = torch.isfinite(newton) & (newton > lo) & (newton < hi)
-        # A step below the tolerance has converged even when rounding puts it on the bracket's
-        # edge (g = +1e-16 at the root makes newton == hi): bisecting on from lo would cost ~40
-        # more iterations for nothing. The check below certifies the budget either way.
-        settled = torch.isfinite(newton) & (step.abs() <= _SOLVER_TOL)
-        x = torch.where(active, torch.where(inside | settled, newton, (lo + hi) / 2), x)
-        converged = (hi - lo <= _SOLVER_TOL) | settled
-        active = active & ~converged
-    candidate = torch.maximum(lo, torch.where(whole_budget, lo, x - _SOLVER_TOL))
-    candidate_ok = binary_divergence(candidate, q, divergence) <= delta
-    lo = torch.where(candidate_ok, candidate, lo)
-    hi = torch.where(candidate_ok, hi, candidate)
-    pending = ~whole_budget & ~pinned & ~candidate_ok
-    while bool(pending.any()) and bool(((hi - lo) > _SOLVER_TOL)[pending].any()):
-        mid = (lo + hi) / 2
-        ok = binary_divergence(mid, q, divergence) <= delta
-        lo = torch.where(pending & ok, mid, lo)
-        hi = torch.where(pending & ~ok, mid, hi)
-        pending = pending & (hi - lo > _SOLVER_TOL)
-    return torch.where(whole_budget, one, torch.where(pinned, q, lo))
-
-
-def _binary_divergence_slope(x: torch.Tensor, q: torch.Tensor, divergence: str) -> torch.Tensor:
-    """d/dx d_f(x; q) for the two divergences solved numerically."""
     if divergence == "kl":
-        return torch.log(x) - torch.log(q) - torch.log1p(-x) + torch.log1p(-q)
-    # reverse_kl: d/dx [q log(q/x) + (1-q) log((1-q)/(1-x))] = -q/x + (1-q)/(1-x)
-    return -q / x + (1 - q) / (1 - x)
+        to_x, to_t = (lambda t: t), (lambda x: x)
+        lo, hi = q.clone(), one.clone()
+    else:  # reverse_kl: d = -H(q) - q log(1 - e^-t) + (1 - q) t >= (1 - q) t - H(q)
+        to_x, to_t = (lambda t: -torch.expm1(-t)), (lambda x: -torch.log1p(-x))
+        entropy = -(torch.special.xlogy(q, q) + torch.special.xlogy(1 - q, 1 - q))
+        lo = to_t(q)
+        # past (delta + H) / (1 - q) + 1 the budget is spent; past _T_MAX x rounds to 1
+        hi = torch.clamp((delta + entropy) / (1 - q) + 1, max=_T_MAX)
+
+    def excess(t):  # g at t, float64
+        return binary_divergence(to_x(t), q, divergence) - delta
+
+    def slope(t):  # dg/dt
+        x = to_x(t)
+        if divergence == "kl":
+            return torch.log(x) - torch.log(q) - torch.log1p(-x) + torch.log1p(-q)
+        return (1 - q) - q * (1 - x) / x  # reverse_kl: dg/dx (1 - x)
+
+    def inside(t, lo, hi):  # False for NaN and the infinities too
+        return (t > lo) & (t < hi)
+
+    def narrow(t, lo, hi, g_lo, g_hi):
+        g = excess(t)
+        left, right = (g <= 0) & (t > lo), (g > 0) & (t < hi)
+        return (
+            torch.where(left, t, lo),
+            torch.where(right, t, hi),
+            torch.where(left, g, g_lo),
+            torch.where(right, g, g_hi),
+        )
+
+    g_lo, g_hi = excess(lo), excess(hi)
+    lo, g_lo = torch.where(g_hi <= 0, hi, lo), torch.where(g_hi <= 0, g_hi, g_lo)
+    start = to_t(taylor_gamma(q, delta).clamp(max=1.0 - 1e-12))  # warm start near the root
+    start = torch.where(inside(start, lo, hi), start, (lo + hi) / 2)
+    lo, hi, g_lo, g_hi = narrow(start, lo, hi, g_lo, g_hi)
+    # The tangent at lo lands right of the root: a near hi when the warm start was feasible.
+    tangent = lo - g_lo / slope(lo)
+    lo, hi, g_lo, g_hi = narrow(
+        torch.where(inside(tangent, lo, hi), tangent, hi), lo, hi, g_lo, g_hi
+    )
+    for _ in range(_SOLVER_ROUNDS):
+        right = hi - g_hi / slope(hi)
+        right = torch.where(inside(right, lo, hi), right, (lo + hi) / 2)
+        lo, hi, g_lo, g_hi = narrow(right, lo, hi, g_lo, g_hi)
+        chord = lo - g_lo * (hi - lo) / (g_hi - g_lo)
+        nudged = to_t(to_x(hi) - _NUDGE)
+        chord = torch.where(inside(chord, lo, hi), chord, hi)
+        chord = torch.where(inside(nudged, lo, hi), torch.minimum(chord, nudged), chord)
+        chord = torch.where(chord < hi, chord, (lo + hi) / 2)
+        lo, hi, g_lo, g_hi = narrow(chord, lo, hi, g_lo, g_hi)
+    return torch.where(whole_budget, one, torch.where(pinned, q, to_x(lo)))
 
 
 def _check_divergence(divergence: str) -> None:

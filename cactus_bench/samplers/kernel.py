@@ -36,10 +36,14 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers.base import (
+    UNSCALED_NAMES,
     AcceptanceRule,
     VerifyOutput,
     _check_shapes,
     _draft_stats,
+    acceptance_uniforms,
+    check_unscaled_names,
+    emitted,
     sample_categorical,
 )
 from cactus_bench.samplers.exact import normalised, threshold_law
@@ -80,10 +84,11 @@ class PlanRule(AcceptanceRule):
         return self.builder.reads_unscaled
 
     # ---- exact statistics ----------------------------------------------------------------------
-    def plan(self, p, q, p_bar=None, q_bar=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(a, r) [..., V] float64 from rows p, q (normalised here) and the test laws."""
-        p, q = normalised(p, q)
-        p_bar, q_bar = self._test_laws(p, q, p_bar, q_bar)
+    def plan(self, p, q, p_bar=None, q_bar=None, check=True) -> tuple[torch.Tensor, torch.Tensor]:
+        """(a, r) [..., V] float64 from rows p, q (normalised here) and the test laws; check=False
+        skips the laws' checks (host reads)."""
+        p, q = normalised(p, q, check)
+        p_bar, q_bar = self._test_laws(p, q, p_bar, q_bar, check)
         accept, residual = self.builder.plan(p, q, p_bar, q_bar)
         # A residual with no mass is never used when nothing can be rejected; q keeps it valid.
         empty = residual.sum(-1, keepdim=True) <= 0
@@ -119,7 +124,7 @@ class PlanRule(AcceptanceRule):
             law += p64[n] * (1 - accept[n]) * recovery
         return law
 
-    def _test_laws(self, p, q, p_bar, q_bar):
+    def _test_laws(self, p, q, p_bar, q_bar, check=True):
         if not self.reads_unscaled:
             return p, q
         if p_bar is None or q_bar is None:
@@ -127,70 +132,82 @@ class PlanRule(AcceptanceRule):
                 f"rule {self.name!r} reads the temperature-1 laws (test_law=unscaled), which this "
                 "caller does not pass; pass them or set sampler.test_law=processed"
             )
-        return normalised(p_bar, q_bar)
+        return normalised(p_bar, q_bar, check)
 
     # ---- the chain -----------------------------------------------------------------------------
-    @torch.no_grad()  # not inference_mode: inductor must be able to compile it (base.py)
+    @torch.no_grad()  # not inference_mode: torch.compile cannot trace through it
     def verify(
         self,
         draft_token_ids: torch.Tensor,  # [B, m]
         draft_probs: torch.Tensor,  # [B, m, V]
         target_probs: torch.Tensor,  # [B, m + 1, V]
         generator: torch.Generator | None = None,
-        unscaled_draft_probs: torch.Tensor | None = None,  # [B, m, V] temperature-1 laws
-        unscaled_target_probs: torch.Tensor | None = None,  # [B, m + 1, V]
         *,
-        uniforms: torch.Tensor | None = None,  # [B, m + 1] float64: the draws (engine)
+        uniforms: torch.Tensor | None = None,  # [B, m + 1] float64 in [0, 1)
         check: bool = True,
+        support_width: int | None = None,
+        **unscaled: torch.Tensor,  # unscaled_draft_probs [B, m, V], unscaled_target_probs
     ) -> VerifyOutput:
-        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs)
+        """`base.AcceptanceRule.verify`'s chain and arguments, with one plan at every position.
+
+        support_width: an upper bound on each row's |{p > 0} u {q > 0}| (2 k under top-k
+        truncation): the plan then runs on that many columns per row, a static shape. None:
+        the bound is read from the data when check=True (a host read), else full rows."""
+        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
+        check_unscaled_names(unscaled)
         ids = draft_token_ids.long()
-        _draft_stats(ids, draft_probs, target_probs, check)  # the input checks
+        _draft_stats(ids, draft_probs, target_probs, check)  # the input checks, one line each
+        laws = (draft_probs, target_probs[:, :m])  # [B, m, V] each
         if self.reads_unscaled:
-            self._test_laws(draft_probs, target_probs, unscaled_draft_probs, unscaled_target_probs)
-
-        def plan_at(rows: torch.Tensor, position: torch.Tensor):
-            """(a, r) [R, V] at one position per batch row (one [R, V] temporary at a time)."""
-            p, q = draft_probs[rows, position], target_probs[rows, position]
-            if self.reads_unscaled:
-                unscaled = (
-                    unscaled_draft_probs[rows, position],
-                    unscaled_target_probs[rows, position],
-                )
-                return self.plan(p, q, *unscaled)
-            # Only tokens with p > 0 or q > 0 matter (a = 0 can be drafted nowhere else, r = 0
-            # there for every rule): with top-k 20 that is <= 40 columns of 49,152, and mentored
-            # decoding's bisection costs O(support) per step instead of O(V).
-            support = ((p > 0) | (q > 0)).any(0).nonzero().squeeze(-1)  # [K]
-            if support.numel() == vocab or getattr(self.builder, "full_rows", False):
-                return self.plan(p, q)
-            accept, residual = self.plan(p[:, support], q[:, support])
-            full = torch.zeros((p.shape[0], vocab), dtype=torch.float64, device=p.device)
-            return full.index_copy(1, support, accept), full.index_copy(1, support, residual)
-
-        rows = torch.arange(batch, device=ids.device)
-        accept = torch.empty((batch, m), dtype=torch.float64, device=ids.device)
-        for j in range(m):
-            a, _ = plan_at(rows, torch.full_like(rows, j))
-            accept[:, j] = a.gather(-1, ids[:, j : j + 1]).squeeze(-1)
-        if uniforms is None:
-            uniform = torch.rand((batch, m), generator=generator, device=ids.device)
+            tests = unscaled.get(UNSCALED_NAMES[0]), unscaled.get(UNSCALED_NAMES[1])
+            self._test_laws(*laws, *tests, check=False)  # raises when the engine passed none
+            accept, residual = self.plan(*laws, tests[0], tests[1][:, :m], check=check)
+        elif getattr(self.builder, "full_rows", False):
+            accept, residual = self.plan(*laws, check=check)
         else:
-            uniform = uniforms[:, :m]
-        accepted = uniform < accept  # [B, m] each position's own decision
+            accept, residual = self._plan_on_support(*laws, support_width, check)
+
+        a_n = accept.gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # [B, m]
+        accepted = acceptance_uniforms(batch, m, generator, ids.device, uniforms) < a_n
         if self.reads_window:  # FLy: a rejection overridden by the decisions after it
             accepted = self.builder.across_window(accepted, draft_probs, target_probs, ids)
         num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
 
+        rows = torch.arange(batch, device=ids.device)
         rejected = num_accepted < m
-        _, residual = plan_at(rows, num_accepted.clamp(max=m - 1))  # [B, V]
+        residual = residual[rows, num_accepted.clamp(max=m - 1)]  # [B, V]
         bonus = target_probs[rows, num_accepted].to(torch.float64)
         weights = torch.where(rejected.unsqueeze(-1), residual, bonus)
-        last = None if uniforms is None else uniforms[:, m]
-        last_token = sample_categorical(weights, generator, last)
+        last = sample_categorical(weights, generator, None if uniforms is None else uniforms[:, m])
+        return emitted(ids, num_accepted, last)
 
-        token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
-        keep = torch.arange(m, device=ids.device).unsqueeze(0) < num_accepted.unsqueeze(1)
-        token_ids[:, :m] = torch.where(keep, ids, token_ids[:, :m])
-        token_ids[rows, num_accepted] = last_token
-        return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)
+    def _plan_on_support(self, p, q, width, check):
+        """(a, r) [B, m, V] from the plan on each row's support only (columns where p > 0 or
+        q > 0; a = r = 0 elsewhere, where no draft can land and no rule puts residual mass):
+        with top-k 20 that is <= 40 columns of 49,152, and mentored decoding's search costs
+        O(support) instead of O(V). The columns keep their order, padded with p = q = 0."""
+        vocab = p.shape[-1]
+        in_support = (p > 0) | (q > 0)  # [B, m, V]
+        if check:  # the bound, read or checked (one host read)
+            largest = int(in_support.sum(-1).max())
+            if width is not None and largest > width:
+                raise ValueError(
+                    f"a row has {largest} tokens with p > 0 or q > 0, more than support_width="
+                    f"{width}: pass 2 * top_k of both laws' truncation, or None"
+                )
+            width = largest if width is None else width
+        if width is None or width >= vocab:
+            return self.plan(p, q, check=check)
+        # slot of each support column in its row, in order; the others go to slot `width`
+        slot = in_support.long().cumsum(-1) - 1
+        slot = torch.where(in_support & (slot < width), slot, width)
+        columns = torch.arange(vocab, device=p.device).expand_as(slot)
+        index = torch.full((*slot.shape[:-1], width + 1), vocab, device=p.device)
+        index = index.scatter(-1, slot, columns)[..., :width]  # [B, m, W]; vocab: padding
+        padding = index == vocab
+        safe = index.clamp(max=vocab - 1)
+        p_w, q_w = (torch.where(padding, 0.0, x.gather(-1, safe).to(torch.float64)) for x in (p, q))
+        accept, residual = self.plan(p_w, q_w, check=check)
+        full = torch.zeros((*slot.shape[:-1], vocab + 1), dtype=torch.float64, device=p.device)
+        back = [full.scatter(-1, index, x)[..., :vocab] for x in (accept, residual)]
+        return back[0], back[1]

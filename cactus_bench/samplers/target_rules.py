@@ -27,22 +27,27 @@ class TargetRule(AcceptanceRule):
         """h(n) for each drafted token; same shape as q_n."""
         return q_n
 
-    def target_row(self, p_row, q_row, n, q_n, p_n) -> torch.Tensor:
-        """[R, V] the full target h at a position: gamma at n, q rescaled elsewhere."""
-        gamma = self.boosted(q_n, p_n)  # [R]
+    def target_row(self, p_row, q_row, n, q_n, p_n, gamma=None) -> torch.Tensor:
+        """[R, V] the full target h at a position: gamma at n, q rescaled elsewhere (gamma [R]:
+        h(n), computed here unless the chain passes the one its acceptance computed)."""
+        gamma = self.boosted(q_n, p_n) if gamma is None else gamma  # [R]
         # (1 - gamma) / (1 - q(n)); q(n) = 1 leaves no mass elsewhere, so the scale is moot.
         scale = torch.where(q_n < 1, (1 - gamma) / (1 - q_n), torch.zeros_like(gamma))
         h_row = q_row * scale.unsqueeze(-1)
         return h_row.scatter(-1, n.unsqueeze(-1), gamma.unsqueeze(-1).to(h_row.dtype))
 
     def accept_prob(self, stats: DraftStats) -> torch.Tensor:
+        return self.accept_prob_and_reuse(stats)[0]
+
+    def accept_prob_and_reuse(self, stats: DraftStats):
+        """(acceptance [B, m], h(n) [B, m]): the recovery reuses h(n) at its position."""
         h_n = self.boosted(stats.q_n, stats.p_n)  # [B, m]
         # p(n) = 0 cannot be drafted; define the ratio as 1 when h(n) > 0 so nothing is NaN.
         ratio = torch.where(stats.p_n > 0, h_n / stats.p_n, (h_n > 0).to(h_n.dtype))
-        return ratio.clamp(max=1.0)
+        return ratio.clamp(max=1.0), h_n
 
-    def recovery_weights(self, p_row, q_row, n, q_n, p_n) -> torch.Tensor:
-        return self.target_row(p_row, q_row, n, q_n, p_n) - p_row
+    def recovery_weights(self, p_row, q_row, n, q_n, p_n, h_n=None) -> torch.Tensor:
+        return self.target_row(p_row, q_row, n, q_n, p_n, h_n) - p_row
 
     def fallback_weights(self, q_row, n) -> torch.Tensor:
         return q_row
@@ -108,7 +113,7 @@ class Interpolation(TargetRule):
     def boosted(self, q_n, p_n):
         return self.alpha * p_n + (1 - self.alpha) * q_n
 
-    def target_row(self, p_row, q_row, n, q_n, p_n):
+    def target_row(self, p_row, q_row, n, q_n, p_n, gamma=None):
         return self.alpha * p_row + (1 - self.alpha) * q_row
 
     def emitted_law(self, p, q):

@@ -65,7 +65,7 @@ def mentored_target(p, q, delta: float):
     """[..., V] normalised float64 rows -> pi [..., V] with KL(q || pi) <= delta (module doc)."""
     import torch  # lazy: keeps torch out of the catalogue
 
-    inf = torch.tensor(torch.inf, dtype=p.dtype, device=p.device)
+    inf = p.new_full((), torch.inf)  # a fill, not a copy from the host (capturable)
     one = torch.ones_like(p)
     ratio = torch.where(q > 0, torch.where(p > 0, q / torch.where(p > 0, p, one), inf), 0 * q)
     t, order = ratio.sort(-1, descending=True)  # [..., V] ratios, largest first
