@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the package without an install (a GPU machine's own image)
 INCOMPLETE = 3
-SHAPES = {"drafter": "Qwen/Qwen3-0.6B", "verifier": "Qwen/Qwen3-8B", "large": "Qwen/Qwen3-14B"}
+# The 14B shape first: it is freed before the pair is built (the engine stage needs the pair).
+SHAPES = {"large": "Qwen/Qwen3-14B", "drafter": "Qwen/Qwen3-0.6B", "verifier": "Qwen/Qwen3-8B"}
 
 
 def parse_args() -> argparse.Namespace:
@@ -129,9 +131,12 @@ class Plan:
                     entry = {"device": self.device_name, "model": role}
                     tables[row["path"]].append({**entry, **{key: row[key] for key in keys}})
             if role == "large":
-                del self.models["large"]  # the engine stage needs only the pair
-                self.torch.cuda.empty_cache() if self.device.type == "cuda" else None
+                del self.models["large"], model  # the engine stage needs only the pair
+                _free(self.torch, self.device)
             self._write("gpu_forward.csv", rows)
+            if self.device.type == "cuda":
+                peak = self.torch.cuda.max_memory_allocated() / 2**30
+                self.summary[f"peak_gib_after_{role}"] = round(peak, 1)
         self._write("gpu_step_costs.csv", tables["graph"] or tables["eager"])
         self._write("gpu_step_costs_eager.csv", tables["eager"])
 
@@ -195,7 +200,7 @@ class Plan:
         torch.set_default_dtype(torch.bfloat16)
         try:
             with torch.device(self.device):
-                model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+                model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
         finally:
             torch.set_default_dtype(previous)
         return model.eval()
@@ -223,7 +228,19 @@ class Plan:
         (self.out / "gpu_bench.json").write_text(text + "\n", encoding="utf-8")
 
 
+def _free(torch, device) -> None:
+    import gc
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def _commit() -> str:
+    """HEAD's short hash; CACTUS_BENCH_COMMIT names it where the tree was copied without its
+    history (a lent GPU machine)."""
+    if os.environ.get("CACTUS_BENCH_COMMIT"):
+        return os.environ["CACTUS_BENCH_COMMIT"]
     try:
         command = ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]
         return subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()

@@ -142,6 +142,7 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
             target[index, : count + 1],  # [G, m_b + 1, K]
             uniforms=torch.cat([accept_u[index, :count], last_u[index, None]], dim=1),
             check=False,
+            support_width=_support_width([rows[i] for i in positions]),
             **extra,
         )
         emitted[index, : count + 1] = out.token_ids
@@ -160,6 +161,13 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
     )  # fmt: skip
     record_step(batch, rows, step)
     return tokens_by_row
+
+
+def _support_width(rows: list[Row]) -> int | None:
+    """Columns a rule may restrict each row to: with top-k on, p and q each keep <= k tokens,
+    so their union holds <= 2k; None (full rows) where a row samples without top-k."""
+    top_k = [row.params.top_k for row in rows]
+    return None if 0 in top_k else 2 * max(top_k)
 
 
 def _host_ids(inputs: list[list[int]], device) -> tuple[torch.Tensor, list[int]]:
