@@ -48,6 +48,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--budget-s", type=float, default=420.0, help="no stage starts after it")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--only", nargs="*", default=[], help="stages to run (default: all)")
+    parser.add_argument(
+        "--fused-rows",
+        type=int,
+        nargs="*",
+        default=[],
+        help="row counts also timed inductor-compiled, then captured (CUDA; ~1 min a shape)",
+    )
     return parser.parse_args()
 
 
@@ -62,6 +70,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     plan = Plan(args, out, torch.device("cpu" if args.dry else "cuda"))
     for stage in (plan.machine, plan.forwards, plan.engine, plan.rules):
+        if args.only and stage.__name__ not in {"machine", *args.only}:
+            continue
         if time.monotonic() - plan.started > args.budget_s:
             plan.summary["skipped"].append(stage.__name__)
             continue
@@ -115,18 +125,13 @@ class Plan:
             model = self._model(role)
             floor = weight_bytes(model) / self.bandwidth
             sizes = [1, 2] if role == "drafter" else [1, self.m + 1]
-            costs = forward_costs(
-                model,
-                self.device,
-                self.rows_grid,
-                sizes,
-                self.args.context,
-                self.args.repeats,
-                graphs=self.device.type == "cuda",
-            )
+            on_cuda = self.device.type == "cuda"
+            fused = self.args.fused_rows if on_cuda and role != "large" else ()
+            grid = (self.rows_grid, sizes, self.args.context, self.args.repeats)
+            costs = forward_costs(model, self.device, *grid, graphs=on_cuda, fused_rows=fused)
             for row in costs:
                 rows.append({"shape": repo_id, "role": role, **row, "floor_s": floor})
-                if role != "large" and row["seconds"] is not None:
+                if role != "large" and row["seconds"] is not None and "fused" not in row["path"]:
                     keys = ("batch", "tokens_per_row", "seconds")
                     entry = {"device": self.device_name, "model": role}
                     tables[row["path"]].append({**entry, **{key: row[key] for key in keys}})

@@ -69,8 +69,11 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return total
 
 
-def forward_costs(model, device, rows_grid, sizes, context: int, repeats: int, graphs: bool):
-    """Rows (dicts) of one forward's cost per (rows, n, path) at `context` cached tokens."""
+def forward_costs(
+    model, device, rows_grid, sizes, context: int, repeats: int, graphs: bool, fused_rows=()
+):
+    """Rows (dicts) of one forward's cost per (rows, n, path) at `context` cached tokens.
+    fused_rows: row counts also timed as "fused+graph" (inductor-compiled, then captured)."""
     runner = BatchRunner(FastRunner(model, device, linear_kernel="aten"))
     vocab = model.config.vocab_size
     out = []
@@ -98,6 +101,8 @@ def forward_costs(model, device, rows_grid, sizes, context: int, repeats: int, g
             replay = _at_context(graphed.forward, inputs, context)
             spread = timed(replay, repeats, device)
             out.append(_forward_row("graph", rows, num_new, spread, capture_s))
+            if rows in fused_rows and num_new == 1:  # each compile takes ~a minute
+                out.append(_fused_row(runner, inputs, rows, num_new, context, repeats))
         del graphed, cache, inputs
     runner._kept = None
     _release(device)
@@ -111,6 +116,20 @@ def _release(device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def _fused_row(runner, inputs, rows: int, num_new: int, context: int, repeats: int) -> dict:
+    """The same forward compiled by inductor, then captured: what fusing the forward's ~45
+    kernels a layer into fewer would buy (the engine does not do this yet)."""
+    fused = GraphedRunner(runner, fused=True)
+    began = time.perf_counter()
+    fused.capture(inputs[2], [(num_new, inputs[3])])
+    capture_s = time.perf_counter() - began
+    if fused.failed is not None:
+        row = _forward_row("fused+graph", rows, num_new, (None, None, None), capture_s)
+        return {**row, "note": fused.failed}
+    spread = timed(_at_context(fused.forward, inputs, context), repeats, runner.device)
+    return _forward_row("fused+graph", rows, num_new, spread, capture_s)
 
 
 def _at_context(forward, inputs, context: int):
