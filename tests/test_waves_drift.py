@@ -139,3 +139,28 @@ def test_waves_alternate_the_arms_and_give_each_request_its_all_at_once_tokens(t
     for decoder, kept in ((spec, lm.records), (base, lm.baseline_records)):
         at_once = decoder.generate_batch(requests, 4)  # how batch > 1 decoded before waves
         assert [r.output_ids for r in kept] == [r.output_ids for r in at_once]
+
+
+def test_the_report_marks_a_drifted_row_and_old_rows_load_unmarked(tmp_path):
+    import pandas as pd
+    from intervals_fixture import FIXTURE
+
+    from cactus_bench.report import aggregate, load_results, to_markdown
+    from cactus_bench.report.speedup import DRIFT_NOTE, speedup_table
+    from cactus_bench.results import ResultStore
+
+    old = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False)
+    first, last = list(old.columns).index("waves"), list(old.columns).index("baseline_load_gap")
+    new_columns = ["drift_threshold", *old.columns[first : last + 1]]
+    old.drop(columns=new_columns).to_csv(tmp_path / "old.csv", index=False)  # before they existed
+    assert ResultStore(tmp_path / "old.csv").read()["drift_marked"].isna().all()
+    rows = load_results([tmp_path / "old.csv"])
+    assert rows["drift_marked"].isna().all()
+    assert DRIFT_NOTE not in to_markdown(speedup_table(aggregate(rows))[0])
+    marked = rows.index[(rows.sampler == "sps") & (rows.task == "gsm8k")]
+    rows.loc[marked, "drift_marked"] = True
+    markdown = to_markdown(speedup_table(aggregate(rows))[0])
+    assert DRIFT_NOTE in markdown
+    sps = {line.split("|")[1].strip(): line for line in markdown.splitlines() if "| SpS |" in line}
+    assert sps["GSM8K"].count("] †") == 2 and "†" not in sps["Demo"]  # both speedup cells
+    assert not any("†" in line for line in markdown.splitlines() if "| TAS" in line)
