@@ -11,10 +11,11 @@ its waves against the second half, as `second / first - 1`. The step rate, not t
 because a wave's tokens/s moves with its content: a wave whose one long answer keeps a single
 row in flight for its last steps has few tokens per step, and a speculative step emits a
 varying number of tokens. A step costs nearly the same whatever its rows hold, so a change of
-step rate is a change of the machine. A wave of several requests runs as many steps as its
-longest request (all start at once); a batch-1 wave runs its request's steps. With fewer than 2
-waves there are no halves and no drift. A row is marked when either arm drifts by more than the
-threshold (`drift_threshold`, 10 % by default).
+step rate is a change of the machine. The prompt passes are left out of a wave's time (their
+cost grows with the prompts' lengths, which differ from wave to wave). A wave of several
+requests runs as many steps as its longest request (all start at once); a batch-1 wave runs its
+request's steps. With fewer than 2 waves there are no halves and no drift. A row is marked
+when either arm drifts by more than the threshold (`drift_threshold`, 10 % by default).
 """
 
 from __future__ import annotations
@@ -48,14 +49,19 @@ def wave_of_records(n_records: int, n_prompts: int, batch: int) -> list[int]:
     ]
 
 
+def _prefill(record) -> float:
+    value = record.get("prefill_time_s") if isinstance(record, Mapping) else record.prefill_time_s
+    return float(value or 0.0)  # older records may lack it
+
+
 def wave_rates(records: Sequence, n_prompts: int, batch: int) -> list[tuple[int, float]]:
-    """[(steps, machine seconds)] per wave, in decode order."""
+    """[(decode steps, machine seconds less the prompt passes)] per wave, in decode order."""
     waves = wave_of_records(len(records), n_prompts, batch)
     steps: dict[int, int] = {}
     seconds: dict[int, float] = {}
     for wave, record in zip(waves, records, strict=True):
         steps[wave] = max(steps.get(wave, 0), len(_get(record, "accepted_per_step")))
-        seconds[wave] = seconds.get(wave, 0.0) + machine_time(record)
+        seconds[wave] = seconds.get(wave, 0.0) + machine_time(record) - _prefill(record)
     return [(steps[wave], seconds[wave]) for wave in sorted(steps)]
 
 
