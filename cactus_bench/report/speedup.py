@@ -20,16 +20,16 @@ from cactus_bench.report.tables import (
 )
 from cactus_bench.results.intervals import BOOTSTRAP_RESAMPLES
 
-DRIFT_MARK = " †"
+DRIFT_MARK = " (drift)"  # † and ‡ already mark score differences
 DRIFT_NOTE = (
-    "†: drift_marked: the machine's speed moved during the run by more than its drift_threshold "
-    "(an arm's step rate, second half of its waves against the first), so its timings are "
-    "suspect; rerun it on a quieter machine."
+    "(drift): drift_marked: the machine's speed moved during the run by more than its "
+    "drift_threshold (an arm's step rate, second half of its waves against the first), so its "
+    "timings are suspect; rerun it on a quieter machine."
 )
 
 
 def drift_mark(row) -> str:
-    """` †` for a row (or a cell of rows) marked for drift, else ""."""
+    """` (drift)` for a row (or a cell of rows) marked for drift, else ""."""
     marked = row.get("drift_marked")
     return DRIFT_MARK if not is_missing(marked) and bool(marked) else ""
 
