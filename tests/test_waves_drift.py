@@ -164,3 +164,28 @@ def test_the_report_marks_a_drifted_row_and_old_rows_load_unmarked(tmp_path):
     sps = {line.split("|")[1].strip(): line for line in markdown.splitlines() if "| SpS |" in line}
     assert sps["GSM8K"].count("] (drift)") == 2 and "(drift)" not in sps["Demo"]  # both cells
     assert not any("(drift)" in line for line in markdown.splitlines() if "| TAS" in line)
+
+
+def test_gpu_state_reads_nvidia_smi_and_leaves_out_this_process(tmp_path, monkeypatch):
+    import os
+    import sys
+
+    from cactus_bench.results import machine
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        '  *clocks.sm*) echo "1980" ;;\n'
+        f'  *compute-apps*) printf "{os.getpid()}, 5000\\n4242, 1200\\n777, 300\\n" ;;\n'
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # as where pynvml is not installed
+    assert machine.gpu_state("cpu") is None
+    assert machine.gpu_state("cuda:0") == {
+        "sm_clock_mhz": 1980,
+        "other_processes": 2,
+        "other_mib": 1500.0,
+    }
