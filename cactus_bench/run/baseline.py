@@ -123,7 +123,10 @@ def cached_baseline(
                 cache.put(key, cached, meta={**meta, "machine_state": state})
                 return cached, state
     stored = cache.meta(key) or {}
-    refresh = f"rm {cache.path(key)} {baseline_journal(identity).path} to decode a fresh one"
+    refresh = (
+        f"rm {cache.path(key)} {baseline_journal(identity).path} to decode a fresh one (this "
+        "run's own requests are journaled: the rerun replays them)"
+    )
     refusal = cached_refusal(
         stored, machine_identity(conf.device), conf.baseline_max_age_h, refresh
     )
