@@ -8,6 +8,7 @@ import json
 import pytest
 from test_run_orchestrate import compose_tiny, csv_rows, tiny_conf
 
+from cactus_bench.results.summarise import machine_time
 from cactus_bench.run import ConfigError, build_identity, ignored_settings, run, validate
 
 
@@ -77,9 +78,11 @@ def test_a_batched_run_scores_and_decodes_as_at_batch_1_and_resumes(tmp_path, mo
     assert [x["output_ids"] for x in by_run[one.run_id]] == [
         x["output_ids"] for x in by_run[four.run_id]
     ]
-    assert {x["batch_size"] for x in by_run[four.run_id]} == {3}
-    shares = sum(x["share_time_s"] for x in by_run[four.run_id])
+    # two waves: three requests at once, then the fourth alone
+    assert [x["batch_size"] for x in by_run[four.run_id]] == [3, 3, 3, 1]
+    shares = sum(machine_time(x) for x in by_run[four.run_id])
     assert shares == pytest.approx(float(rows["3"]["wall_time_spec_s"]))
+    assert rows["3"]["waves"] == "2" and rows["1"]["waves"] == "4"
     steps = [json.loads(line) for line in (results / "runs.steps.jsonl").read_text().splitlines()]
     assert sorted(s["arm"] for s in steps if s["run_id"] == four.run_id) == ["baseline", "spec"]
     (spec_steps,) = [s for s in steps if s["run_id"] == four.run_id and s["arm"] == "spec"]

@@ -38,6 +38,7 @@ from cactus_bench.report.figure_parts import (
     save_figure,
 )
 from cactus_bench.report.load import load_results
+from cactus_bench.report.speedup import DRIFT_NOTE, drift_mark
 
 SPEEDUP_COLUMNS = ("speedup_tokens", "speedup_tokens_ci_low", "speedup_tokens_ci_high")
 SELECTION_TASK = "demo"  # the task whose sweep over m chooses m for every task
@@ -137,7 +138,7 @@ def _cell(row: pd.Series) -> str:
         return "—"
     low, high = row.speedup_tokens_ci_low, row.speedup_tokens_ci_high
     interval = "" if pd.isna(low) else f" [{low:.2f}, {high:.2f}]"
-    return f"{row.speedup_tokens:.2f}x{interval} (m={int(row.m)})"
+    return f"{row.speedup_tokens:.2f}x{interval} (m={int(row.m)}){drift_mark(row)}"
 
 
 def markdown_table(rows: pd.DataFrame, chosen: pd.DataFrame, crossing: pd.DataFrame) -> str:
@@ -168,7 +169,13 @@ def markdown_table(rows: pd.DataFrame, chosen: pd.DataFrame, crossing: pd.DataFr
             says = crossing[(crossing.task == task) & (crossing.rule == rule)].says.iloc[0]
             lines.append(f"| {rule} | " + " | ".join(cells) + f" | {score} | {says} |")
         lines.append("")
+    if any(drift_mark(row) for _, row in chosen.iterrows()):
+        lines += [DRIFT_NOTE, ""]
     return "\n".join(lines)
+
+
+def labels(ax) -> list[str]:
+    return [artist.get_label() for artist in ax.collections]
 
 
 def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
@@ -215,6 +222,17 @@ def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
                 alpha=0.9,
             )
             mark_excluded(speed_ax, x, line.speedup_tokens, excluded, color)
+            drifted = line.drift_marked.fillna(False).to_numpy(bool)
+            if drifted.any():  # the machine's speed moved during these runs (drift_marked)
+                speed_ax.scatter(
+                    x[drifted],
+                    line.speedup_tokens.to_numpy(float)[drifted],
+                    marker="x",
+                    s=70,
+                    color="red",
+                    zorder=7,
+                    label=None if "drift_marked" in labels(speed_ax) else "drift_marked",
+                )
             first = line.iloc[0]
             if pd.notna(first.score):
                 low, high = first.score_ci_low, first.score_ci_high

@@ -94,6 +94,7 @@ OPTIONAL_COLUMNS = (
     "batch",
     "tpot_median_s",
     "tpot_p90_s",
+    "drift_marked",
 )
 
 
@@ -197,6 +198,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
         lambda s: " / ".join(sorted(set(s.dropna()))) or None
     )
     out["n_runs"] = groups.size()
+    # a cell is marked when any of its runs is: the machine's speed moved during that one
+    out["drift_marked"] = groups["drift_marked"].agg(lambda s: bool(s.fillna(False).any()))
     for name in INTERVAL_COLUMNS:  # one run: its bounds; several: the mean, only if all have one
         out[name] = groups[name].agg(lambda s: s.mean() if s.notna().all() else None)
     # Per-position intervals: a cell of one run keeps its own; a cell of several runs shows none.

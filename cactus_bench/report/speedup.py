@@ -20,6 +20,19 @@ from cactus_bench.report.tables import (
 )
 from cactus_bench.results.intervals import BOOTSTRAP_RESAMPLES
 
+DRIFT_MARK = " (drift)"  # † and ‡ already mark score differences
+DRIFT_NOTE = (
+    "(drift): drift_marked: the machine's speed moved during the run by more than its "
+    "drift_threshold (an arm's step rate, second half of its waves against the first), so its "
+    "timings are suspect; rerun it on a quieter machine."
+)
+
+
+def drift_mark(row) -> str:
+    """` (drift)` for a row (or a cell of rows) marked for drift, else ""."""
+    marked = row.get("drift_marked")
+    return DRIFT_MARK if not is_missing(marked) and bool(marked) else ""
+
 
 def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]:
     """Per (pair, m): tokens/s of both arms, tokens/s speedup, wall-time speedup, device."""
@@ -69,14 +82,16 @@ def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list
                         method_label(row),
                         fmt_number(row["tokens_per_s_spec"], 2),
                         fmt_number(row["tokens_per_s_baseline"], 2),
-                        fmt_interval(row, "speedup_tokens", 2, suffix="x"),
-                        fmt_interval(row, "speedup_walltime", 2, suffix="x"),
+                        fmt_interval(row, "speedup_tokens", 2, suffix="x") + drift_mark(row),
+                        fmt_interval(row, "speedup_walltime", 2, suffix="x") + drift_mark(row),
                         paper_text,
                         "—" if is_missing(row["baseline_mode"]) else str(row["baseline_mode"]),
                     ],
                     "main",
                 )
             )
+        if any(drift_mark(r) for r in ordered):
+            table.notes.append(DRIFT_NOTE)
         devices = sorted({d for d in rows["device_name"].dropna()})
         if any(has_interval(r, c) for r in ordered for c in ("speedup", "speedup_walltime")):
             table.notes.append(

@@ -112,6 +112,14 @@ class BaselineCache:
         payload = self._load(key)
         return None if payload is None else payload["records"]
 
+    def meta(self, key: str) -> dict | None:
+        """What was stored beside the records (model pair, task, the machine's state)."""
+        payload = self._load(key)
+        return None if payload is None else payload.get("meta", {})
+
+    def path(self, key: str) -> Path:
+        return self._path(key)
+
     def totals(self, key: str) -> dict | None:
         """wall_time_baseline_s, baseline_generated_tokens, tokens_per_s_baseline, n_requests."""
         payload = self._load(key)

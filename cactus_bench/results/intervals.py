@@ -19,7 +19,13 @@ so they have their own column names (POSITION_INTERVAL_COLUMNS) beside the scala
 
 Paired: the run's decoder and its verifier-only baseline use the SAME resamples, so the
 prompt-to-prompt spread (long prompts are slow for both arms) cancels in the speedup instead of
-widening it. The interval is the percentile interval: the 2.5th and 97.5th percentiles of the
+widening it. At batch > 1 the timing statistics (tokens_per_s_spec, the speedups, the latency
+quantiles) resample by WAVE (results/drift.py): each resample draws as many waves as the run
+has, with replacement, and within each drawn wave as many of its prompts, with replacement
+(`wave_resample_counts`, a two-stage bootstrap). Both arms of a wave decoded the same requests
+back to back, so a wave is the unit that shares a machine state, and a request's time is a
+share of its wave's. At batch 1 a wave is one prompt and the prompt bootstrap is kept.
+The interval is the percentile interval: the 2.5th and 97.5th percentiles of the
 BOOTSTRAP_RESAMPLES resampled values (numpy's default linear interpolation, Hyndman-Fan type 7).
 The random draws come from a fixed stream derived from the run seed, so a row is reproducible.
 A row with fewer than 2 prompts, or a statistic undefined on some resample (a zero denominator),
@@ -39,6 +45,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cactus_bench.results.baseline_cache import prompts_hash
+from cactus_bench.results.drift import prompt_waves
 from cactus_bench.results.summarise import machine_time
 
 BOOTSTRAP_RESAMPLES = 2000
@@ -55,6 +62,9 @@ INTERVAL_STATS = (
     "tpot_p90_s",
 )
 LATENCY_QUANTILES = {"tpot_median_s": 0.5, "tpot_p90_s": 0.9}
+# resampled by wave at batch > 1 (the latency quantiles too): what the machine's state sets
+TIMED = ("tokens_per_s_spec", "speedup_tokens", "speedup_walltime")
+ENDS = ("low", "high")
 # JSON lists of m entries, a None where the position's rate is undefined on some resample
 POSITION_INTERVAL_COLUMNS = ("accept_rate_by_pos_ci_low", "accept_rate_by_pos_ci_high")
 
@@ -74,6 +84,25 @@ def resample_counts(n_prompts: int, resamples: int, rng: np.random.Generator) ->
     flat = (drawn + n_prompts * np.arange(resamples)[:, None]).ravel()
     counts = np.bincount(flat, minlength=resamples * n_prompts).reshape(resamples, n_prompts)
     return counts.astype(np.float64)  # exact small integers; float for BLAS products
+
+
+def wave_resample_counts(
+    waves: Sequence[int], resamples: int, rng: np.random.Generator
+) -> np.ndarray:
+    """[resamples, n_prompts] draws of each prompt when the waves are drawn with replacement and
+    then, within each drawn wave, its prompts (waves[p]: prompt p's wave, ascending)."""
+    waves = np.asarray(waves)
+    n_prompts = len(waves)
+    starts = np.searchsorted(waves, np.arange(waves.max() + 1))  # [W] first prompt of each wave
+    sizes = np.bincount(waves)  # [W]
+    drawn = rng.integers(0, len(sizes), size=(resamples, len(sizes)))  # [R, W] waves drawn
+    member = rng.random((resamples, len(sizes), sizes.max()))  # [R, W, B] within-wave draws
+    picked = starts[drawn][..., None] + (member * sizes[drawn][..., None]).astype(int)
+    kept = np.arange(sizes.max()) < sizes[drawn][..., None]  # [R, W, B] a wave's own slots
+    row = np.broadcast_to(np.arange(resamples)[:, None, None], picked.shape)
+    flat = (picked + n_prompts * row)[kept]
+    counts = np.bincount(flat, minlength=resamples * n_prompts).reshape(resamples, n_prompts)
+    return counts.astype(np.float64)
 
 
 def percentile_bounds(replicates, confidence: float = CONFIDENCE, axis: int = 0) -> np.ndarray:
@@ -169,7 +198,7 @@ def bootstrap_intervals(
     sums = np.asarray(counts, dtype=float) @ np.column_stack([per_prompt[k] for k in names])
     total = dict(zip(names, sums.T, strict=True))  # name -> [B]
     if scores is not None:
-        put("score", total["score"] / counts.shape[1])  # mean over the n resampled prompts
+        put("score", total["score"] / counts.sum(axis=1))  # mean over the resampled prompts
     if spec is not None and speculative:
         put("al", _ratio(total["spec_accepted"], total["spec_steps"]))
         put("tokens_per_step", _ratio(total["spec_emitted"], total["spec_steps"]))
@@ -256,6 +285,7 @@ def per_prompt_columns(
     seed: int,
     n_prompts: int | None = None,
     resamples: int = BOOTSTRAP_RESAMPLES,
+    batch: int = 1,
 ) -> dict:
     """The row's per-prompt columns: score_by_prompt, prompts_hash, the intervals, ci_resamples.
 
@@ -297,10 +327,15 @@ def per_prompt_columns(
         return row
     spec = per_prompt_totals(records, n_prompts)
     base = None if baseline_records is None else per_prompt_totals(arms[1], n_prompts)
-    counts = resample_counts(n_prompts, resamples, bootstrap_rng(seed))
+    rng = bootstrap_rng(seed)
+    counts = resample_counts(n_prompts, resamples, rng)
     speculative = int(_get(records[0], "num_draft_tokens")) > 0
     scores = None if not scores_by_prompt else np.asarray(scores_by_prompt, dtype=float)
     row.update(bootstrap_intervals(counts, spec, base, scores, speculative))
+    if batch > 1:  # the timing statistics by wave, from the same stream after the prompt draws
+        counts = wave_resample_counts(prompt_waves(n_prompts, batch), resamples, rng)
+        timed = bootstrap_intervals(counts, spec, base, None, speculative)
+        row.update({f"{s}_ci_{end}": timed[f"{s}_ci_{end}"] for s in TIMED for end in ENDS})
     row.update(latency_columns(records, n_prompts, counts))
     row["ci_resamples"] = resamples
     return row

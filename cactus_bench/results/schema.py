@@ -171,6 +171,55 @@ _SCHEMA: tuple[Column, ...] = (
     Column("tpot_p90_s", "float", "90th percentile over requests of the time per output token"),
     Column("tpot_p90_s_ci_low", "float", "lower end of the 95% interval of tpot_p90_s"),
     Column("tpot_p90_s_ci_high", "float", "upper end of the 95% interval of tpot_p90_s"),
+    # waves, drift and the machine's state (results/drift.py, results/machine.py); empty in
+    # rows written before they existed
+    Column(
+        "waves",
+        "int",
+        "waves each arm decoded: `batch` requests per wave, the arms alternating which goes "
+        "first (at batch 1 a wave is one request)",
+    ),
+    Column(
+        "spec_drift",
+        "float",
+        "the run's step rate over the second half of its waves / the first half's, minus 1: a "
+        "change of machine speed during the run (empty with < 2 waves)",
+    ),
+    Column(
+        "baseline_drift",
+        "float",
+        "the same for the verifier-only baseline (a cached one: during its own decode)",
+    ),
+    Column(
+        "drift_marked",
+        "bool",
+        "true when spec_drift or baseline_drift exceeds drift_threshold in size: the machine's "
+        "speed moved during the run, so its timings are suspect",
+    ),
+    Column("load_spec_start", "float", "1-minute load average when the run's arm began"),
+    Column("load_spec_end", "float", "1-minute load average when the run's arm ended"),
+    Column(
+        "load_baseline_start",
+        "float",
+        "1-minute load average when the baseline began (a cached one: when it was decoded)",
+    ),
+    Column("load_baseline_end", "float", "1-minute load average when the baseline ended"),
+    Column(
+        "machine_state_json",
+        "json",
+        "each arm's {start, end} {time, load}; on CUDA the GPU's SM clock and other processes' "
+        "GPU memory where pynvml or nvidia-smi show them; a cached baseline's machine",
+    ),
+    Column(
+        "baseline_age_s",
+        "float",
+        "baseline=cached: seconds from the cached baseline's end to this run's start",
+    ),
+    Column(
+        "baseline_load_gap",
+        "float",
+        "baseline=cached: load at this run's start minus the load when the baseline began",
+    ),
     Column(
         "ci_resamples",
         "int",

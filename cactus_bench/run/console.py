@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cactus_bench.results.drift import drift_warning
+
 
 @dataclass
 class RunOutcome:
@@ -47,13 +49,13 @@ def format_outcome(outcome: RunOutcome) -> str:
     if row.get("score_ci_low") is not None:
         lines.append("[low, high]: 95% paired bootstrap interval over prompts")
     title = f"{row['model_pair']} / {row['task']} / {row['sampler']}  ({row['n_prompts']} prompts)"
-    warning = fallback_warning(row)
+    warnings = [w for w in (fallback_warning(row), drift_warning(row)) if w]
     return "\n".join(
         [
             title,
             *("  " + line for line in lines),
             f"results: {outcome.csv_path} (run_id {outcome.run_id})",
-            *([warning] if warning else []),
+            *warnings,
         ]
     )
 

@@ -2,8 +2,9 @@
 baseline), then summarise the records into the row's measured columns.
 
 The order inside a run: seed torch, pin threads, load the decoders, warm every decoder up, decode
-the task (the baseline interleaved prompt by prompt, or from the baseline cache), summarise.
+the task (the baseline interleaved wave by wave, or from the baseline cache), summarise.
 Every request is journaled as it ends, and a rerun replays the journal (`decode_journaled`).
+The row also gets the machine's state around each arm and the arms' drift (results/drift.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cactus_bench.results import summarise
+from cactus_bench.results.drift import drift_columns
 from cactus_bench.results.intervals import per_prompt_columns
+from cactus_bench.results.machine import cached_gap, gpu_state, load_columns
 from cactus_bench.run.backends import Decoders, load_decoders
 from cactus_bench.run.baseline import baseline_journal, cached_baseline, sweep_lock
 from cactus_bench.run.conf import RunConf
@@ -68,15 +71,26 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
             batch=conf.batch,
         )
 
-    result = decode_journaled(identity, decoders, evaluate)
+    gpu_before = gpu_state(conf.device)
+    result, load_at = decode_journaled(identity, decoders, evaluate)
+    state = {"spec": load_at["spec"], "baseline": load_at["baseline"]}
+    if gpu_before is not None:  # CUDA, seen by pynvml or nvidia-smi
+        state["gpu"] = {"start": gpu_before, "end": gpu_state(conf.device)}
     baseline_records = list(result.baseline_records) if decoders.interleaved is not None else None
+    gap = {}
     if conf.baseline == "cached":
 
         def decode_baseline(journal):
             verifier = JournaledDecoder(decoders.verifier_only(), journal, "baseline")
-            return evaluate(verifier, None).records
+            return evaluate(verifier, None).records, verifier.load_at
 
-        baseline_records = cached_baseline(identity, result.records, decode_baseline)
+        baseline_records, cached_state = cached_baseline(
+            identity, result.records, decode_baseline, load_at["spec"]
+        )
+        if cached_state is not None:
+            state["baseline"] = {k: cached_state[k] for k in ("start", "end")}
+            state["cached_baseline"] = cached_state
+            gap = cached_gap(load_at["spec"], cached_state)
     row = {
         "n_prompts": result.n_samples,
         "score_name": result.score_name,
@@ -84,8 +98,19 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
         "metrics_json": dict(result.metrics),
         **summarise(result.records, baseline_records),
         **per_prompt_columns(
-            result.records, baseline_records, result.scores_by_prompt, conf.seed, result.n_samples
+            result.records,
+            baseline_records,
+            result.scores_by_prompt,
+            conf.seed,
+            result.n_samples,
+            batch=conf.batch,
         ),
+        **drift_columns(
+            result.records, baseline_records, result.n_samples, conf.batch, conf.drift_threshold
+        ),
+        **load_columns(state["spec"], state["baseline"] if baseline_records else {}),
+        "machine_state_json": state,
+        **gap,
     }
     if not decoders.per_phase_times:  # empty cells, never a 0 the backend did not measure
         row.update(dict.fromkeys(PHASE_TIME_COLUMNS))
@@ -94,7 +119,8 @@ def evaluate_and_summarise(identity: RunIdentity, decoders: Decoders) -> Measure
 
 def decode_journaled(identity: RunIdentity, decoders: Decoders, evaluate):
     """`evaluate(decoder, interleaved_baseline)` with every request journaled the moment it
-    ends and a rerun's journaled requests replayed instead of decoded (run/resume.py)."""
+    ends and a rerun's journaled requests replayed instead of decoded (run/resume.py); with
+    each arm's load at its start and end ({"spec": {...}, "baseline": {...}})."""
     if identity.conf.baseline == "cached" and not identity.speculative:
         # This run's decode IS the sweep's verifier-only baseline: into the shared journal.
         with sweep_lock(identity):
@@ -111,7 +137,8 @@ def decode_journaled(identity: RunIdentity, decoders: Decoders, evaluate):
     resumed = report([run_decoder, interleaved])
     if resumed:
         print(resumed, flush=True)
-    return result
+    load_at = {"spec": run_decoder.load_at, "baseline": interleaved.load_at if interleaved else {}}
+    return result, load_at
 
 
 def warm_up(decoders: list, tokenizer, new_tokens: int = 8, batch: int = 1) -> None:

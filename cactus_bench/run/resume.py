@@ -9,12 +9,14 @@ its own seed (`tasks.lm.request_seed`), not from a generator shared across reque
 
 Timings: a replayed record keeps the timings measured by the attempt that decoded it, so a
 resumed row's times are sums over attempts of the requests each one decoded (nothing is
-re-measured; warm-up costs are outside every record, as before).
+re-measured; warm-up costs are outside every record, as before). The machine's load is read
+when this attempt's first request of the arm begins and its last one ends (`load_at`).
 """
 
 from __future__ import annotations
 
 from cactus_bench.results.journal import RecordJournal
+from cactus_bench.results.machine import load_now
 from cactus_bench.run.identity import RunIdentity
 
 
@@ -36,6 +38,12 @@ class JournaledDecoder:
         self._finished = journal.records(arm)  # {seed: record dict}, read once
         self.replayed = 0
         self.decoded = 0
+        self.load_at: dict[str, dict] = {}  # "start" / "end" -> load_now() of this attempt
+        self.step_log: list = []  # the last generate_batch's decoded steps (none if replayed)
+
+    def _mark(self, moment: str) -> None:
+        if moment == "end" or "start" not in self.load_at:
+            self.load_at[moment] = load_now()
 
     def generate(self, prompt_ids, max_new_tokens, stop=None, seed=None, sampling=None):
         from cactus_bench.engine import RequestRecord  # lazy: keeps torch out of the checks
@@ -46,9 +54,11 @@ class JournaledDecoder:
         if saved is not None and saved["prompt_ids"] == list(prompt_ids):
             self.replayed += 1
             return RequestRecord.from_dict(saved)
+        self._mark("start")
         record = self.decoder.generate(
             prompt_ids, max_new_tokens=max_new_tokens, stop=stop, seed=seed, sampling=sampling
         )
+        self._mark("end")
         self.journal.append(self.arm, record)  # durable before lm-eval sees the text
         self.decoded += 1
         return record
@@ -79,10 +89,14 @@ class JournaledDecoder:
             if on_finish is not None:
                 on_finish(todo[position], record)
 
+        self.step_log = []
         if todo:
+            self._mark("start")
             self.decoder.generate_batch(
                 [requests[index] for index in todo], batch_size, on_finish=finished
             )
+            self._mark("end")
+            self.step_log = list(getattr(self.decoder, "step_log", []))
         return records
 
     def __getattr__(self, name):  # anything else a backend's decoder offers

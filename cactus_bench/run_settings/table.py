@@ -269,6 +269,20 @@ RUN_SETTINGS: tuple[Setting, ...] = (
         column=None,
     ),
     Setting(
+        "drift_threshold",
+        "a row is marked (drift_marked) when an arm's step rate moves by more than this "
+        "fraction between the first and second half of its waves",
+        _opt(float, 0.1, Check("> 0", lambda v: v > 0)),
+        hashed=False,
+    ),
+    Setting(
+        "baseline_max_age_h",
+        "baseline=cached: a cached baseline decoded more hours ago than this is refused",
+        _opt(float, 24.0, Check("> 0", lambda v: v > 0)),
+        hashed=False,
+        column=None,
+    ),
+    Setting(
         "force",
         "rerun even when a finished row with this config hash exists",
         _opt(bool, False),

@@ -8,9 +8,11 @@ With a baseline decoder (the verifier alone), every prompt is also decoded by it
 prompt by prompt with the speculative decoder and alternating which goes first, so that slow
 drifts of a shared machine hit both arms alike. Only the speculative output is scored.
 
-With batch > 1 every request of the task goes to the decoder's `generate_batch` at once (that
-many decoded together, continuous batching), and the baseline decodes the same requests at the
-same batch right after: a batch cannot be interleaved prompt by prompt.
+With batch > 1 the requests are decoded in waves of `batch`: the first `batch` requests by the
+speculative decoder's `generate_batch`, the same requests by the baseline's, then the next
+`batch`, alternating which arm goes first per wave as batch 1 alternates per prompt (a wave is
+one prompt at batch 1). Continuous batching stays within an arm's wave, so both arms of a wave
+share the machine's state and a load change between waves lands on both (docs/batch.md).
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class CactusBenchLM(LM):
         self.baseline_records: list[RequestRecord] = []  # same requests, verifier alone
         # batch > 1: each arm's decoder steps (engine.batched.BatchStep), for the step-cost model
         self.step_logs: dict[str, list] = {"spec": [], "baseline": []}
+        self.waves = 0  # batch > 1: waves decoded so far (each arm decodes each wave once)
 
     # ---- what lm-eval asks of a chat model ------------------------------------------------------
     @property
@@ -192,7 +195,7 @@ class CactusBenchLM(LM):
         return self._answer(context, record, request.stop)
 
     def _generate_batched(self, requests: list[Instance], hide: bool) -> list[str]:
-        """Every request through `generate_batch` at `batch`, then the baseline the same way."""
+        """The requests in waves of `batch`, each wave through both arms' `generate_batch`."""
         first = len(self.records)
         batch = [
             self._request(*request.args, first + offset) for offset, request in enumerate(requests)
@@ -200,14 +203,25 @@ class CactusBenchLM(LM):
         arms = [("spec", self.decoder, self.records)]
         if self.baseline is not None:
             arms.append(("baseline", self.baseline, self.baseline_records))
-        for arm, decoder, kept in arms:
-            with tqdm(total=len(batch), desc=f"{arm} (batch {self.batch})", disable=hide) as bar:
+        bars = {
+            arm: tqdm(total=len(batch), desc=f"{arm} (batch {self.batch})", disable=hide)
+            for arm, _, _ in arms
+        }
+        for start in range(0, len(batch), self.batch):
+            wave = batch[start : start + self.batch]
+            # alternate which arm goes first, wave by wave, as batch 1 does prompt by prompt
+            order = arms if self.waves % 2 == 0 else arms[::-1]
+            for arm, decoder, kept in order:
+                bar = bars[arm]
                 kept.extend(
                     decoder.generate_batch(
-                        batch, self.batch, on_finish=lambda index, record: bar.update(1)
+                        wave, self.batch, on_finish=lambda index, record, bar=bar: bar.update(1)
                     )
                 )
-            self.step_logs[arm].extend(getattr(decoder, "step_log", []))
+                self.step_logs[arm].extend(getattr(decoder, "step_log", []))
+            self.waves += 1
+        for bar in bars.values():
+            bar.close()
         outputs = []
         for request, (context, _), record in zip(
             batch, (r.args for r in requests), self.records[first:], strict=True
