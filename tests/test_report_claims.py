@@ -160,3 +160,59 @@ def test_the_page_writes_verdicts_only_for_a_finished_sweep_and_rebuilds_byte_fo
     _, page = write_claims_tables(fabricated(short, prompts=40), short / "out", reference)
     assert "Not written: the sweep has not finished" in page.read_text()
     assert "**holds**" not in page.read_text()
+
+
+def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tmp_path):
+    """write_requests reads the run's own records (arm spec) in request order, re-scores each
+    answer with the scorer it is given and checks it against the row's score_by_prompt."""
+    from cactus_bench.report.claims_requests import load_requests, write_requests
+
+    csv = tmp_path / "paper_claims.csv"
+    row = {
+        "run_id": "r1",
+        "status": "ok",
+        "task": "ifeval",
+        "sampler": "sps",
+        "repeats": 1,
+        "score_by_prompt": json.dumps([1.0, 0.0]),
+    }
+    pd.DataFrame([row]).to_csv(csv, index=False)
+    records = [
+        {"run_id": "r1", "arm": "baseline", "request_index": 0, "text": "ignored"},
+        {
+            "run_id": "r1",
+            "arm": "spec",
+            "request_index": 1,
+            "text": "no",
+            "stop_reason": "length",
+            "output_ids": [1, 2, 3],
+            "num_draft_tokens": 2,
+            "accepted_per_step": [2, 0],
+        },
+        {
+            "run_id": "r1",
+            "arm": "spec",
+            "request_index": 0,
+            "text": "yes",
+            "stop_reason": "eos",
+            "output_ids": [1],
+            "num_draft_tokens": 2,
+            "accepted_per_step": [1],
+        },
+    ]
+    path = tmp_path / "paper_claims.records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def score(document, text):
+        follows = [True, True] if text == "yes" else [False, True]
+        return {"prompt_level_strict_acc": all(follows), "inst_level_strict_acc": follows}
+
+    write_requests(csv, [{"doc": 0}, {"doc": 1}], score)
+    table = load_requests(csv)
+    assert table.stop_reason.tolist() == ["eos", "length"]
+    assert table.prompt_strict.tolist() == [1, 0]
+    assert table.inst_followed.tolist() == [2, 1] and table.inst_total.tolist() == [2, 2]
+    assert table.accepted.tolist() == [1, 2] and table.steps.tolist() == [1, 2]
+    with pytest.raises(ValueError, match="prompt 0: IFEval re-scores its answer 0") as caught:
+        write_requests(csv, [{}, {}], lambda document, text: score(document, "no"))
+    assert "\n" not in str(caught.value)
