@@ -216,3 +216,27 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     with pytest.raises(ValueError, match="prompt 0: IFEval re-scores its answer 0") as caught:
         write_requests(csv, [{}, {}], lambda document, text: score(document, "no"))
     assert "\n" not in str(caught.value)
+
+
+def test_the_experiment_sweeps_exactly_the_reports_arms():
+    """configs/experiment/paper_claims.yaml and report/claims.py's ARMS name the same arms, at
+    the settings the page states (541 prompts, batch 8, m = 2, cached baseline, <= 512 tokens)."""
+    from test_run_conf import compose_cfg, compose_run_conf, sweep_params
+
+    from cactus_bench.report.claims import ARMS as REPORT_ARMS
+    from cactus_bench.run.checks import validate
+
+    params = sweep_params(compose_cfg(["experiment=paper_claims"], hydra_node=True))
+    assert params["task"] == ["ifeval"] and params["model"] == ["smollm2_135m"]
+    ran = []
+    for preset in params["sampler"]:
+        conf = compose_run_conf(["experiment=paper_claims", "task=ifeval", f"sampler={preset}"])
+        assert (conf.limit, conf.batch, conf.m, conf.baseline) == (None, 8, 2, "cached")
+        assert conf.max_new_tokens <= 512
+        choice = validate(conf)
+        ran.append((choice.name, choice.params.get("delta")))
+        if choice.name == "fly":
+            assert choice.params["window"] == 1  # vLLM's min(6, m - 1)
+        if choice.name == "cactus_exact":
+            assert choice.params["divergence"] == "kl"
+    assert ran == [(sampler, delta) for _, sampler, delta in REPORT_ARMS]
