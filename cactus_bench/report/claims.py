@@ -146,7 +146,8 @@ def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
             line["inst_acc_ci_low"], line["inst_acc_ci_high"] = percentile_interval(ratio)
             line["ends_on_budget"] = float((table.stop_reason == "length").mean())
             sps = tables["SpS"]
-            if label not in ("SpS", "verifier alone") and table.steps.notna().all():
+            speculative = label not in ("SpS", "verifier alone") and table.steps.notna().all()
+            if speculative and sps is not None:
                 al_diff = paired_ratio_difference(
                     table.accepted, table.steps, sps.accepted, sps.steps
                 )
