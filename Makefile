@@ -6,7 +6,7 @@ TORCH_VERSION ?= 2.13.0
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu test test-fast lint docs bench tables plots frontier-figures \
 	drafter eval-drafter pilot-feature-drafter run demo frontier rules rules-report batch-sweep \
-	batch-report rehearse slurm-install slurm-up slurm-down gpu-check gpu-bench setup-vllm test-vllm \
+	batch-report paper-claims rehearse slurm-install slurm-up slurm-down gpu-check gpu-bench setup-vllm test-vllm \
 	bench-vllm bench-bridge
 
 help:  ## list the targets
@@ -193,6 +193,18 @@ endif
 batch-report:  ## re-draw the batch sweep's table, crossover, cost model and figure (no model runs)
 	$(PYTHON) -m cactus_bench.report batch --csv results/batch/batch_sweep.csv --out results/batch \
 		$(if $(COST_TABLE),--cost-table $(COST_TABLE))
+
+# The paper's quality claims on every IFEval prompt (docs/paper-claims-embedded.md): the sweep
+# (resumable: rerun after a kill), the per-prompt table from its records, then the claims table
+# and figure through `make tables plots`, which rebuild them from the committed CSVs alone.
+CLAIMS_CSV := results/paper_claims/paper_claims.csv
+paper-claims:  ## the paper's claims on all 541 IFEval prompts, 8 arms (CPU, hours; needs DATA_DIR)
+ifeq ($(strip $(DATA_DIR)),)
+	@echo "paper-claims: needs the IFEval data: make paper-claims DATA_DIR=/path/like/shared/data" >&2; exit 2
+endif
+	$(PYTHON) run.py experiment=paper_claims data_dir=$(abspath $(DATA_DIR))
+	$(PYTHON) scripts/paper_claims_requests.py --csv $(CLAIMS_CSV) --data-dir $(abspath $(DATA_DIR))
+	$(MAKE) tables plots CSV=$(CLAIMS_CSV) OUT=results/paper_claims
 
 rules-report:  ## re-draw the leaderboard table and figure from results/rules/rules.csv (no model runs)
 	$(PYTHON) scripts/rules_board.py --report-only --rows results/rules/rules.csv \

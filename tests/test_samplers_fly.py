@@ -1,12 +1,17 @@
-"""FLy (rules/fly.py) against the law of a whole verification step, enumerated by brute force.
+"""FLy (rules/fly.py) against the law of a whole verification step, enumerated by brute force,
+and its parameters as vLLM defines them.
 
-The reference restates vLLM's `apply_fly_random_acceptance_kernel` (vllm/v1/spec_decode/fly.py)
-in plain Python: native decision u_j <= q_j(n)/p_j(n); a native rejection at j is deferred when
-q_j(n) > 0, j + W < m, the top-3 entropy of q_j is >= theta and the next W drafts are natively
-accepted; the first rejection left recovers from norm((q - p)+), all accepted draws the bonus
-from q_m. Enumerating every draft sequence (V^m) and every pattern of native decisions (2^m)
-gives the exact law of the emitted row (accepted drafts, then one token); `verify` must sample
-it (Monte Carlo, Pearson chi-square at the fixed level of test_engine_laws).
+The reference restates vLLM 0.34's sampled-draft loop (`rejection_sampler_utils.py`, lines
+591-745: a native rejection held pending while the next W native decisions are read) in plain
+Python: native decision u_j < q_j(n)/p_j(n); a native rejection at j is held when p_j(n) > 0,
+q_j(n) > 0, j + W < m and the top-k entropy of q_j is >= theta; a held rejection is confirmed
+(accepted) once the W drafts after it are natively accepted, and any native rejection inside the
+window ends the step at j. The first rejection left recovers from norm((q - p)+), all accepted
+draws the bonus from q_m. Enumerating every draft sequence (V^m) and every pattern of native
+decisions (2^m) gives the exact law of the emitted row (accepted drafts, then one token);
+`verify` must sample it (Monte Carlo, Pearson chi-square at the fixed level of
+test_engine_laws). vLLM's config defaults W to min(6, m - 1) and refuses W >= m, W = 0 and
+m < 2 (0.33's `SpeculativeConfig`); the rule and the run's checks do the same.
 """
 
 from __future__ import annotations
@@ -24,34 +29,46 @@ from cactus_bench.samplers import make_sampler
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def top3_entropy(q: list[float]) -> float:
-    return -sum(x * math.log(x) for x in sorted(q, reverse=True)[:3] if x > 0)
+def top_entropy(q: list[float], k: int = 3) -> float:
+    return -sum(x * math.log(x) for x in sorted(q, reverse=True)[:k] if x > 0)
 
 
-def step_law(draft: list[list[float]], target: list[list[float]], theta: float, window: int):
+def kernel_accepted(native, can_defer, gated, window: int) -> int:
+    """Accepted drafts of one step, vLLM 0.34's loop: `pending` is the held rejection."""
+    m, accepted_length, pending = len(native), 0, -1
+    for i in range(m):
+        if pending >= 0:
+            if not native[i]:  # only a native acceptance confirms a pending window
+                return accepted_length
+            if i - pending == window:
+                accepted_length, pending = i + 1, -1
+        elif native[i]:
+            accepted_length = i + 1
+        elif can_defer[i] and i + window < m and gated[i]:
+            pending = i
+        else:
+            return accepted_length
+    return accepted_length
+
+
+def step_law(draft, target, theta: float, window: int, top_k: int = 3):
     """{emitted row (tuple): probability} of one FLy step; draft [m][V], target [m + 1][V]."""
     m, vocab = len(draft), len(draft[0])
+    gated = [top_entropy(target[j], top_k) >= theta for j in range(m)]
     law: dict[tuple, float] = defaultdict(float)
     for drafts in itertools.product(range(vocab), repeat=m):
         weight = math.prod(draft[j][n] for j, n in enumerate(drafts))
         if weight == 0:
             continue
         native_accept = [min(1.0, target[j][n] / draft[j][n]) for j, n in enumerate(drafts)]
+        can_defer = [draft[j][n] > 0 and target[j][n] > 0 for j, n in enumerate(drafts)]
         for native in itertools.product((True, False), repeat=m):
             chance = weight * math.prod(
                 a if ok else 1 - a for a, ok in zip(native_accept, native, strict=True)
             )
             if chance == 0:
                 continue
-            accepted = list(native)
-            for j, n in enumerate(drafts):
-                accepted[j] = native[j] or (
-                    target[j][n] > 0
-                    and j + window < m
-                    and top3_entropy(target[j]) >= theta
-                    and all(native[j + 1 : j + window + 1])
-                )
-            k = next((j for j, ok in enumerate(accepted) if not ok), m)
+            k = kernel_accepted(native, can_defer, gated, window)
             if k < m:
                 last = [max(q - p, 0.0) for p, q in zip(draft[k], target[k], strict=True)]
             else:
@@ -88,23 +105,27 @@ def sample_rows(rule, draft, target, samples: int, seed: int) -> Counter:
     )
 
 
-# theta, W, m, seed of laws on which FLy's step law is at least 0.05 in TV from SpS's
-CASES = [(0.3, 1, 3, 2), (0.3, 2, 3, 5), (0.0, 0, 2, 1), (0.6, 1, 4, 3)]
+# theta, W, m, seed of laws, entropy top-k on which FLy's step law is >= 0.05 in TV from SpS's
+CASES = [(0.3, 1, 3, 2, 3), (0.3, 2, 3, 5, 3), (0.0, 1, 2, 1, 3), (0.6, 1, 4, 3, 3)]
+CASES += [(0.4, 1, 3, 6, 2)]  # top-2: its gate opens at fewer positions than top-3 (TV 0.25)
 
 
-@pytest.mark.parametrize(("theta", "window", "m", "seed"), CASES)
-def test_verify_samples_the_enumerated_law(theta, window, m, seed):
+@pytest.mark.parametrize(("theta", "window", "m", "seed", "top_k"), CASES)
+def test_verify_samples_the_enumerated_law(theta, window, m, seed, top_k):
     draft, target = laws(seed, m=m, vocab=3)
-    law = step_law(draft.tolist(), target.tolist(), theta, window)
+    law = step_law(draft.tolist(), target.tolist(), theta, window, top_k)
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
     sps = step_law(draft.tolist(), target.tolist(), math.inf, window)  # the gate never opens
     rows = set(law) | set(sps)
     assert 0.5 * sum(abs(law.get(r, 0.0) - sps.get(r, 0.0)) for r in rows) > 0.05
-    rule = make_sampler("fly", entropy_threshold=theta, window=window)
+    rule = make_sampler("fly", entropy_threshold=theta, window=window, entropy_top_k=top_k)
     samples = 60_000
     counts = sample_rows(rule, draft, target, samples, seed=3)
     assert chi_square_p_value(counts, law, samples) > P_VALUE_FLOOR
     assert chi_square_p_value(counts, sps, samples) < P_VALUE_FLOOR  # the test has power
+    if top_k != 3:  # the parameter reaches the gate: top-3's law is another one
+        other = step_law(draft.tolist(), target.tolist(), theta, window, 3)
+        assert chi_square_p_value(counts, other, samples) < P_VALUE_FLOOR
 
 
 def test_the_enumeration_separates_the_gate_and_the_window():
@@ -119,7 +140,7 @@ def test_the_enumeration_separates_the_gate_and_the_window():
     sps = mean_accepted(math.inf, 1)
     assert mean_accepted(0.0, 1) > mean_accepted(0.0, 2) > sps + 1e-3
     # with W = 1 positions 0 and 1 can defer: a gate between their entropies keeps one of them
-    low, high = sorted(top3_entropy(row) for row in t[:2])
+    low, high = sorted(top_entropy(row) for row in t[:2])
     assert mean_accepted(0.0, 1) > mean_accepted((low + high) / 2, 1) > sps + 1e-3
 
 
@@ -200,3 +221,94 @@ def test_the_vllm_bridge_hands_fly_the_whole_draft():
         assert torch.equal(row[0, : k + 1], alone.token_ids[0, : k + 1])
         lengths.add(k)
     assert len(lengths) > 1  # the seeds reach different accepted lengths
+
+
+def test_the_default_window_is_vllms_min_6_m_minus_1():
+    """`window: auto` runs W = min(6, m - 1) at each m: token for token the rule with that W,
+    and a different rule from the next W (so the default is not SpS at m <= 6)."""
+    for m, width in ((2, 1), (4, 3), (8, 6)):
+        draft, target = laws(seed=m, m=m, vocab=4)
+        draft = 0.8 * target[:m] + 0.05  # close laws: runs of W native acceptances
+        samples = 4_000
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.stack(
+            [torch.multinomial(draft[j], samples, True, generator=gen) for j in range(m)], dim=1
+        )
+        args = (ids, draft.expand(samples, m, 4), target.expand(samples, m + 1, 4))
+
+        def accepted(rule, args=args):
+            return rule.verify(*args, torch.Generator().manual_seed(1)).num_accepted
+
+        auto = accepted(make_sampler("fly", entropy_threshold=0.0))
+        assert make_sampler("fly").params()["window"] == "auto"
+        assert torch.equal(auto, accepted(make_sampler("fly", entropy_threshold=0.0, window=width)))
+        sps = accepted(make_sampler("sps"))
+        assert (auto >= sps).all() and (auto > sps).any()  # same draws: only overrides
+        if width > 1:
+            narrower = make_sampler("fly", entropy_threshold=0.0, window=width - 1)
+            assert not torch.equal(auto, accepted(narrower))
+
+
+def test_window_zero_or_too_wide_is_refused_in_one_line():
+    from cactus_bench.samplers.rules.fly import window_for
+
+    with pytest.raises(ValueError, match=r"window must be >= 1 for fly"):
+        make_sampler("fly", window=0)
+    with pytest.raises(ValueError, match=r"window must be a number or 'auto' for fly"):
+        make_sampler("fly", window="six")
+    with pytest.raises(ValueError, match=r"entropy_top_k must be >= 1 for fly"):
+        make_sampler("fly", entropy_top_k=0)
+    assert [window_for("auto", m) for m in (2, 3, 7, 8, 20)] == [1, 2, 6, 6, 6]
+    assert window_for(2, 3) == 2
+    for window, m, text in ((2, 2, "window < m"), (6, 4, "window < m"), ("auto", 1, "m >= 2")):
+        with pytest.raises(ValueError, match=text) as caught:
+            window_for(window, m)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_draft_shorter_than_the_window_defers_nothing():
+    """The budget's last step may draft fewer than m tokens: where W does not fit, FLy is SpS
+    there token for token (vLLM's kernel: i + W < num_draft_tokens), never an error."""
+    draft, target = laws(seed=2, m=2, vocab=6)
+    samples = 2_000
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.stack([torch.multinomial(draft[j], samples, True, generator=gen) for j in range(2)])
+    args = (ids.T.contiguous(), draft.expand(samples, 2, 6), target.expand(samples, 3, 6))
+    short = (args[0][:, :1], args[1][:, :1], args[2][:, :2])  # one draft: auto's W = 0
+    for rule, drafts in (
+        (make_sampler("fly", entropy_threshold=0.0, window=2), args),
+        (make_sampler("fly", entropy_threshold=0.0), short),
+    ):
+        out = rule.verify(*drafts, torch.Generator().manual_seed(1))
+        sps = make_sampler("sps").verify(*drafts, torch.Generator().manual_seed(1))
+        assert torch.equal(out.token_ids, sps.token_ids)
+    # the test has power: on the same two-token drafts a window that fits does defer
+    opened = make_sampler("fly", entropy_threshold=0.0, window=1)
+    fitted = opened.verify(*args, torch.Generator().manual_seed(1)).num_accepted
+    sps = make_sampler("sps").verify(*args, torch.Generator().manual_seed(1)).num_accepted
+    assert (fitted > sps).any()
+
+
+def test_the_runs_checks_resolve_and_refuse_the_window_before_loading():
+    """`window: auto` becomes vLLM's min(6, m - 1) in the checked choice (so the row's
+    fly_window column and the config hash hold the W decoded); W >= m, W = 0 and m < 2 are
+    one-line ConfigErrors from validate(), which imports no torch."""
+    from test_run_conf import compose_run_conf
+
+    from cactus_bench.run.checks import ConfigError, validate
+
+    def window(*overrides):
+        return validate(compose_run_conf(["sampler=fly", *overrides])).params["window"]
+
+    assert [window(f"m={m}") for m in (2, 5, 10)] == [1, 4, 6]
+    assert window("m=4", "sampler.window=2") == 2
+    assert window("m=3", "sampler.entropy_top_k=5") == 2
+    for overrides, text in (
+        (["m=2", "sampler.window=2"], "window < m"),
+        (["m=4", "sampler.window=0"], "window must be >= 1 for fly"),
+        (["m=1"], "fly needs m >= 2"),
+        (["m=3", "sampler.window=many"], "window must be a number or 'auto'"),
+    ):
+        with pytest.raises(ConfigError, match=text) as caught:
+            compose_run_conf(["sampler=fly", *overrides])
+        assert "\n" not in str(caught.value)

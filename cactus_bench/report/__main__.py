@@ -5,6 +5,8 @@ Reads results CSVs only. Tables go to OUT/tables (Markdown + LaTeX), figures to 
 batch sweep's report (report/batch.py) from one CSV and its steps file; `--cost-table` adds a
 forecast from another device's step costs. `batch-jobs` prints the held-out task's runs, one
 line of run.py overrides each: per (rule, batch) the m the demo task chose (report/batch.py).
+CSVs of the paper-claims sweep (experiment=paper_claims) also get its table and figure
+(report/claims_page.py), from the CSV and the per-prompt table beside it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from cactus_bench.report import (
     write_tables,
 )
 from cactus_bench.report.batch import heldout_jobs, sweep_rows, write_batch_report
+from cactus_bench.report.claims_figure import write_claims_figure
+from cactus_bench.report.claims_page import claims_csvs, claims_rows, write_claims_tables
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.what in ("tables", "all"):
             reference = None if args.reference == "none" else load_reference(args.reference)
             written += write_tables(agg, reference, args.out / "tables")
+            for csv in claims_csvs(frame):
+                written += write_claims_tables(csv, args.out / "tables", reference)
         if args.what in ("plots", "all"):
             written += make_figures(agg, args.out / "figures")
+            for csv in claims_csvs(frame):
+                written += write_claims_figure(csv, claims_rows(csv), args.out / "figures")
     except ValueError as error:  # bad input: one line naming the fix, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 2

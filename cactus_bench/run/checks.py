@@ -20,6 +20,7 @@ from cactus_bench.run.errors import one_line_error
 from cactus_bench.run_settings import check_options
 from cactus_bench.samplers.catalogue import RULES, VERIFIER_ONLY, check_params, rule_info
 from cactus_bench.samplers.params import did_you_mean
+from cactus_bench.samplers.rules.fly import window_for
 from cactus_bench.tasks.specs import TASK_NAMES
 
 
@@ -88,6 +89,7 @@ def validate(conf: RunConf) -> SamplerChoice:
     _check_choices(conf)
     _check_batch(conf)
     _check_acceptance(conf, choice)
+    choice = _fly_window(conf, choice)
     _fail_if(
         conf.backend.name == "vllm" and choice.params.get("test_law") == "unscaled",
         f"backend=vllm gives rules only the sampling laws p and q, not the temperature-1 laws "
@@ -107,6 +109,19 @@ def _check_batch(conf: RunConf) -> None:
         f"batch={conf.batch} needs the fast forward (static batched caches): engine.fast=off "
         "decodes one request at a time; set engine.fast=auto or batch=1",
     )
+
+
+def _fly_window(conf: RunConf, choice: SamplerChoice) -> SamplerChoice:
+    """FLy's window against the run's m, as vLLM checks it: W < m and m >= 2, one line before
+    anything loads; `window: auto` resolved to vLLM's min(6, m - 1), so the row and the config
+    hash record the W the run decodes with (auto and that number are one run)."""
+    if choice.name != "fly":
+        return choice
+    try:
+        window = window_for(choice.params["window"], conf.m)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return SamplerChoice(choice.name, {**choice.params, "window": window})
 
 
 def _check_acceptance(conf: RunConf, choice: SamplerChoice) -> None:

@@ -25,7 +25,7 @@ class Param:
     low: float | None = None  # inclusive unless low_open
     high: float | None = None  # inclusive
     low_open: bool = False
-    choices: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()  # str: the values allowed; int/float: named values besides
     column: str | None = None  # CSV column, when not `name`; "" for none (sampler_params only)
 
     @property
@@ -42,8 +42,13 @@ class Param:
                     f"got {value!r}"
                 )
             return value
+        if isinstance(value, str) and value in self.choices:  # a named value (FLy's window auto)
+            return value
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"{self.name} must be a number for {rule} ({self.doc}); got {value!r}")
+            named = "".join(f" or {choice!r}" for choice in self.choices)
+            raise ValueError(
+                f"{self.name} must be a number{named} for {rule} ({self.doc}); got {value!r}"
+            )
         if self.kind is int:
             if int(value) != value:
                 raise ValueError(f"{self.name} must be an integer for {rule}; got {value!r}")

@@ -1,0 +1,94 @@
+"""The claims figure: per rule, its IFEval score minus SpS's on the same prompts against its AL,
+with both 95 % intervals (AL: the row's; score: paired), prompt level and instruction level side
+by side, and the MDE band around 0 (claims.py). The verifier alone drafts nothing: it sits at
+AL 0. Written by claims_page.write_claims_figure (`make plots`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from cactus_bench.report.claims import claim_arms
+from cactus_bench.report.claims_requests import load_requests
+from cactus_bench.report.figure_parts import MARKERS, clipped_errors, sampler_color, save_figure
+
+PANELS = (("prompt", "(a) prompt-level strict accuracy"), ("inst", "(b) instruction-level"))
+FIGURE_STEM = "paper_claims_score_vs_al"
+# the Cactus budgets share the rule's colour; the marker tells them apart
+ARM_MARKERS = {"Cactus (δ = 0.5)": "<", "Cactus (δ = 1)": "^", "Cactus (δ = 2)": ">"}
+
+
+def claims_figure(arms: pd.DataFrame, mde: dict, m: int) -> Figure:
+    figure = Figure(figsize=(10.5, 4.2), layout="constrained")
+    axes = figure.subplots(1, 2, sharex=True)
+    for ax, (metric, title) in zip(axes, PANELS, strict=True):
+        column = f"{metric}_diff_sps"
+        if column not in arms or arms[column].isna().all():
+            ax.text(
+                0.5,
+                0.5,
+                "no per-prompt table",
+                ha="center",
+                va="center",
+                fontsize=9,
+                transform=ax.transAxes,
+            )
+        else:
+            for line in arms.itertuples():
+                line = line._asdict()
+                if pd.isna(line.get(column)):
+                    continue
+                al = 0.0 if pd.isna(line["al"]) else line["al"]
+                xerr, _ = clipped_errors([al], [line["al_ci_low"]], [line["al_ci_high"]])
+                yerr, _ = clipped_errors(
+                    [line[column]], [line[f"{column}_ci_low"]], [line[f"{column}_ci_high"]]
+                )
+                marker = ARM_MARKERS.get(line["arm"], MARKERS.get(line["rule"], "o"))
+                ax.errorbar(
+                    [al],
+                    [100 * line[column]],
+                    xerr=np.nan_to_num(xerr),
+                    yerr=100 * yerr,
+                    fmt=marker,
+                    color=sampler_color(line["rule"]),
+                    markersize=6,
+                    elinewidth=1.2,
+                    capsize=2.5,
+                    label=line["arm"],
+                )
+        margin = mde.get(metric, math.nan)
+        if not math.isnan(margin):
+            ax.axhspan(
+                -100 * margin,
+                100 * margin,
+                color="0.9",
+                zorder=0,
+                lw=0,
+                label=f"±MDE at 80 % power ({100 * margin:.1f} points)",
+            )
+        ax.axhline(0.0, color="0.25", linewidth=1, zorder=1)
+        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_xlabel(f"AL: accepted drafts per step (m = {m}, 95 % interval)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("score − SpS's, same prompts (points, paired 95 %)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    figure.suptitle(f"IFEval, {mde['n']} prompts: score against SpS per rule", fontsize=11)
+    return figure
+
+
+def write_claims_figure(csv: Path, rows: pd.DataFrame, out: Path) -> list[Path]:
+    """OUT/paper_claims_score_vs_al.{png,pdf} from the sweep's rows and per-prompt table."""
+    arms, mde, _ = claim_arms(rows, load_requests(csv))
+    speculative = rows[rows.sampler != "verifier"]
+    m = int(speculative.m.iloc[0]) if len(speculative) else 0
+    figure = claims_figure(arms, mde, m)
+    pairs = sorted(set(rows.model_pair.astype(str))) if "model_pair" in rows else []
+    devices = sorted(set(rows.device_name.dropna().astype(str)))
+    figure.set_label(f"{', '.join(pairs)}; timed on {' / '.join(devices) or 'device unknown'}")
+    out.mkdir(parents=True, exist_ok=True)
+    return save_figure(figure, out / FIGURE_STEM, ("png", "pdf"))

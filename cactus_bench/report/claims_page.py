@@ -1,0 +1,169 @@
+"""The claims report's files from the sweep's CSV and its per-prompt table (claims.py has the
+numbers): OUT/tables/paper_claims.{md,csv} and OUT/figures/paper_claims_score_vs_al.{png,pdf}.
+`make tables plots` write them beside the generic tables whenever the CSVs hold rows of
+experiment `paper_claims` (report/__main__.py), byte for byte the same from the same files.
+
+Verdicts are written only for a finished sweep: every arm of claims.ARMS with a row, each on all
+IFEVAL_PROMPTS prompts; until then the page says which arms and prompts are still missing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from cactus_bench.report.claims import ARMS, arm_rows, claim_arms, claim_verdicts
+from cactus_bench.report.claims_requests import load_requests
+from cactus_bench.report.reference import Reference
+from cactus_bench.results.schema import RENAMED_COLUMNS
+
+EXPERIMENT = "paper_claims"
+IFEVAL_PROMPTS = 541
+# the paper's own pair (Table 1), whose IFEval cells report/paper_values.yaml lacks
+PAPER_PAIR = ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-14B", 20)
+PAPER_RULE = {"SpS": ("sps", None), "TAS": ("tas", None)}
+PAPER_RULE |= {f"Cactus (δ = {d:g})": ("cactus", d) for d in (0.5, 1.0, 2.0)}
+PAPER_RULE["verifier alone"] = ("verifier", None)
+
+
+def claims_csvs(frame: pd.DataFrame) -> list[Path]:
+    """The CSVs among a report's inputs that hold rows of the claims sweep."""
+    found = []
+    for name in sorted(set(frame.source_file)):
+        names = pd.read_csv(name, usecols=lambda column: column == "experiment")
+        if "experiment" in names and (names.experiment == EXPERIMENT).any():
+            found.append(Path(name))
+    return found
+
+
+def claims_rows(csv: Path) -> pd.DataFrame:
+    """The finished rows of the claims sweep in `csv`."""
+    rows = pd.read_csv(csv).rename(columns=RENAMED_COLUMNS)
+    return rows[(rows.status == "ok") & (rows.experiment == EXPERIMENT)]
+
+
+def _pct(value, low=None, high=None, signed: bool = False) -> str:
+    if value is None or pd.isna(value):
+        return ""
+    form = "{:+.1f}" if signed else "{:.1f}"
+    text = form.format(100 * float(value) + 0.0)
+    if low is None or pd.isna(low) or pd.isna(high):
+        return text
+    return f"{text} [{form.format(100 * float(low) + 0.0)}, {form.format(100 * float(high) + 0.0)}]"
+
+
+def _al(line) -> str:
+    if pd.isna(line.al):
+        return "—"
+    if pd.isna(line.al_ci_low):
+        return f"{line.al:.2f}"
+    return f"{line.al:.2f} [{line.al_ci_low:.2f}, {line.al_ci_high:.2f}]"
+
+
+def _paper(reference: Reference, arm: str, metric: str) -> str:
+    """The paper's IFEval cell for this arm and metric (score or al), empty where it lacks it."""
+    if arm not in PAPER_RULE:
+        return ""
+    sampler, delta = PAPER_RULE[arm]
+    drafter, verifier, m = PAPER_PAIR
+    if sampler == "verifier":
+        drafter, m = None, None
+    hit = reference.lookup(drafter, verifier, m, sampler, delta, "ifeval", metric)
+    return "" if hit is None else f"{hit.value:g}"
+
+
+def table_markdown(arms: pd.DataFrame, mde: dict, reference: Reference) -> str:
+    """The paper's layout: rule x AL, prompt- and instruction-level strict accuracy (%)."""
+    lines = [
+        "| rule | AL [95 %] | prompt-level % [95 %] | − SpS [paired] | − verifier [paired] "
+        "| instruction-level % [95 %] | − SpS [paired] | − verifier [paired] "
+        "| ends on budget % | paper AL (another pair) | paper IFEval % (another pair) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for line in arms.itertuples():
+        get = line._asdict().get
+
+        def diff(name: str, get=get) -> str:
+            return _pct(get(name), get(f"{name}_ci_low"), get(f"{name}_ci_high"), True)
+
+        cells = [
+            line.arm,
+            _al(line),
+            _pct(line.prompt_acc, line.prompt_acc_ci_low, line.prompt_acc_ci_high),
+            diff("prompt_diff_sps"),
+            diff("prompt_diff_verifier"),
+            _pct(get("inst_acc"), get("inst_acc_ci_low"), get("inst_acc_ci_high")),
+            diff("inst_diff_sps"),
+            diff("inst_diff_verifier"),
+            _pct(get("ends_on_budget")),
+            _paper(reference, line.arm, "al"),
+            _paper(reference, line.arm, "score"),
+        ]
+        lines.append("| " + " | ".join(cell or "—" for cell in cells) + " |")
+    power = [
+        f"{mde['n']} prompts. The paper's columns are its Table 1 pair ({PAPER_PAIR[0]} -> "
+        f"{PAPER_PAIR[1]}, m = {PAPER_PAIR[2]}), another pair and model size: empty where "
+        "cactus_bench/report/paper_values.yaml has no IFEval value."
+    ]
+    ran = [f"{line.arm} {line.params}" for line in arms.itertuples() if _has_params(line.params)]
+    if ran:
+        power.append(f"Parameters as run: {'; '.join(ran)}.")
+    for metric, name in (("prompt", "prompt-level"), ("inst", "instruction-level")):
+        if not math.isnan(mde.get(metric, math.nan)):
+            power.append(
+                f"Minimum detectable difference from SpS at 80 % power ({name}, two-sided paired "
+                f"test at alpha = 0.05, normal approximation): {100 * mde[metric]:.1f} points."
+            )
+    return "\n".join(lines) + "\n\n" + " ".join(power) + "\n"
+
+
+def _has_params(params) -> bool:
+    return isinstance(params, str) and params not in ("", "{}")
+
+
+def missing_for_verdicts(rows: pd.DataFrame) -> list[str]:
+    """What the sweep still lacks before verdicts are written (empty: finished)."""
+    labels = {label for label, _, _ in ARMS}
+    present = {label for label, row in arm_rows(rows) if int(row.n_prompts) == IFEVAL_PROMPTS}
+    return sorted(labels - present, key=[label for label, _, _ in ARMS].index)
+
+
+def write_claims_tables(csv: Path, out: Path, reference: Reference | None) -> list[Path]:
+    """OUT/tables/paper_claims.{md,csv} from `csv` and its per-prompt table (reference: the
+    paper's values, None to leave them out)."""
+    reference = reference or Reference.empty()
+    rows = claims_rows(csv)
+    requests = load_requests(csv)
+    arms, mde, per_prompt = claim_arms(rows, requests)
+    out.mkdir(parents=True, exist_ok=True)
+    table_csv = out / f"{EXPERIMENT}.csv"
+    arms.to_csv(table_csv, index=False, float_format="%.6g")
+    parts = [
+        "# Paper claims: IFEval on the embedded pair",
+        "",
+        table_markdown(arms, mde, reference),
+    ]
+    if requests is None:
+        parts.append(
+            "No per-prompt table beside the CSV: instruction level, budget share and the AL "
+            "difference need `python -m cactus_bench.report claims-requests` (make paper-claims).\n"
+        )
+    missing = missing_for_verdicts(rows)
+    parts += ["## Verdicts", ""]
+    if missing:
+        parts.append(
+            f"Not written: the sweep has not finished ({', '.join(missing)} without a row on all "
+            f"{IFEVAL_PROMPTS} prompts).\n"
+        )
+    else:
+        for verdict in claim_verdicts(arms, mde, per_prompt):
+            parts.append(
+                f"- ({verdict.claim}) {verdict.statement}: **{verdict.outcome}**. "
+                f"{verdict.evidence}."
+            )
+        parts.append("")
+    page = out / f"{EXPERIMENT}.md"
+    page.write_text("\n".join(parts))
+    return [table_csv, page]

@@ -1,0 +1,108 @@
+"""The claims report's per-prompt table, written once after the sweep from its records
+(`make paper-claims`: scripts/paper_claims_requests.py, which brings lm-eval's IFEval checker).
+
+The results CSV holds one row per arm with the headline metric per prompt (`score_by_prompt`,
+IFEval's prompt-level strict accuracy). The claims also need, per prompt and arm, IFEval's
+instruction-level strict result, whether the answer ended on the token budget, and the accepted
+drafts and steps (a paired AL difference). Those live in `<stem>.records.jsonl` (git-ignored:
+it holds the generated text), so this step writes them to `<stem>.requests.csv` beside the CSV,
+one line per (run_id, prompt), which is committed and from which `make tables plots` rebuild the
+claims page. Each answer is re-scored with lm-eval's own IFEval checker (`process_results`) on
+the task's documents in order; its prompt-level result must equal the row's `score_by_prompt`
+entry for every prompt, else this step refuses (the records and the row disagree).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from cactus_bench.results.schema import RENAMED_COLUMNS
+
+REQUEST_COLUMNS = (
+    "run_id",
+    "prompt",  # index in the task's document order
+    "stop_reason",  # eos | stop | length (length: the answer ended on the token budget)
+    "generated_tokens",
+    "accepted",  # accepted drafts, all steps (empty for the verifier alone)
+    "steps",  # verification steps (empty for the verifier alone)
+    "prompt_strict",  # IFEval prompt-level strict: every instruction followed (0/1)
+    "inst_followed",  # instructions followed (strict)
+    "inst_total",  # instructions in the prompt
+)
+
+
+def requests_path(csv: Path) -> Path:
+    return csv.with_name(csv.stem + ".requests.csv")
+
+
+def _records(csv: Path) -> dict[str, list[dict]]:
+    """{run_id: the run's own records in request order} from `<stem>.records.jsonl`."""
+    path = csv.with_name(csv.stem + ".records.jsonl")
+    if not path.is_file():
+        raise ValueError(
+            f"{path} is missing: the per-prompt table is built from the sweep's records"
+        )
+    by_run: dict[str, dict[int, dict]] = {}
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            entry = json.loads(line)
+            if entry.get("arm") == "spec":  # the run's own decode (the verifier's, alone)
+                by_run.setdefault(entry["run_id"], {})[int(entry["request_index"])] = entry
+    return {run: [found[i] for i in sorted(found)] for run, found in by_run.items()}
+
+
+def write_requests(csv: Path, documents: list[dict], score) -> Path:
+    """`<stem>.requests.csv` of every ok IFEval row of `csv` (module doc); returns its path.
+    documents: the task's documents in order; score(document, answer text) -> lm-eval's IFEval
+    `process_results` dict (prompt_level_strict_acc, inst_level_strict_acc: a list)."""
+    rows = pd.read_csv(csv).rename(columns=RENAMED_COLUMNS)
+    rows = rows[(rows.status == "ok") & (rows.task == "ifeval")]
+    if rows.empty:
+        raise ValueError(f"{csv} has no finished IFEval rows: run the sweep first")
+    records = _records(csv)
+    lines = []
+    for row in rows.itertuples():
+        scores = json.loads(row.score_by_prompt)
+        found = records.get(row.run_id, [])
+        if len(found) != len(scores) or int(row.repeats) != 1:
+            raise ValueError(
+                f"run {row.run_id} ({row.sampler}) has {len(found)} records for {len(scores)} "
+                "prompts (one repeat each expected): the records file lacks its run"
+            )
+        for index, (record, expected) in enumerate(zip(found, scores, strict=True)):
+            result = score(documents[index], record["text"])
+            strict = float(result["prompt_level_strict_acc"])
+            if not math.isclose(strict, float(expected)):
+                raise ValueError(
+                    f"run {row.run_id} ({row.sampler}) prompt {index}: IFEval re-scores its "
+                    f"answer {strict:g}, the row says {expected}: records and row disagree"
+                )
+            speculative = bool(record.get("num_draft_tokens"))
+            followed = result["inst_level_strict_acc"]
+            lines.append(
+                {
+                    "run_id": row.run_id,
+                    "prompt": index,
+                    "stop_reason": record["stop_reason"],
+                    "generated_tokens": len(record["output_ids"]),
+                    "accepted": sum(record["accepted_per_step"]) if speculative else None,
+                    "steps": len(record["accepted_per_step"]) if speculative else None,
+                    "prompt_strict": int(strict),
+                    "inst_followed": int(sum(followed)),
+                    "inst_total": len(followed),
+                }
+            )
+    out = requests_path(csv)
+    table = pd.DataFrame(lines, columns=list(REQUEST_COLUMNS))
+    table.astype({"accepted": "Int64", "steps": "Int64"}).to_csv(out, index=False)
+    return out
+
+
+def load_requests(csv: Path) -> pd.DataFrame | None:
+    """The per-prompt table beside `csv`, or None when the sweep's step has not written it."""
+    path = requests_path(csv)
+    return pd.read_csv(path) if path.is_file() else None

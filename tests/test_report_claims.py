@@ -1,0 +1,242 @@
+"""The paper-claims report (report/claims*.py) on FABRICATED rows: nothing here was measured.
+
+541 prompts, every arm of the sweep, per-prompt scores and requests chosen by hand so that each
+claim lands on a known side: TAS loses 60 prompts SpS gets right (b holds), Cactus δ = 1 gets
+SpS's answers with more accepted drafts (a and c hold), Cactus δ = 2 loses 14 prompts and wins
+8 (a not resolved), FLy has Cactus δ = 1's AL and answers (d holds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cactus_bench.report.claims import (
+    FAILS,
+    HOLDS,
+    OPEN,
+    claim_arms,
+    claim_verdicts,
+    gains_al,
+    keeps_score,
+    loses_score,
+    paired_ratio_difference,
+)
+from cactus_bench.report.claims_figure import write_claims_figure
+from cactus_bench.report.claims_page import claims_rows, write_claims_tables
+from cactus_bench.report.reference import load_reference
+
+N = 541
+RIGHT = set(range(108))  # SpS's right answers (about 20 %)
+# label -> (sampler, delta, prompts right, accepted per step in 10 steps per prompt)
+ARMS = {
+    "verifier": ("verifier", None, RIGHT | {200}, None),
+    "sps": ("sps", None, RIGHT, 5),
+    "tas": ("tas", None, RIGHT - set(range(60)), 8),
+    "cactus_0.5": ("cactus", 0.5, RIGHT, 7),
+    "cactus_1.0": ("cactus", 1.0, RIGHT, 8),
+    "cactus_2.0": ("cactus", 2.0, (RIGHT - set(range(14))) | set(range(300, 308)), 9),
+    "cactus_exact_1.0": ("cactus_exact", 1.0, RIGHT, 8),
+    "fly": ("fly", None, RIGHT, 8),
+}
+
+
+def fabricated(tmp_path, prompts: int = N):
+    """The sweep's CSV and its per-prompt table, FABRICATED, in tmp_path."""
+    rows, requests = [], []
+    for index, (run, (sampler, delta, right, accepted)) in enumerate(ARMS.items()):
+        scores = [1.0 if i in right else 0.0 for i in range(prompts)]
+        al = None if accepted is None else accepted / 10
+        rows.append(
+            {
+                "run_id": run,
+                "status": "ok",
+                "experiment": "paper_claims",
+                "task": "ifeval",
+                "sampler": sampler,
+                "delta": delta,
+                "m": 2,
+                "n_prompts": prompts,
+                "prompts_hash": "abc",
+                "score_by_prompt": json.dumps(scores),
+                "score": float(np.mean(scores)),
+                "score_ci_low": 0.0,
+                "score_ci_high": 1.0,
+                "al": al,
+                "al_ci_low": None if al is None else al - 0.05,
+                "al_ci_high": None if al is None else al + 0.05,
+                "repeats": 1,
+                "model_pair": "FABRICATED pair",
+                "device_name": "FABRICATED test fixture",
+            }
+        )
+        for i in range(prompts):
+            follows = 3 if i in right else 1 + (i + index) % 2
+            requests.append(
+                {
+                    "run_id": run,
+                    "prompt": i,
+                    "stop_reason": "length" if i % 10 == index % 10 else "eos",
+                    "generated_tokens": 100,
+                    "accepted": None if al is None else accepted,
+                    "steps": None if al is None else 10,
+                    "prompt_strict": int(i in right),
+                    "inst_followed": follows,
+                    "inst_total": 3,
+                }
+            )
+    csv = tmp_path / "paper_claims.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    table = pd.DataFrame(requests).astype({"accepted": "Int64", "steps": "Int64"})
+    table.to_csv(tmp_path / "paper_claims.requests.csv", index=False)
+    return csv
+
+
+def test_the_verdict_rules_read_the_interval_against_the_mde():
+    assert keeps_score(-0.02, 0.03, mde=0.05) == HOLDS  # any loss below the MDE
+    assert keeps_score(-0.09, -0.01, mde=0.05) == FAILS  # significantly below
+    assert keeps_score(-0.09, 0.01, mde=0.05) == OPEN
+    assert loses_score(-0.09, -0.01, mde=0.05) == HOLDS
+    assert loses_score(-0.02, 0.03, mde=0.05) == FAILS
+    assert loses_score(-0.09, 0.01, mde=0.05) == OPEN
+    assert (gains_al(0.1, 0.3), gains_al(-0.2, 0.0), gains_al(-0.1, 0.1)) == (HOLDS, FAILS, OPEN)
+
+
+def test_the_paired_ratio_difference_is_the_difference_of_ratios_of_sums():
+    estimate, low, high = paired_ratio_difference([2, 4], [4, 4], [1, 1], [4, 4])
+    assert estimate == pytest.approx(6 / 8 - 2 / 8)
+    assert low <= estimate <= high
+
+
+def test_each_claim_lands_where_the_fabricated_rows_put_it(tmp_path):
+    csv = fabricated(tmp_path)
+    arms, mde, per_prompt = claim_arms(
+        claims_rows(csv), pd.read_csv(tmp_path / "paper_claims.requests.csv")
+    )
+    by = arms.set_index("rule")
+    tas = arms.set_index("arm").loc["TAS"]
+    assert tas.prompt_diff_sps == pytest.approx(-60 / N)
+    assert tas.prompt_diff_sps_ci_high < 0
+    # instruction level: followed / instructions, a ratio of sums over the same instructions
+    sps = arms.set_index("arm").loc["SpS"]
+    assert sps.inst_acc == pytest.approx(
+        (108 * 3 + sum(1 + (i + 1) % 2 for i in range(108, N))) / (3 * N)
+    )
+    assert by.loc["verifier"].prompt_diff_sps == pytest.approx(1 / N)
+    assert math.isnan(by.loc["verifier"].get("al_diff_sps", math.nan))
+    assert sps.ends_on_budget == pytest.approx(len(range(1, N, 10)) / N)
+    assert 0 < mde["prompt"] < 0.1 and mde["n"] == N
+    verdicts = {(v.claim, v.statement): v.outcome for v in claim_verdicts(arms, mde, per_prompt)}
+    assert verdicts[("a", "Cactus (δ = 1) keeps SpS's score")] == HOLDS
+    assert verdicts[("b", "TAS loses score against SpS")] == HOLDS
+    assert verdicts[("c", "Cactus (δ = 1)'s AL exceeds SpS's")] == HOLDS
+    assert verdicts[("d", "Cactus (δ = 1) keeps FLy's score at matched AL")] == HOLDS
+    loss = arms.set_index("arm").loc["Cactus (δ = 2)"]
+    expected = keeps_score(loss.prompt_diff_sps_ci_low, loss.prompt_diff_sps_ci_high, mde["prompt"])
+    assert verdicts[("a", "Cactus (δ = 2) keeps SpS's score")] == expected == OPEN
+
+
+def test_the_page_writes_verdicts_only_for_a_finished_sweep_and_rebuilds_byte_for_byte(tmp_path):
+    reference = load_reference()
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    table_csv, page = write_claims_tables(fabricated(finished), finished / "out", reference)
+    text = page.read_text()
+    assert "**holds**" in text and "Not written" not in text
+    assert "| SpS | 0.50 [0.45, 0.55] | 20.0 [0.0, 100.0] | +0.0 [+0.0, +0.0] |" in text
+    first = {path: path.read_bytes() for path in (table_csv, page)}
+    csv = finished / "paper_claims.csv"
+    figures = write_claims_figure(csv, claims_rows(csv), finished / "fig")
+    first |= {path: path.read_bytes() for path in figures}
+    write_claims_tables(csv, finished / "out", reference)
+    write_claims_figure(csv, claims_rows(csv), finished / "fig")
+    assert all(path.read_bytes() == data for path, data in first.items())
+    short = tmp_path / "short"
+    short.mkdir()
+    _, page = write_claims_tables(fabricated(short, prompts=40), short / "out", reference)
+    assert "Not written: the sweep has not finished" in page.read_text()
+    assert "**holds**" not in page.read_text()
+
+
+def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tmp_path):
+    """write_requests reads the run's own records (arm spec) in request order, re-scores each
+    answer with the scorer it is given and checks it against the row's score_by_prompt."""
+    from cactus_bench.report.claims_requests import load_requests, write_requests
+
+    csv = tmp_path / "paper_claims.csv"
+    row = {
+        "run_id": "r1",
+        "status": "ok",
+        "task": "ifeval",
+        "sampler": "sps",
+        "repeats": 1,
+        "score_by_prompt": json.dumps([1.0, 0.0]),
+    }
+    pd.DataFrame([row]).to_csv(csv, index=False)
+    records = [
+        {"run_id": "r1", "arm": "baseline", "request_index": 0, "text": "ignored"},
+        {
+            "run_id": "r1",
+            "arm": "spec",
+            "request_index": 1,
+            "text": "no",
+            "stop_reason": "length",
+            "output_ids": [1, 2, 3],
+            "num_draft_tokens": 2,
+            "accepted_per_step": [2, 0],
+        },
+        {
+            "run_id": "r1",
+            "arm": "spec",
+            "request_index": 0,
+            "text": "yes",
+            "stop_reason": "eos",
+            "output_ids": [1],
+            "num_draft_tokens": 2,
+            "accepted_per_step": [1],
+        },
+    ]
+    path = tmp_path / "paper_claims.records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def score(document, text):
+        follows = [True, True] if text == "yes" else [False, True]
+        return {"prompt_level_strict_acc": all(follows), "inst_level_strict_acc": follows}
+
+    write_requests(csv, [{"doc": 0}, {"doc": 1}], score)
+    table = load_requests(csv)
+    assert table.stop_reason.tolist() == ["eos", "length"]
+    assert table.prompt_strict.tolist() == [1, 0]
+    assert table.inst_followed.tolist() == [2, 1] and table.inst_total.tolist() == [2, 2]
+    assert table.accepted.tolist() == [1, 2] and table.steps.tolist() == [1, 2]
+    with pytest.raises(ValueError, match="prompt 0: IFEval re-scores its answer 0") as caught:
+        write_requests(csv, [{}, {}], lambda document, text: score(document, "no"))
+    assert "\n" not in str(caught.value)
+
+
+def test_the_experiment_sweeps_exactly_the_reports_arms():
+    """configs/experiment/paper_claims.yaml and report/claims.py's ARMS name the same arms, at
+    the settings the page states (541 prompts, batch 8, m = 2, cached baseline, <= 512 tokens)."""
+    from test_run_conf import compose_cfg, compose_run_conf, sweep_params
+
+    from cactus_bench.report.claims import ARMS as REPORT_ARMS
+    from cactus_bench.run.checks import validate
+
+    params = sweep_params(compose_cfg(["experiment=paper_claims"], hydra_node=True))
+    assert params["task"] == ["ifeval"] and params["model"] == ["smollm2_135m"]
+    ran = []
+    for preset in params["sampler"]:
+        conf = compose_run_conf(["experiment=paper_claims", "task=ifeval", f"sampler={preset}"])
+        assert (conf.limit, conf.batch, conf.m, conf.baseline) == (None, 8, 2, "cached")
+        assert conf.max_new_tokens <= 512
+        choice = validate(conf)
+        ran.append((choice.name, choice.params.get("delta")))
+        if choice.name == "fly":
+            assert choice.params["window"] == 1  # vLLM's min(6, m - 1)
+        if choice.name == "cactus_exact":
+            assert choice.params["divergence"] == "kl"
+    assert ran == [(sampler, delta) for _, sampler, delta in REPORT_ARMS]
