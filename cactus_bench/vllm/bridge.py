@@ -271,13 +271,23 @@ def rejection_sample_v1(
 
 
 # ---- runner V2 layout ----------------------------------------------------------------------------
-V2_IGNORED = ("use_fp64", "fly_entropy_threshold", "fly_entropy_top_k")  # see the module docstring
+V2_IGNORED = ("use_fp64", "fly_entropy_threshold", "fly_entropy_top_k", "skip_masked_vocab_blocks")
 V2_WATERMARK = ("contexts", "watermarking", "watermarking_skip_mask", "watermark_key")
 
 
+def draft_logits_rows(draft_logits_cache, states: torch.Tensor):
+    """(values [rows, K, V'], row [B] of each request's drafts, -1: not cached on this rank)
+    from vLLM 0.34's `DraftLogitsCache` (a plain [R_max, K, V'] tensor: rows by request state)."""
+    if isinstance(draft_logits_cache, torch.Tensor):
+        return draft_logits_cache, states
+    mapping = draft_logits_cache.row_mapping  # [R_max] int32, or None for a replicated cache
+    rows = states if mapping is None else mapping[states].long()
+    return draft_logits_cache.values, rows
+
+
 def rejection_sample_v2(
-    target_logits: torch.Tensor,  # [L, V] after temperature / top-k / top-p (0.33)
-    draft_logits: torch.Tensor | None,  # [R_max, K, V'] raw drafter logits, by request state
+    target_logits: torch.Tensor,  # [L, V] after temperature / top-k / top-p
+    draft_logits_cache,  # DraftLogitsCache (.values [rows, K, V'] raw, .row_mapping) | None
     draft_sampled: torch.Tensor,  # [L]: per request [last token, d_1 .. d_n], -1 = no draft
     cu_num_logits: torch.Tensor,  # [B + 1]
     pos: torch.Tensor,  # [L] sequence positions
@@ -292,16 +302,21 @@ def rejection_sample_v2(
     fly_window_size: int = 0,
     *,
     rule: AcceptanceRule,
-    draft_logits_scaled: bool = False,
     **options,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """V2 `rejection_sample` with `rule`: -> (sampled [B, K + 1] int64, num_sampled [B] int32).
 
-    vLLM 0.33's kernel divides the drafter's logits by the request temperature on load
-    (`draft_logits ... / temp`); `draft_logits_scaled=True` is for releases that pre-scale.
-    The drafter's law is softmax(logits / T), no top-k / top-p: V2 samples drafts from exactly
-    that (its Gumbel sampler applies the temperature only). Request b's rows are
-    cu_num_logits[b] .. cu_num_logits[b + 1] - 1: one per draft slot, then its bonus row.
+    vLLM 0.34's kernel reads the drafter's logits of request state s, draft step j at
+    `values[row_mapping[s], j]` (row s for a replicated cache) and divides them by the request
+    temperature on load: the drafter's law is softmax(logits / T); with the registered
+    speculator (v2_speculator.py) those logits are -inf outside the processed law's support.
+    A request whose row is -1 (cached by another rank) has its drafts rejected and its token
+    drawn from its first target row, as vLLM does with drafts it cannot verify.
+    `skip_masked_vocab_blocks` only lets vLLM's kernel skip vocabulary blocks where the target
+    is -inf everywhere; the bridge reads each row whole, so ignoring it changes nothing.
+    Request b's rows are cu_num_logits[b] .. cu_num_logits[b + 1] - 1: one per draft slot,
+    then its bonus row. No host read (the runner's CUDA-graph mode): full rows, no support
+    compaction (batched.Step.support_reads).
     """
     for name in V2_IGNORED:
         options.pop(name, None)
@@ -314,9 +329,34 @@ def rejection_sample_v2(
         raise ValueError(f"rejection_sample_method='block' is vLLM's own; {FIX_OWN_METHOD}")
     if fly_window_size:
         raise ValueError(f"rejection_sample_method='fly' is vLLM's own; {FIX_OWN_METHOD}")
+    if draft_logits_cache is None and needs_draft_probs(rule):
+        raise ValueError(_no_draft_probs(rule))
+    step, uniforms = v2_step(
+        target_logits, draft_logits_cache, draft_sampled, cu_num_logits, pos, idx_mapping,
+        temperature, seed, num_speculative_steps,
+    )  # fmt: skip
+    out, num_accepted = verify_step(rule, step, uniforms)
+    return out, (num_accepted + 1).to(torch.int32)
+
+
+def v2_step(
+    target_logits: torch.Tensor,  # [L, V]
+    draft_logits_cache,  # DraftLogitsCache | [R_max, K, V'] | None
+    draft_sampled: torch.Tensor,  # [L]
+    cu_num_logits: torch.Tensor,  # [B + 1]
+    pos: torch.Tensor,  # [L]
+    idx_mapping: torch.Tensor,  # [B]
+    temperature: torch.Tensor,  # [R_max]
+    seed: torch.Tensor,  # [R_max]
+    num_speculative_steps: int,
+) -> tuple[Step, SeedUniforms]:
+    """V2's layout -> (the batched Step, its uniforms): pure tensor work, no host read."""
     vocab = target_logits.shape[-1]
-    if draft_logits is not None:  # vLLM: a padded target vocabulary is cut to the drafter's
-        vocab = min(vocab, draft_logits.shape[-1])
+    values = rows_of_state = None
+    state = idx_mapping.long()  # [B]
+    if draft_logits_cache is not None:
+        values, rows_of_state = draft_logits_rows(draft_logits_cache, state)
+        vocab = min(vocab, values.shape[-1])  # vLLM: a padded target vocabulary is cut
     device, rows = target_logits.device, target_logits.shape[0]
     starts = cu_num_logits[:-1].long()  # [B]
     slots = cu_num_logits[1:].long() - starts - 1  # [B] draft slots (placeholders included)
@@ -326,23 +366,23 @@ def rejection_sample_v2(
     shifted = torch.cat([draft_sampled[1:], draft_sampled.new_full((1,), PLACEHOLDER_TOKEN_ID)])
     slot_row = (starts.unsqueeze(-1) + j).clamp(max=rows - 1)  # [B, M]
     drafted = (shifted[slot_row] != PLACEHOLDER_TOKEN_ID) & (j < slots.unsqueeze(-1))
+    if rows_of_state is not None:  # drafts of a request without cached logits: none verified
+        drafted &= (rows_of_state >= 0).unsqueeze(-1)
     count = drafted.long().cumprod(dim=1).sum(dim=1)  # [B]
-    state = idx_mapping.long()
     temps = temperature[state].float()  # [B]
     greedy = temps <= 0
     request_of_row = torch.searchsorted(
         cu_num_logits[1:].long(), torch.arange(rows, device=device), right=True
-    )
+    ).clamp(max=state.shape[0] - 1)  # [L]
     drafter = None
-    if draft_logits is not None:
+    if values is not None:
         local = (torch.arange(rows, device=device) - starts[request_of_row]).clamp(
-            max=draft_logits.shape[1] - 1
-        )  # [L] a row's position within its request
-        raw = draft_logits[state[request_of_row], local, :vocab].float()  # [L, V]
-        scale = torch.where(greedy | draft_logits_scaled, 1.0, temps)[request_of_row]
+            max=values.shape[1] - 1
+        )  # [L] a row's draft step within its request
+        row = rows_of_state[request_of_row].clamp(min=0)  # [L]
+        raw = values[row, local, :vocab].float()  # [L, V]
+        scale = torch.where(greedy, 1.0, temps)[request_of_row]
         drafter = torch.softmax(raw / scale.unsqueeze(-1), dim=-1)
-    elif needs_draft_probs(rule):
-        raise ValueError(_no_draft_probs(rule))
     step = Step(
         ids=shifted.clamp(min=0, max=vocab - 1).long(),
         target=target_logits[:, :vocab],
@@ -354,8 +394,7 @@ def rejection_sample_v2(
         bonus_ids=None,
         bonus_rows=starts + count,
         width=width,
+        support_reads=False,
     )
     # one key per request and step: vLLM's request seed and the position of its first row
-    uniforms = SeedUniforms(seed[state], pos[starts])
-    out, num_accepted = verify_step(rule, step, uniforms)
-    return out, (num_accepted + 1).to(torch.int32)
+    return step, SeedUniforms(seed[state], pos[starts])
