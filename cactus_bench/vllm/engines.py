@@ -124,8 +124,8 @@ def build_llm(
     **kwargs,
 ):
     """A `vllm.LLM` on its line's runner, checked; `rule=(name, params)` is exported to RULE_ENV
-    before vLLM starts workers (`rule_checked`: the run's config checks passed the parameters, so the
-    workers build the rule from them without checking again).
+    before vLLM starts workers (`rule_checked`: the run's config checks passed the parameters, so
+    the workers build the rule from them without checking again).
 
     The variable stays set for this process (a verifier-only engine has no rejection sampler to
     patch, so it is harmless there). `acceptance="vllm"` or "vllm_greedy" (no rule): vLLM's own
