@@ -200,10 +200,9 @@ def test_the_v2_layout_compiles_whole():
     temperature, seed, steps = per_state
 
     def layout(target, values, row_mapping, draft_sampled, cu, pos, state, temperature, seed):
-        step, uniforms = bridge.v2_step(
-            target, Cache(values, row_mapping), draft_sampled, cu, pos, state, temperature,
-            seed, steps,
-        )  # fmt: skip
+        cache = Cache(values, row_mapping)
+        layout = (target, cache, draft_sampled, cu, pos, state, temperature, seed, steps)
+        step, uniforms = bridge.v2_step(*layout)
         return step.draft_probs, step.row_of, step.valid, step.bonus_rows, uniforms.accept((4, 3))
 
     tensors = (target, cache.values, cache.row_mapping, draft_sampled, cu, pos, state)

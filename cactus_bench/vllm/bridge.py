@@ -331,10 +331,8 @@ def rejection_sample_v2(
         raise ValueError(f"rejection_sample_method='fly' is vLLM's own; {FIX_OWN_METHOD}")
     if draft_logits_cache is None and needs_draft_probs(rule):
         raise ValueError(_no_draft_probs(rule))
-    step, uniforms = v2_step(
-        target_logits, draft_logits_cache, draft_sampled, cu_num_logits, pos, idx_mapping,
-        temperature, seed, num_speculative_steps,
-    )  # fmt: skip
+    layout = (target_logits, draft_logits_cache, draft_sampled, cu_num_logits, pos, idx_mapping)
+    step, uniforms = v2_step(*layout, temperature, seed, num_speculative_steps)
     out, num_accepted = verify_step(rule, step, uniforms)
     return out, (num_accepted + 1).to(torch.int32)
 
