@@ -211,3 +211,56 @@ def test_the_v2_layout_compiles_whole():
         compiled(*tensors, temperature, seed), layout(*tensors, temperature, seed), strict=True
     ):
         assert torch.equal(got, want)
+
+
+# ---- the speculator's glue, on a stand-in of vLLM's base class -----------------------------------
+class _StandaloneAR:
+    """vLLM 0.34's StandaloneARSpeculator as the subclass uses it (the conformance test checks
+    these hooks against its source): buffers by request state, and sample_draft drawing from
+    (and caching) what compute_draft_logits returns."""
+
+    def __init__(self, vllm_config, device):
+        self.max_num_reqs = vllm_config["max_num_reqs"]
+        self.idx_mapping = torch.full((self.max_num_reqs,), -1)
+        self.temperature = torch.zeros(self.max_num_reqs)
+        self.head = vllm_config["head"]  # [V, H] the drafter's head
+
+    def prepare_propose(self, input_batch, num_sampled, num_rejected, sampler):
+        pass
+
+    def compute_draft_logits(self, hidden_states, spec_step_idx):
+        return hidden_states @ self.head.T
+
+    def sample_draft(self, hidden_states, sample_src_positions, idx_mapping, temperature, *rest):
+        self.cache = self.compute_draft_logits(hidden_states, 0)
+        return self.cache.argmax(dim=-1)
+
+
+def test_the_speculator_masks_with_each_rows_request_parameters(monkeypatch):
+    import sys
+    from types import ModuleType, SimpleNamespace
+
+    fake = ModuleType("speculator")
+    fake.StandaloneARSpeculator = _StandaloneAR
+    monkeypatch.setitem(
+        sys.modules, "vllm.v1.worker.gpu.spec_decode.standalone_ar.speculator", fake
+    )
+    monkeypatch.delitem(sys.modules, "cactus_bench.vllm.v2_speculator", raising=False)
+    from cactus_bench.vllm.v2_speculator import ProcessedLawSpeculator
+
+    g = torch.Generator().manual_seed(9)
+    head = torch.randn(VOCAB, 4, generator=g)
+    speculator = ProcessedLawSpeculator({"max_num_reqs": 6, "head": head}, "cpu")
+    temperature, top_k, top_p = _states()
+    speculator.temperature[:5] = temperature
+    states = SimpleNamespace(top_k=SimpleNamespace(gpu=torch.cat([top_k, top_k[:1]])))
+    states.top_p = SimpleNamespace(gpu=torch.cat([top_p, top_p[:1]]))
+    speculator.prepare_propose(None, None, None, SimpleNamespace(sampling_states=states))
+    speculator.idx_mapping[:3] = torch.tensor([2, 0, 1])
+    hidden = torch.randn(3, 4, generator=g)
+    speculator.sample_draft(hidden, None, speculator.idx_mapping[:3], speculator.temperature)
+    logits = hidden @ head.T
+    for row, state in enumerate([2, 0, 1]):
+        law = torch.softmax(speculator.cache[row] / ROWS[state][0], -1)
+        assert torch.allclose(law, _processed(logits[row], state), atol=1e-6), state
+    assert int(speculator.cactus_law_calls) == 1 and speculator.cactus_draft_law
