@@ -34,7 +34,7 @@ from test_vllm_conformance import (
     tree,
 )
 
-from cactus_bench.vllm import bridge, lines, runner, v2_law
+from cactus_bench.vllm import bridge_v2, lines, runner, v2_law
 
 SPEC = "vllm/v1/worker/gpu/spec_decode/"
 V2_SAMPLER = SPEC + "rejection_sampler.py"
@@ -70,8 +70,8 @@ def test_v2_rejection_sample_matches_the_bridge(v2_source):
     utils = tree(v2_source, V2_UTILS)
     sample = function(utils, "rejection_sample")
     vllm_params = parameters(sample)
-    handled = {*bridge.V2_IGNORED, *bridge.V2_WATERMARK}
-    _, names = ours(bridge.rejection_sample_v2)
+    handled = {*bridge_v2.V2_IGNORED, *bridge_v2.V2_WATERMARK}
+    _, names = ours(bridge_v2.rejection_sample_v2)
     assert set(vllm_params) <= names | handled, set(vllm_params) - names - handled
     assert vllm_params[1] == "draft_logits_cache"
     module = tree(v2_source, V2_SAMPLER)
@@ -85,7 +85,7 @@ def test_v2_rejection_sample_matches_the_bridge(v2_source):
     }
     assert "rejection_sample" in imported  # a module global that acceptance.install_rule swaps
     calls = bare_calls(module, "rejection_sample")
-    check_calls(module, calls, vllm_params, bridge.rejection_sample_v2, handled)
+    check_calls(module, calls, vllm_params, bridge_v2.rejection_sample_v2, handled)
     # what the bridge reads of the cache is what vLLM's kernel reads
     read = {
         n.attr

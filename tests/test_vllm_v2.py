@@ -20,7 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, chi_square_p
 from cactus_bench.samplers import make_sampler
-from cactus_bench.vllm import bridge
+from cactus_bench.vllm import bridge_v2
+from cactus_bench.vllm.batched import Step
 from cactus_bench.vllm.v2_law import processed_law_logits
 
 
@@ -159,7 +160,7 @@ def test_v2_bridge_emits_each_rules_law_from_the_cache(name, params):
     rule's exact law for (processed p, processed q), Bonferroni over the 4 kinds."""
     rule = make_sampler(name, **params)
     args, per_state, kind, laws = _v2_batch(copies=3000, steps=2, seed=5)
-    sampled, num_sampled = bridge.rejection_sample_v2(
+    sampled, num_sampled = bridge_v2.rejection_sample_v2(
         *args, *per_state, rule=rule, skip_masked_vocab_blocks=True
     )
     assert sampled.shape == (kind.numel(), 3) and num_sampled.dtype == torch.int32
@@ -175,7 +176,7 @@ def test_a_request_without_a_cached_row_gets_its_token_from_the_target():
     args, per_state, kind, laws = _v2_batch(copies=4000, steps=2, seed=6)
     target, cache, *rest = args
     cache.row_mapping[kind == 0] = -1  # cached on another rank
-    sampled, num_sampled = bridge.rejection_sample_v2(
+    sampled, num_sampled = bridge_v2.rejection_sample_v2(
         target, cache, *rest, *per_state, rule=make_sampler("cactus", delta=1.0)
     )
     assert (num_sampled[kind == 0] == 1).all() and (sampled[kind == 0, 1:] == -1).all()
@@ -188,9 +189,9 @@ def test_the_v2_bridge_reads_nothing_on_the_host():
     args, per_state, _, _ = _v2_batch(copies=3, steps=3, seed=7)
     for name, params in (("sps", {}), ("cactus", {"delta": 0.5}), ("greedy", {})):
         with HostReads() as mode:
-            bridge.rejection_sample_v2(*args, *per_state, rule=make_sampler(name, **params))
+            bridge_v2.rejection_sample_v2(*args, *per_state, rule=make_sampler(name, **params))
         assert mode.reads == [], (name, mode.reads)
-    v1_like = bridge.Step.__dataclass_fields__["support_reads"].default
+    v1_like = Step.__dataclass_fields__["support_reads"].default
     assert v1_like  # V1 keeps its support compaction (two reads); V2 opts out
 
 
@@ -202,7 +203,7 @@ def test_the_v2_layout_compiles_whole():
     def layout(target, values, row_mapping, draft_sampled, cu, pos, state, temperature, seed):
         cache = Cache(values, row_mapping)
         layout = (target, cache, draft_sampled, cu, pos, state, temperature, seed, steps)
-        step, uniforms = bridge.v2_step(*layout)
+        step, uniforms = bridge_v2.v2_step(*layout)
         return step.draft_probs, step.row_of, step.valid, step.bonus_rows, uniforms.accept((4, 3))
 
     tensors = (target, cache.values, cache.row_mapping, draft_sampled, cu, pos, state)

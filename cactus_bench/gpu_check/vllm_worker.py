@@ -74,10 +74,8 @@ def sampler_law(job: dict, rejection_sample, device, line: str = V1) -> dict:
     import torch  # lazy: keeps torch out of the command's start-up
 
     from cactus_bench.samplers import make_sampler  # lazy: pulls in torch
-    from cactus_bench.vllm.bridge import (  # lazy: pulls in torch
-        rejection_sample_v1,
-        rejection_sample_v2,
-    )
+    from cactus_bench.vllm.bridge import rejection_sample_v1  # lazy: pulls in torch
+    from cactus_bench.vllm.bridge_v2 import rejection_sample_v2  # lazy: pulls in torch
 
     vocab, rows, calls = job["law_vocab"], job["law_rows"], job["law_calls"]
     generator = torch.Generator().manual_seed(0)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler, rule_from_checked
 from cactus_bench.vllm import patches
-from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1, rejection_sample_v2
+from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1
+from cactus_bench.vllm.bridge_v2 import rejection_sample_v2
 from cactus_bench.vllm.export import register_architecture
 from cactus_bench.vllm.v2_law import register_method
 
