@@ -95,6 +95,32 @@ def test_v2_rejection_sample_matches_the_bridge(v2_source):
     assert read == {"values", "row_mapping"}, read
 
 
+def test_no_other_step_calls_its_own_rejection_sample(v2_source):
+    """The plugin swaps the global of V2_SAMPLER only: any other module that imports
+    rejection_sample by name would keep vLLM's rule. 0.34 has one, for watermarking, whose
+    function nothing calls (and the bridge refuses watermarking)."""
+    importers = {
+        path
+        for path in v2_source.paths()
+        if "rejection_sampler_utils import" in (text := v2_source.read(path))
+        and any(
+            alias.name == "rejection_sample"
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("_utils")
+            for alias in node.names
+        )
+    }
+    watermark = "vllm/v1/watermarking/spec_decode.py"
+    assert importers <= {V2_SAMPLER, watermark}, importers - {V2_SAMPLER, watermark}
+    if watermark in importers:
+        callers = [
+            path
+            for path in v2_source.paths()
+            if "watermarked_rejection_sample(" in v2_source.read(path) and path != watermark
+        ]
+        assert not callers, f"{callers} verify through watermarking's own rejection_sample"
+
+
 def test_draft_logits_cache_layout(v2_source):
     module = tree(v2_source, SPEC + "draft_logits.py")
     cache = klass(module, "DraftLogitsCache")
