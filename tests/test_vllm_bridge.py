@@ -13,6 +13,8 @@ import torch
 
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import bridge as va
+from cactus_bench.vllm import bridge_v2
+from cactus_bench.vllm.batched import PLACEHOLDER_TOKEN_ID
 
 
 def _logits(probs: torch.Tensor) -> torch.Tensor:
@@ -58,7 +60,7 @@ def test_v1_full_acceptance_places_drafts_bonus_and_placeholders():
     starts = [0, 3, 3, 5]
     for b, n in enumerate(counts):
         expected = ids[starts[b] : starts[b] + n].tolist() + [int(bonus[b])]
-        assert out[b].tolist() == expected + [va.PLACEHOLDER_TOKEN_ID] * (3 - n)
+        assert out[b].tolist() == expected + [PLACEHOLDER_TOKEN_ID] * (3 - n)
 
 
 def test_v1_rejection_recovers_and_pads():
@@ -213,18 +215,18 @@ def test_v2_layout_state_rows_placeholders_and_num_sampled():
     )  # verifier rows = drafter rows after temperature: every valid draft is accepted
     layout = (target, logits, draft_sampled, cu, torch.arange(8), idx_mapping, None, None)
     state = (torch.tensor([temp, 1.0, temp]), torch.tensor([7, 8, 9]), k)  # temperature, seed
-    sampled, num_sampled = va.rejection_sample_v2(*layout, *state, rule=make_sampler("sps"))
+    sampled, num_sampled = bridge_v2.rejection_sample_v2(*layout, *state, rule=make_sampler("sps"))
     assert sampled.dtype == torch.int64 and num_sampled.dtype == torch.int32
     assert num_sampled.tolist() == [4, 2]
     assert sampled[0, :3].tolist() == [4, 1, 2] and sampled[1, 0] == 5
     assert sampled[1, 2:].tolist() == [-1, -1]
-    again, _ = va.rejection_sample_v2(*layout, *state, rule=make_sampler("sps"))
+    again, _ = bridge_v2.rejection_sample_v2(*layout, *state, rule=make_sampler("sps"))
     assert torch.equal(sampled, again)  # seeded by vLLM's request seed and position
 
 
 def test_v2_refuses_vllm_own_lossy_methods():
     with pytest.raises(ValueError, match="rejection_sample_method"):
-        va.rejection_sample_v2(
+        bridge_v2.rejection_sample_v2(
             torch.zeros(2, 3),
             None,
             torch.tensor([0, 1]),
@@ -308,11 +310,11 @@ def test_v2_seed_uniforms_are_reproducible_uniform_and_below_one():
     """The counter-based uniforms of runner V2: same seed and position, same draws; another
     position, other draws; float32 ones < 1 (a = 1 always accepts); roughly uniform."""
     seed, position = torch.arange(4000), torch.full((4000,), 17)
-    first = va.SeedUniforms(seed, position)
-    again = va.SeedUniforms(seed, position)
+    first = bridge_v2.SeedUniforms(seed, position)
+    again = bridge_v2.SeedUniforms(seed, position)
     assert torch.equal(first.accept((4000, 3)), again.accept((4000, 3)))
     assert torch.equal(first.last(4000), again.last(4000))
-    moved = va.SeedUniforms(seed, position + 1).accept((4000, 3))
+    moved = bridge_v2.SeedUniforms(seed, position + 1).accept((4000, 3))
     assert not torch.equal(first.accept((4000, 3)), moved)
     draws = torch.cat([first.accept((4000, 3)).double().flatten(), first.last(4000)])
     assert float(draws.max()) < 1.0 and float(draws.min()) >= 0.0

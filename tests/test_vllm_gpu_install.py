@@ -1,10 +1,10 @@
 """`make setup-vllm TARGET=gpu` resolves on PyPI: what a CUDA node would install, worked out here.
 
-The GPU build cannot be installed on this CPU machine (vLLM 0.33.0 pulls a CUDA torch of
-several GB), but its two pip steps can be resolved without installing anything
-(`pip install --dry-run --ignore-installed --report`, metadata only):
-1. `vllm==0.33.0` alone: the torch and transformers vLLM brings, and that this torch is the
-   CUDA build (it depends on NVIDIA's runtime wheels);
+The GPU build cannot be installed on this CPU machine (vLLM 0.34.0, the Makefile's
+VLLM_GPU_VERSION, pulls a CUDA torch of several GB), but its two pip steps can be resolved
+without installing anything (`pip install --dry-run --ignore-installed --report`, metadata only):
+1. `vllm==VLLM_GPU_VERSION` alone: the torch and transformers vLLM brings, and that this torch
+   is the CUDA build (it depends on NVIDIA's runtime wheels);
 2. vLLM together with the project's other requirements as `scripts/vllm_env.py` lists them
    (torch and transformers pinned at step 1's versions): the set resolves, and neither pin moves.
 A conflict between the project's pins and vLLM's (a new dependency, a raised lower bound) fails
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_VERSION = "0.33.0"  # the Makefile's VLLM_GPU_VERSION
+GPU_VERSION = re.search(  # the Makefile's VLLM_GPU_VERSION: what TARGET=gpu installs
+    r"^VLLM_GPU_VERSION \?= (\S+)", (REPO / "Makefile").read_text(), re.M
+).group(1)
 
 pytestmark = [
     pytest.mark.slow,
@@ -44,6 +47,10 @@ def resolve(requirements: list[str], report: Path) -> dict[str, str]:
         text=True,
         timeout=900,
     )
+    missing = re.search(r"No matching distribution found for (\S+)", done.stderr)
+    if done.returncode != 0 and missing and "from versions:" in done.stderr:
+        # the index answered, without the pinned release: a GPU node's install fails the same way
+        pytest.fail(f"{requirements[0]} needs {missing.group(1)}, which the index does not have")
     if done.returncode != 0 and "ResolutionImpossible" not in done.stderr:
         pytest.skip(f"pip cannot reach the package index here: {done.stderr.strip()[-300:]}")
     assert done.returncode == 0, f"pip cannot resolve {requirements}: {done.stderr[-1500:]}"

@@ -10,6 +10,7 @@ from test_vllm_bridge import _metadata, _ragged
 
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import bridge as va
+from cactus_bench.vllm import bridge_v2
 
 
 # ---- keywords: vLLM's own methods refused, precision flags ignored, unknown ones refused ---------
@@ -87,7 +88,7 @@ def _v2_args():
 )
 def test_v2_keywords_refused_in_one_line(keywords, match):
     with pytest.raises(ValueError, match=match) as error:
-        va.rejection_sample_v2(*_v2_args(), rule=make_sampler("sps"), **keywords)
+        bridge_v2.rejection_sample_v2(*_v2_args(), rule=make_sampler("sps"), **keywords)
     assert "\n" not in str(error.value)
 
 
@@ -96,5 +97,5 @@ def test_v2_ignores_precision_flags_and_cuts_the_vocabulary_to_the_drafter():
     for seed in range(30):
         args = list(_v2_args())
         args[9] = torch.tensor([seed])
-        sampled, num = va.rejection_sample_v2(*args, rule=make_sampler("sps"), **ignored)
+        sampled, num = bridge_v2.rejection_sample_v2(*args, rule=make_sampler("sps"), **ignored)
         assert int(sampled[0, : int(num[0])].max()) < 3  # never an id only the target has

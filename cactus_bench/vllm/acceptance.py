@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler, rule_from_checked
 from cactus_bench.vllm import patches
-from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1, rejection_sample_v2
+from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1
+from cactus_bench.vllm.bridge_v2 import rejection_sample_v2
 from cactus_bench.vllm.export import register_architecture
+from cactus_bench.vllm.v2_law import register_method
 
 RULE_ENV = "CACTUS_BENCH_VLLM_RULE"
 EXPAND_FIX_ENV = "CACTUS_BENCH_VLLM_EXPAND_FIX"  # "1": the CPU expand fix alone (no rule)
@@ -38,7 +40,7 @@ CHECKED_KEY = "checked"  # in RULE_ENV's JSON: the parameters passed the catalog
 # The vLLM modules whose global `rejection_sample` the plugin replaces, when importable.
 PATCH_TARGETS = (
     "vllm.v1.sample.rejection_sampler",  # runner V1 (CPU; GPU with VLLM_USE_V2_MODEL_RUNNER=0)
-    "vllm.v1.worker.gpu.spec_decode.rejection_sampler",  # runner V2 (the GPU default in 0.33)
+    "vllm.v1.worker.gpu.spec_decode.rejection_sampler",  # runner V2 (vllm >= 0.34: the only one)
 )
 
 
@@ -185,11 +187,15 @@ def _is_cpu_platform() -> bool:
 def register() -> list[InstalledRule]:
     """vLLM general-plugin entry point: install RULE_ENV's rule in every importable target.
 
-    Always registers the exported drafter's architecture (a name only that folder uses). Without
-    RULE_ENV nothing else happens (returns []), so installing cactus-bench changes no vLLM run,
-    except that EXPAND_FIX_ENV=1 installs the CPU expand fix (vLLM's own sampler, corrected).
+    Always registers the exported drafter's architecture (a name only that folder uses) and, on
+    vllm >= 0.34, the speculative method of the drafter's processed law (v2_law.METHOD, a name
+    only cactus_bench asks for). Without RULE_ENV nothing else happens (returns []), so
+    installing cactus-bench changes no vLLM run, except that EXPAND_FIX_ENV=1 installs the CPU
+    expand fix (vLLM's own sampler, corrected). The drafter's law: V1 patches its module global
+    (patches.install_draft_law); V2 has none, the engine asks for v2_law.METHOD (engines.py).
     """
     register_architecture()
+    register_method()
     rule = rule_from_env()
     if rule is None:
         if os.environ.get(EXPAND_FIX_ENV, "").strip() == "1":

