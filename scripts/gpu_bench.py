@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the package without an install (a GPU machine's own image)
 INCOMPLETE = 3
 # The 14B shape first: it is freed before the pair is built (the engine stage needs the pair).
 SHAPES = {"large": "Qwen/Qwen3-14B", "drafter": "Qwen/Qwen3-0.6B", "verifier": "Qwen/Qwen3-8B"}
