@@ -60,6 +60,27 @@ VOLATILE = {
     "torch_version",
     "transformers_version",
     "python_version",
+    # timings' intervals and the machine's state during the run (load, drift, cached baseline)
+    "tokens_per_s_spec_ci_low",
+    "tokens_per_s_spec_ci_high",
+    "tokens_per_s_baseline_ci_low",
+    "tokens_per_s_baseline_ci_high",
+    "tpot_median_s",
+    "tpot_median_s_ci_low",
+    "tpot_median_s_ci_high",
+    "tpot_p90_s",
+    "tpot_p90_s_ci_low",
+    "tpot_p90_s_ci_high",
+    "load_spec_start",
+    "load_spec_end",
+    "load_baseline_start",
+    "load_baseline_end",
+    "spec_drift",
+    "baseline_drift",
+    "drift_marked",
+    "machine_state_json",
+    "baseline_age_s",
+    "baseline_load_gap",
 }
 RECORD_FIELDS = ("prompt_ids", "output_ids", "text", "stop_reason", "accepted_per_step", "seed")
 

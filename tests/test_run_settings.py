@@ -75,6 +75,8 @@ def test_hash_row_and_baseline_key_are_the_table(overrides):
             "top_k": conf.top_k,
             "dtype": identity.dtype,
             "verifier_revision": conf.model.verifier_revision,
+            # the HF engine's counter-based draws, on sampled runs only
+            **({"draws": "counter"} if identity.draws else {}),
         },
         max_new_tokens=conf.max_new_tokens,
         seed=conf.seed,

@@ -16,6 +16,7 @@ laws a rule reads) over the card's measured copy bandwidth.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 
@@ -111,8 +112,6 @@ def forward_costs(
 
 def _release(device) -> None:
     """Frees what the last shape left cached (graphs' pools, caches) before the next."""
-    import gc
-
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -68,10 +68,16 @@ def autoregressive_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int
         emitted.append(ids)
     ones = [1] * len(rows)
     step = BatchStep(
-        "decode", batch.since(start), [row.slot for row in rows], [row.index for row in rows],
-        fed=ones, drafts=[0] * len(rows), accepted=[0] * len(rows),
-        verify_s=forwarded - start, rule_s=clock() - forwarded,
-    )  # fmt: skip
+        "decode",
+        batch.since(start),
+        [row.slot for row in rows],
+        [row.index for row in rows],
+        fed=ones,
+        drafts=[0] * len(rows),
+        accepted=[0] * len(rows),
+        verify_s=forwarded - start,
+        rule_s=clock() - forwarded,
+    )
     record_step(batch, rows, step)
     return emitted
 
@@ -155,10 +161,17 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
         tokens_by_row.append(tokens)
     _roll_back(batch, rows, wanted)
     step = BatchStep(
-        "decode", batch.since(start), [row.slot for row in rows], [row.index for row in rows],
-        fed=counts, drafts=wanted, accepted=[row.record.accepted_per_step[-1] for row in rows],
-        draft_s=drafted - start, verify_s=verified - drafted, rule_s=clock() - verified,
-    )  # fmt: skip
+        "decode",
+        batch.since(start),
+        [row.slot for row in rows],
+        [row.index for row in rows],
+        fed=counts,
+        drafts=wanted,
+        accepted=[row.record.accepted_per_step[-1] for row in rows],
+        draft_s=drafted - start,
+        verify_s=verified - drafted,
+        rule_s=clock() - verified,
+    )
     record_step(batch, rows, step)
     return tokens_by_row
 
