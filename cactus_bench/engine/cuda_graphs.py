@@ -7,8 +7,8 @@ capture the whole decode forward once per static shape and replay it; this modul
 for the batched engine's forwards (`BatchRunner.static_forward`: embedding to logits, static
 shapes, no host read).
 
-A `GraphedRunner` holds, per batched cache and per shape (rows, new tokens n, all_logits), one
-captured graph with its static inputs (input_ids [B, n], counts [B]) and output (logits). The
+A `GraphedRunner` holds, for one batched cache and per shape (rows, new tokens n, all_logits),
+one captured graph with its static inputs (input_ids [B, n], counts [B]) and output (logits). The
 cache's buffers and its `lengths` [B] are the graph's state: every replay reads and advances
 them in place, so a cache must keep its addresses (`BatchRunner.new_cache(keep=True)`).
 
@@ -68,21 +68,26 @@ class GraphedRunner:
         self._forward = runner.static_forward
         if fused:
             self._forward = torch.compile(runner.static_forward, fullgraph=True, dynamic=False)
-        self._graphs: dict[tuple, CapturedForward] = {}
+        self._graphs: dict[tuple, CapturedForward] = {}  # (rows, n, all_logits) -> graph
+        self._cache: BatchKVCache | None = None  # the cache every graph was captured on
         self._pool = None  # one memory pool for every graph of this runner
         self.failed: str | None = None  # why capture stopped; forwards then run eagerly
         self.capture_s = 0.0  # seconds spent capturing, over the runner's life
 
     def capture(self, cache: BatchKVCache, sizes: list[tuple[int, bool]]) -> float:
         """Captures (n, all_logits) for every size on all of the cache's rows; returns the
-        seconds it took (0 when all were captured before)."""
-        start = time.perf_counter()
+        seconds it took (0 when all were captured before). Graphs hold the addresses of the
+        cache they were captured on: a new cache drops the old cache's graphs first."""
+        if cache is not self._cache:
+            self._graphs, self._pool, self._cache = {}, None, cache
         rows = cache.lengths.shape[0]
-        for num_new, all_logits in sizes:
-            key = self._key(cache, rows, num_new, all_logits)
-            if key not in self._graphs and self.failed is None:
-                self._capture(key, cache, rows, num_new, all_logits)
-        seconds = time.perf_counter() - start if sizes else 0.0
+        missing = [(n, every) for n, every in sizes if (rows, n, every) not in self._graphs]
+        if not missing or self.failed is not None:
+            return 0.0
+        start = time.perf_counter()
+        for num_new, all_logits in missing:
+            self._capture((rows, num_new, all_logits), cache, rows, num_new, all_logits)
+        seconds = time.perf_counter() - start
         self.capture_s += seconds
         return seconds
 
@@ -91,17 +96,13 @@ class GraphedRunner:
     ) -> torch.Tensor:
         """`BatchRunner.static_forward`, replayed where captured (module doc)."""
         rows, num_new = input_ids.shape
-        captured = self._graphs.get(self._key(cache, rows, num_new, all_logits))
-        if captured is None:
+        captured = self._graphs.get((rows, num_new, all_logits))
+        if captured is None or cache is not self._cache:
             return self.runner.static_forward(input_ids, counts, cache, all_logits)
         captured.input_ids.copy_(input_ids)
         captured.counts.copy_(counts)
         captured.graph.replay()
         return captured.logits
-
-    @staticmethod
-    def _key(cache: BatchKVCache, rows: int, num_new: int, all_logits: bool) -> tuple:
-        return (cache.keys[0].data_ptr(), cache.capacity, rows, num_new, all_logits)
 
     def _capture(self, key, cache: BatchKVCache, rows: int, num_new: int, all_logits: bool):
         input_ids = torch.zeros((rows, num_new), dtype=torch.long, device=self.device)
