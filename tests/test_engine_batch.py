@@ -226,3 +226,19 @@ def test_batched_decode_steps_of_more_than_probed_rows_take_the_packs_that_won()
     assert batched._packed(BATCH_PACKED_ROWS, decode=True)
     assert not batched._packed(BATCH_PACKED_ROWS + 1, decode=True)
     assert not batched._packed(16, decode=False)
+
+
+@pytest.mark.parametrize("which", ["drafter", "verifier"])
+def test_a_law_that_cannot_be_sampled_is_refused_in_one_line(tiny_pair, which):
+    """NaN logits reach the step's one read as a flag: the batched step raises the same line as
+    `sample_token` instead of drawing from a broken law."""
+    import copy
+
+    drafter, verifier = (copy.deepcopy(model) for model in tiny_pair[:2])
+    tok = tiny_pair[2]
+    broken = drafter if which == "drafter" else verifier
+    with torch.no_grad():
+        broken.lm_head.weight.fill_(float("nan"))
+    decoder = SpeculativeDecoder(drafter, verifier, tok, make_sampler("sps"), 2, sampling=PAPER)
+    with pytest.raises(ValueError, match="cannot sample a token"):
+        decoder.generate_batch(requests(3, PAPER), batch_size=2)

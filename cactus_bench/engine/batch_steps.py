@@ -120,7 +120,8 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
     logits = _forward(decoder, batch, "verifier", rows, ids, counts, all_logits=True)
     logits = logits[:, : most + 1]  # [R, m' + 1, K] (a captured forward is wider)
     target = _process(logits, rows)  # [R, m' + 1, K]: each row's q_1..q_{m_b + 1}
-    bad |= bad_rows(target)
+    used = torch.arange(most + 1, device=device) <= drafting[:, None]  # [R, m' + 1]
+    bad |= (bad_rows(target.flatten(0, 1)).view(used.shape) & used).any(-1)
     verified = clock()
 
     accept_u = draws.at(ACCEPT, torch.arange(max(most, 1), device=device))  # [R, m']
