@@ -117,7 +117,7 @@ class Plan:
         self.device_name = name
 
     def forwards(self) -> None:
-        from cactus_bench.bench.gpu_costs import forward_costs, weight_bytes
+        from cactus_bench.bench.gpu_costs import forward_costs, release, weight_bytes
 
         rows, tables = [], {"graph": [], "eager": []}
         for role, repo_id in SHAPES.items():
@@ -136,7 +136,7 @@ class Plan:
                     tables[row["path"]].append({**entry, **{key: row[key] for key in keys}})
             if role == "large":
                 del self.models["large"], model  # the engine stage needs only the pair
-                _free(self.torch, self.device)
+                release(self.device)
             self._write("gpu_forward.csv", rows)
             if self.device.type == "cuda":
                 peak = self.torch.cuda.max_memory_allocated() / 2**30
@@ -230,14 +230,6 @@ class Plan:
     def write_json(self) -> None:
         text = json.dumps(self.summary, indent=2)
         (self.out / "gpu_bench.json").write_text(text + "\n", encoding="utf-8")
-
-
-def _free(torch, device) -> None:
-    import gc
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _commit() -> str:

@@ -83,7 +83,7 @@ def forward_costs(
         # at 64 rows holds ~11 GB of cache).
         graphed = GraphedRunner(runner) if graphs else None
         runner._kept = None
-        _release(device)
+        release(device)
         cache = runner.new_cache(rows, context + max(sizes) + 1, keep=graphed is not None)
         cache.lengths.fill_(context)  # random KV content: the cost depends on shapes only
         for num_new in sizes:
@@ -106,11 +106,11 @@ def forward_costs(
                 out.append(_fused_row(runner, inputs, rows, num_new, context, repeats))
         del graphed, cache, inputs
     runner._kept = None
-    _release(device)
+    release(device)
     return out
 
 
-def _release(device) -> None:
+def release(device) -> None:
     """Frees what the last shape left cached (graphs' pools, caches) before the next."""
     gc.collect()
     if device.type == "cuda":
