@@ -5,7 +5,7 @@ TORCH_VERSION ?= 2.13.0
 
 .DEFAULT_GOAL := help
 .PHONY: help setup setup-gpu test test-fast lint docs bench tables plots frontier-figures \
-	drafter eval-drafter pilot-feature-drafter run demo frontier rules rules-report batch-sweep \
+	drafter eval-drafter run demo frontier rules rules-report batch-sweep \
 	batch-report paper-claims rehearse slurm-install slurm-up slurm-down gpu-check gpu-bench setup-vllm test-vllm \
 	bench-vllm bench-bridge
 
@@ -77,12 +77,6 @@ drafter:  ## distil the embedded pair's drafter (CPU, <= 3 h of one thread, resu
 eval-drafter:  ## drafter acceptance, step costs and the speedup cost model, fp32 and bf16 (~10 min)
 	$(PYTHON) scripts/eval_drafter.py --clock cpu --out results/bench/drafter_smollm2.json
 	$(PYTHON) scripts/eval_drafter.py --clock cpu --dtype bfloat16 --out results/bench/drafter_smollm2_bf16.json
-
-pilot-feature-drafter:  ## go/no-go pilot of a feature-level (EAGLE-1) head: ~200k teacher tokens, 40 CPU min of training, held-out acceptance (resumable)
-	$(PYTHON) scripts/pilot_feature_drafter.py collect
-	$(PYTHON) scripts/pilot_feature_drafter.py held-out
-	$(PYTHON) scripts/pilot_feature_drafter.py train
-	$(PYTHON) scripts/pilot_feature_drafter.py eval
 
 run:  ## the embedded default: SmolLM2-135M pair, demo task, cactus (a few minutes on a CPU)
 	$(PYTHON) run.py

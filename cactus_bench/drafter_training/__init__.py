@@ -4,7 +4,7 @@
 `teacher.py` (phase 1: the verifier's sampled answers and top logits, in resumable shards),
 `distill.py` (phase 2's losses and batches), `train.py` (the distillation, the export of the
 best held-out weights, and phase 3's logit-scale calibration). `shards.py` (shard files and the
-train / held-out split) and `loop.py` (the CPU-budgeted, resumable training loop) also serve the
-feature-drafter pilot (cactus_bench/feature_drafter/). `scripts/train_drafter.py` (`make
-drafter`) runs the three phases.
+train / held-out split) and `loop.py` (the CPU-budgeted, resumable training loop) also served the
+feature-drafter pilot, removed after its no-go (docs/feature-drafter.md). `scripts/train_drafter.py`
+(`make drafter`) runs the three phases.
 """

@@ -1,13 +1,12 @@
 """Teacher shards on disk: the verifier's answers to one batch of prompts per file.
 
-Both drafter trainers cache their teacher data this way: the distilled drafter's teacher phase
-(teacher.py: top-k raw logits) and the feature-head pilot's collection (feature_drafter/collect.py:
-features and processed laws). Batch ``index`` of a fixed plan is the file
-``<run_dir>/shards/shard_<index>.pt`` and is sampled from its own seed (`shard_seed`), so a
-stopped run resumes at the first missing shard and writes what an uninterrupted run would. A
-shard is written under a temporary name and renamed, so a stop mid-write leaves no half shard
-behind. A trainer may read the folder while a collection beside it is still filling it
-(`TrainingRecords.refresh`).
+The distilled drafter's teacher phase (teacher.py: top-k raw logits) caches its teacher data
+this way (so did the feature-head pilot, removed after its no-go: docs/feature-drafter.md).
+Batch ``index`` of a fixed plan is the file ``<run_dir>/shards/shard_<index>.pt`` and is
+sampled from its own seed (`shard_seed`), so a stopped run resumes at the first missing shard
+and writes what an uninterrupted run would. A shard is written under a temporary name and
+renamed, so a stop mid-write leaves no half shard behind. A trainer may read the folder while a
+collection beside it is still filling it (`TrainingRecords.refresh`).
 """
 
 from __future__ import annotations
