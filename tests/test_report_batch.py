@@ -14,7 +14,7 @@ import pytest
 from test_paper_cell import compose_cfg, job_conf
 from test_run_orchestrate import tiny_conf
 
-from cactus_bench.report.batch import best_m, crossover, heldout_jobs, write_batch_report
+from cactus_bench.report.batch import best_m, crossover, heldout_jobs
 from cactus_bench.report.batch_cost import (
     StepCosts,
     costs_from_table,
@@ -23,6 +23,7 @@ from cactus_bench.report.batch_cost import (
     predicted_speedup,
     tokens_per_row_step,
 )
+from cactus_bench.report.batch_page import write_batch_report
 from cactus_bench.run import run, sampler_choice
 
 

@@ -9,19 +9,21 @@ import numpy as np
 import pytest
 
 from cactus_bench.results import COLUMNS, MEASUREMENT_COLUMNS, ResultStore, row_to_cells, summarise
-from cactus_bench.results.intervals import (
+from cactus_bench.results.bootstrap import (
     BOOTSTRAP_RESAMPLES,
+    bootstrap_rng,
+    percentile_interval,
+    ratio_of_sums,
+    resample_counts,
+)
+from cactus_bench.results.intervals import (
     LATENCY_QUANTILES,
     POSITION_INTERVAL_COLUMNS,
     bootstrap_intervals,
-    bootstrap_rng,
     interval_column_names,
     latency_columns,
     per_prompt_columns,
     per_prompt_totals,
-    percentile_interval,
-    ratio_of_sums,
-    resample_counts,
     time_per_output_token,
 )
 from cactus_bench.results.summarise import machine_time

@@ -9,8 +9,8 @@ import pytest
 from lm_eval.api.instance import Instance
 
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
+from cactus_bench.results.bootstrap import wave_resample_counts
 from cactus_bench.results.drift import drift, drift_columns, drift_warning, wave_of_records
-from cactus_bench.results.intervals import wave_resample_counts
 from cactus_bench.results.machine import cached_refusal
 from cactus_bench.samplers import make_sampler
 from cactus_bench.tasks.lm import CactusBenchLM

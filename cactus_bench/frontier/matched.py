@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from cactus_bench.frontier.aggregate import per_sequence_sums
-from cactus_bench.results.intervals import percentile_bounds
+from cactus_bench.results.bootstrap import percentile_bounds
 from cactus_bench.samplers import DIVERGENCES
 
 _TIE = 1e-12  # two arms of a curve closer than this in mean D_f are one point

@@ -2,7 +2,7 @@
 
 Reads results CSVs only. Tables go to OUT/tables (Markdown + LaTeX), figures to OUT/figures
 (PNG + PDF). Quote globs so the CLI expands them: --csv 'results/demo/*.csv'. `batch` writes the
-batch sweep's report (report/batch.py) from one CSV and its steps file; `--cost-table` adds a
+batch sweep's report (report/batch_page.py) from one CSV and its steps file; `--cost-table` adds a
 forecast from another device's step costs. `batch-jobs` prints the held-out task's runs, one
 line of run.py overrides each: per (rule, batch) the m the demo task chose (report/batch.py).
 CSVs of the paper-claims sweep (experiment=paper_claims) also get its table and figure
@@ -23,7 +23,8 @@ from cactus_bench.report import (
     make_figures,
     write_tables,
 )
-from cactus_bench.report.batch import heldout_jobs, sweep_rows, write_batch_report
+from cactus_bench.report.batch import heldout_jobs, sweep_rows
+from cactus_bench.report.batch_page import write_batch_report
 from cactus_bench.report.claims_figure import write_claims_figure
 from cactus_bench.report.claims_page import claims_csvs, claims_rows, write_claims_tables
 

@@ -24,14 +24,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cactus_bench.results.intervals import (
+from cactus_bench.results.bootstrap import (
     BOOTSTRAP_RESAMPLES,
-    POSITION_INTERVAL_COLUMNS,
     bootstrap_rng,
-    interval_column_names,
     percentile_interval,
     resample_counts,
 )
+from cactus_bench.results.intervals import POSITION_INTERVAL_COLUMNS, interval_column_names
 from cactus_bench.results.schema import CONFIG_COLUMNS, RENAMED_COLUMNS, coerce_frame
 
 # Columns every report needs; a CSV without one was not written by ResultStore (or is truncated).

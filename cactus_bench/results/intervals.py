@@ -25,15 +25,10 @@ has, with replacement, and within each drawn wave as many of its prompts, with r
 (`wave_resample_counts`, a two-stage bootstrap). Both arms of a wave decoded the same requests
 back to back, so a wave is the unit that shares a machine state, and a request's time is a
 share of its wave's. At batch 1 a wave is one prompt and the prompt bootstrap is kept.
-The interval is the percentile interval: the 2.5th and 97.5th percentiles of the
-BOOTSTRAP_RESAMPLES resampled values (numpy's default linear interpolation, Hyndman-Fan type 7).
-The random draws come from a fixed stream derived from the run seed, so a row is reproducible.
+The interval is bootstrap.py's percentile interval of the BOOTSTRAP_RESAMPLES resampled values,
+from a fixed stream derived from the run seed, so a row is reproducible.
 A row with fewer than 2 prompts, or a statistic undefined on some resample (a zero denominator),
 gets empty interval cells, never a zero-width interval.
-
-One percentile rule for the whole project: `percentile_bounds` also gives the frontier's intervals
-(frontier/aggregate.py, a bootstrap over sequences). scipy's paired BCa bootstrap was compared
-with it in simulation and was not closer to 95% (docs/statistics.md), so this one stays.
 """
 
 from __future__ import annotations
@@ -45,12 +40,17 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from cactus_bench.results.baseline_cache import prompts_hash
+from cactus_bench.results.bootstrap import (
+    BOOTSTRAP_RESAMPLES,
+    bootstrap_rng,
+    percentile_interval,
+    resample_counts,
+    safe_ratio,
+    wave_resample_counts,
+)
 from cactus_bench.results.drift import prompt_waves
 from cactus_bench.results.summarise import machine_time
 
-BOOTSTRAP_RESAMPLES = 2000
-CONFIDENCE = 0.95
-BOOTSTRAP_STREAM = 16_003  # mixed with the run seed: the bootstrap's own random stream
 INTERVAL_STATS = (
     "score",
     "al",
@@ -71,69 +71,6 @@ POSITION_INTERVAL_COLUMNS = ("accept_rate_by_pos_ci_low", "accept_rate_by_pos_ci
 
 def interval_column_names() -> list[str]:
     return [f"{stat}_ci_{end}" for stat in INTERVAL_STATS for end in ("low", "high")]
-
-
-def bootstrap_rng(seed: int) -> np.random.Generator:
-    """The bootstrap's generator for run seed `seed` (independent of the decoding streams)."""
-    return np.random.default_rng([BOOTSTRAP_STREAM, int(seed)])
-
-
-def resample_counts(n_prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """[resamples, n_prompts] how often each prompt is drawn in each resample (rows sum to n)."""
-    drawn = rng.integers(0, n_prompts, size=(resamples, n_prompts))  # [B, n] prompt indices
-    flat = (drawn + n_prompts * np.arange(resamples)[:, None]).ravel()
-    counts = np.bincount(flat, minlength=resamples * n_prompts).reshape(resamples, n_prompts)
-    return counts.astype(np.float64)  # exact small integers; float for BLAS products
-
-
-def wave_resample_counts(
-    waves: Sequence[int], resamples: int, rng: np.random.Generator
-) -> np.ndarray:
-    """[resamples, n_prompts] draws of each prompt when the waves are drawn with replacement and
-    then, within each drawn wave, its prompts (waves[p]: prompt p's wave, ascending)."""
-    waves = np.asarray(waves)
-    n_prompts = len(waves)
-    starts = np.searchsorted(waves, np.arange(waves.max() + 1))  # [W] first prompt of each wave
-    sizes = np.bincount(waves)  # [W]
-    drawn = rng.integers(0, len(sizes), size=(resamples, len(sizes)))  # [R, W] waves drawn
-    member = rng.random((resamples, len(sizes), sizes.max()))  # [R, W, B] within-wave draws
-    picked = starts[drawn][..., None] + (member * sizes[drawn][..., None]).astype(int)
-    kept = np.arange(sizes.max()) < sizes[drawn][..., None]  # [R, W, B] a wave's own slots
-    row = np.broadcast_to(np.arange(resamples)[:, None, None], picked.shape)
-    flat = (picked + n_prompts * row)[kept]
-    counts = np.bincount(flat, minlength=resamples * n_prompts).reshape(resamples, n_prompts)
-    return counts.astype(np.float64)
-
-
-def percentile_bounds(replicates, confidence: float = CONFIDENCE, axis: int = 0) -> np.ndarray:
-    """[2, ...] the lower and upper percentiles of bootstrap replicates along `axis` (linear
-    interpolation); NaN replicates (a statistic undefined on that resample) are left out, and a
-    slice with no other value gives NaN."""
-    tail = (1.0 - confidence) / 2.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN slice stays NaN
-        return np.nanquantile(np.asarray(replicates, dtype=float), [tail, 1.0 - tail], axis=axis)
-
-
-def percentile_interval(values: np.ndarray, confidence: float = CONFIDENCE):
-    """(low, high) percentiles of the resampled values; (None, None) if any is not finite."""
-    values = np.asarray(values, dtype=float)
-    if values.size == 0 or not np.all(np.isfinite(values)):
-        return None, None
-    low, high = percentile_bounds(values, confidence)
-    return float(low), float(high)
-
-
-def ratio_of_sums(counts: np.ndarray, numerator, denominator) -> np.ndarray:
-    """[B] sum(numerator) / sum(denominator) over each resample; NaN where the sum is 0."""
-    top = counts @ np.asarray(numerator, dtype=float)
-    bottom = counts @ np.asarray(denominator, dtype=float)
-    return _ratio(top, bottom)
-
-
-def _ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(bottom > 0, top / np.where(bottom > 0, bottom, 1.0), np.nan)
 
 
 def _get(record, name: str):
@@ -200,17 +137,17 @@ def bootstrap_intervals(
     if scores is not None:
         put("score", total["score"] / counts.sum(axis=1))  # mean over the resampled prompts
     if spec is not None and speculative:
-        put("al", _ratio(total["spec_accepted"], total["spec_steps"]))
-        put("tokens_per_step", _ratio(total["spec_emitted"], total["spec_steps"]))
+        put("al", safe_ratio(total["spec_accepted"], total["spec_steps"]))
+        put("tokens_per_step", safe_ratio(total["spec_emitted"], total["spec_steps"]))
         if "accepted_by_pos" in spec:
             out.update(_position_intervals(counts, spec))
     if spec is not None:
-        put("tokens_per_s_spec", _ratio(total["spec_gen"], total["spec_time"]))
+        put("tokens_per_s_spec", safe_ratio(total["spec_gen"], total["spec_time"]))
     if spec is not None and base is not None:
-        rate = _ratio(total["spec_gen"], total["spec_time"])  # [B] tokens/s of the run
-        base_rate = _ratio(total["base_gen"], total["base_time"])
-        put("speedup_tokens", _ratio(rate, base_rate))
-        put("speedup_walltime", _ratio(total["base_time"], total["spec_time"]))
+        rate = safe_ratio(total["spec_gen"], total["spec_time"])  # [B] tokens/s of the run
+        base_rate = safe_ratio(total["base_gen"], total["base_time"])
+        put("speedup_tokens", safe_ratio(rate, base_rate))
+        put("speedup_walltime", safe_ratio(total["base_time"], total["spec_time"]))
     return out
 
 
@@ -259,7 +196,7 @@ def _position_intervals(counts: np.ndarray, spec: dict[str, np.ndarray]) -> dict
     of the resampled prompts drafted it)."""
     accepted = counts @ spec["accepted_by_pos"]  # [B, m]
     drafted = counts @ spec["drafted_by_pos"]  # [B, m]
-    bounds = [percentile_interval(column) for column in _ratio(accepted, drafted).T]  # m pairs
+    bounds = [percentile_interval(column) for column in safe_ratio(accepted, drafted).T]  # m pairs
     low_name, high_name = POSITION_INTERVAL_COLUMNS
     return {low_name: [low for low, _ in bounds], high_name: [high for _, high in bounds]}
 
@@ -339,19 +276,3 @@ def per_prompt_columns(
     row.update(latency_columns(records, n_prompts, counts))
     row["ci_resamples"] = resamples
     return row
-
-
-def per_token_summary(per_answer: list[list[float]], seed: int, resamples: int = 2000) -> dict:
-    """Mean per-token value (e.g. a drafter's acceptance sum_x min(p, q)) and its 95% interval:
-    a bootstrap over answers, each resample drawing answers with replacement and pooling their
-    tokens (a ratio of sums)."""
-    sums = np.array([sum(values) for values in per_answer])
-    tokens = np.array([len(values) for values in per_answer], dtype=float)
-    counts = resample_counts(len(per_answer), resamples, bootstrap_rng(seed))
-    low, high = percentile_interval(ratio_of_sums(counts, sums, tokens))
-    return {
-        "mean": float(sums.sum() / tokens.sum()),
-        "ci95": [low, high],
-        "tokens": int(tokens.sum()),
-        "answers": len(per_answer),
-    }
