@@ -1,4 +1,5 @@
-"""The run's settings, declared once: one line of `RUN_SETTINGS` per setting.
+"""The run's settings, declared once: one line of `RUN_SETTINGS` per setting (table.py joins its
+two parts: what_ran.py, what a run is of; how_it_ran.py, its options and engine).
 
 A `Setting` names one value of a run and everything about it:
 - `option`: when it is a top-level key of the run config (`m=2` on the command line), its type,
@@ -19,21 +20,23 @@ A `Setting` names one value of a run and everything about it:
 
 `run/identity.py` (hash, row, W&B, baseline key), `results/schema.py` (configuration columns),
 `report/load.py` (grouping), `run/conf.py` (fields) and `run/checks.py` (ranges) derive from this
-table. A new run setting is one line here. Torch-free and import-light: the results layer and the
+table (values.py reads it for the hash, row, baseline key and checks). A new run setting is one
+line of what_ran.py or how_it_ran.py. Torch-free and import-light: the results layer and the
 config checks read it.
 """
 
 from __future__ import annotations
 
+from cactus_bench.run_settings.how_it_ran import ACCEPTANCE_MODES, BASELINE_MODES
 from cactus_bench.run_settings.setting import UNSET, Check, Option, Setting, at_least, one_of
 from cactus_bench.run_settings.table import (
-    ACCEPTANCE_MODES,
-    BASELINE_MODES,
     COLUMN_SETTINGS,
     GROUPED_COLUMNS,
     OPTIONS,
     PARAM_COLUMNS,
     RUN_SETTINGS,
+)
+from cactus_bench.run_settings.values import (
     baseline_values,
     check_options,
     column_values,
