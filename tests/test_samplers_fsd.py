@@ -1,4 +1,4 @@
-"""FSD as released: its divergence is the release's, smoothing included (RULES.md §4).
+"""FSD as released: its divergence is the release's, smoothing included (docs/rules.md, F4).
 
 The reference restates maxholsman/fsd `fsd_utils.py::_speculative_backoff_sampling` in its own
 letters (q_d the drafter, p_t the verifier): both laws get `epsilon = 1e-10` and are

@@ -1,4 +1,5 @@
-"""The rules of samplers/rules/ against brute force written here from their sources (RULES.md).
+"""The rules of samplers/rules/ against brute force written here from their sources
+(docs/rules.md, Formulas and Sources).
 
 Each reference below restates one source's acceptance a(x) and residual r in plain Python loops,
 with no code shared with the package, and builds the one-step law by brute force:
@@ -249,7 +250,7 @@ def test_law_and_acceptance_match_the_source_by_brute_force(name, params):
 
 def test_mentored_spends_its_budget_and_beats_lenience_at_equal_divergence():
     """KL(q || pi) = delta exactly (eq. 7), and beta >= lenience's at the same KL(q || law):
-    mentored is the optimum over (alpha, beta); lenience fixes beta = 1 (RULES.md §2)."""
+    mentored is the optimum over (alpha, beta); lenience fixes beta = 1 (docs/rules.md, F2)."""
     wins = cases = 0
     for seed in range(12):
         p, q, _, _ = random_laws(seed, 30)

@@ -1,6 +1,6 @@
 """Mentored decoding against a generic solver of its source's problem, on truncated laws.
 
-The problem (Tran-Thien 2023, proof.pdf eq. 1-4; RULES.md §1): maximise the acceptance
+The problem (Tran-Thien 2023, proof.pdf eq. 1-4; docs/rules.md, F1): maximise the acceptance
 sum_i min(p_i, pi_i) over laws pi with KL(q || pi) <= delta. SLSQP solves it here in its epigraph
 form, with no knowledge of the closed form: variables (pi, s) [2V], maximise sum s subject to
 s <= p, s <= pi, sum pi = 1 and sum_{q > 0} q log(q / pi) <= delta. The problem is convex, so a

@@ -2,7 +2,7 @@
 
 Every rule there decides, at one position, an acceptance probability a(v) for each token v the
 drafter could propose and ONE residual distribution r that does not depend on the drafted token
-(RULES.md §0). The chain is then the usual one:
+(docs/rules.md, F0). The chain is then the usual one:
 
     u_j ~ U[0, 1)                  one draw per position, [B, m]
     accepted_j = u_j < a_j(n_j)    (a in {0, 1} for the deterministic rules: FSD, BiLD)

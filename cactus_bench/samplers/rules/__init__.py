@@ -1,4 +1,5 @@
-"""The rules that verify against a per-position target (RULES.md): one builder per rule.
+"""The rules that verify against a per-position target (docs/rules.md, Formulas): one builder
+per rule.
 
 Each module here declares `BUILDERS`, a tuple of builder classes. A builder holds its catalogue
 entry (`info`, a `params.RuleInfo`), takes exactly those parameters in `__init__`, returns them

@@ -1,7 +1,7 @@
 """BiLD's rollback test (Kim et al., NeurIPS 2023; kssteven418/BigLittleDecoder, modeling_t5.py).
 
 The verifier rolls back a drafted token when its cross-entropy under the verifier's logits
-exceeds tau_RB, and replaces it with the verifier's argmax (RULES.md §6):
+exceeds tau_RB, and replaces it with the verifier's argmax (docs/rules.md, F6):
 
     a(v) = 1[-log q_bar(v) <= tau] = 1[q_bar(v) >= exp(-tau)],     r = one-hot(argmax q)
 

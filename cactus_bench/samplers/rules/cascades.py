@@ -2,8 +2,8 @@
 
 A deferral decision per position picks the target: pi = p (keep the drafter's token; accepted
 for certain) or pi = q (defer to the verifier; SpS at that position), verified with the kernel's
-GenSpecSample (RULES.md §3). The tests read the temperature-1 untruncated laws p_bar, q_bar as the
-official colab does (`probs_*_unscaled`); TV and pi use the sampling laws p, q.
+GenSpecSample (docs/rules.md, F3). The tests read the temperature-1 untruncated laws p_bar,
+q_bar as the official colab does (`probs_*_unscaled`); TV and pi use the sampling laws p, q.
 
     chow   defer iff max p_bar < 1 - alpha                      colab: "equation 2"
     diff   defer iff max p_bar < max q_bar - alpha              colab: "equation 5"

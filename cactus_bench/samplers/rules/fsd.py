@@ -2,7 +2,7 @@
 
 The official code (maxholsman/fsd, `fsd_utils.py::_speculative_backoff_sampling`) accepts the
 draft iff a divergence between the two full laws at that position is at most T, whatever the
-drafted token, and otherwise samples q itself (RULES.md §4):
+drafted token, and otherwise samples q itself (docs/rules.md, F4):
 
     fsd             a(v) = 1[Div(p_bar, q_bar) <= T],  r = q
     fsd_reducible   a(v) = 1 if Div <= T else min(1, q(v) / p(v)),  r = (q - p)+

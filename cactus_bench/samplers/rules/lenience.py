@@ -2,7 +2,7 @@
 
     a(x) = min(1, q(x) / (l p(x))),        r = (q - p)+ (Algorithm 1's residual, kept in A.5)
 
-l = 1 is SpS; smaller l accepts more. The emitted law (RULES.md §2, checked in the tests):
+l = 1 is SpS; smaller l accepts more. The emitted law (docs/rules.md, F2; checked in the tests):
 pi(x) = min(p(x), q(x) / l) where q < p, else p(x) + c (q(x) - p(x)), c = sum (p - q/l)+ / TV.
 It is mentored decoding with beta fixed to 1 (the "mentored, beta = 1" of Xia et al. 2026) and
 the google-research SpecCascades colab's `speed` method with lenience = 1 - l.

@@ -3,7 +3,7 @@ rule whose emitted law pi keeps KL(q || pi) <= delta (the target-to-result direc
 
 The source's problem: maximise the acceptance sum_i min(p_i, pi_i) over laws pi subject to
 KL(q || pi) <= delta (eq. 1-4; GenSpecSample reaches min(p, pi) for any pi). With t = q / p the
-proof's solution is pi = median(q / beta, p, q / alpha) elementwise (RULES.md §1):
+proof's solution is pi = median(q / beta, p, q / alpha) elementwise (docs/rules.md, F1):
 
     t <= alpha:          pi = q / alpha   (accepted with q / (alpha p), never recovered)
     alpha < t < beta:    pi = p           (always accepted)

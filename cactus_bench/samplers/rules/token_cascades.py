@@ -6,7 +6,7 @@ Eq. 11 of the paper (the official colab's code):
     pi(v) = p(v) (1 - r(v)) + eta q(v),     eta = sum_u r(u) p(u)
 
 verified with the kernel's GenSpecSample (so a kept token is always accepted, a deferred one
-with min(1, eta q / p)). RULES.md §3:
+with min(1, eta q / p)). docs/rules.md, F3:
 
     tokenv1   r(v) = 1 iff p_bar(v) < max q_bar - alpha          colab "equation 13", [-1, 1]
     tokenv2   r(v) = 1 iff q_bar(v) < max q_bar - alpha          colab "equation 14", [-1, 1]
