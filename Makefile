@@ -43,7 +43,7 @@ lint:  ## ruff check and format check
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
-docs:  ## regenerate the pages written from code: results schema, run settings (config.yaml, docs)
+docs:  ## regenerate the text written from code: results schema; run settings, config groups, rules tables
 	$(PYTHON) -m cactus_bench.results.schema_doc
 	$(PYTHON) -m cactus_bench.run.settings_doc
 
