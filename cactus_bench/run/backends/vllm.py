@@ -16,11 +16,18 @@ import os
 from pathlib import Path
 
 from cactus_bench.paper import PAPER
-from cactus_bench.run.backends import VLLM_HINT, ConfigError, Decoders, sampling_params
+from cactus_bench.run.backends.decoders import Decoders, sampling_params
+from cactus_bench.run.checks import ConfigError
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.samplers.catalogue import VERIFIER_ONLY
 from cactus_bench.vllm.memory import model_size, plan_memory
+
+VLLM_HINT = (
+    "backend=vllm needs vLLM, which lives in its own environment: run `make setup-vllm "
+    "TARGET=cpu` (or TARGET=gpu on a CUDA node), then "
+    "run with .venv-vllm/bin/python; or use backend=hf here"
+)
 
 
 def nvidia_gpus_visible() -> bool:
