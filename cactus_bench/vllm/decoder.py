@@ -25,7 +25,7 @@ What is measured, and how (never invented):
   read from the workers' reports (cactus_bench.vllm.runner) around the request.
 - total_time_s is the wall time of `llm.generate`; vLLM does not expose per-phase times, so the
   runner writes the draft/verify/sampler/prefill columns as empty cells for this backend.
-- `generate_batch` submits every request at once to an engine built with max_num_seqs = batch
+- `generate_batch` submits every request at once to an engine built for `batch` at once
   (run/backends/vllm.py) and steps vLLM's engine itself, as `llm.generate` does, so that it sees
   which requests each step advanced: a request's `share_time_s` is each step's time (with the
   loop's own work since the step before) split over the requests that step returned tokens for,

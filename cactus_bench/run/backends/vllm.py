@@ -160,7 +160,7 @@ def engine_options(identity: RunIdentity, verifier_path: str, drafter_path: str 
         "max_model_len": max_model_len,
         "kv_cache_gib": backend.kv_cache_gib,
         "cpu_threads": conf.threads,
-        "max_num_seqs": conf.batch,  # vLLM's continuous batching decodes `batch` at once
+        "batch": conf.batch,  # vLLM's continuous batching decodes `batch` at once
     }
     return {
         spec: VllmOptions(gpu_memory_utilization=share.get(name, 0.0), **common)
@@ -188,7 +188,7 @@ def planned_shares(identity, sizes, engines, max_model_len, card_bytes, gpus) ->
             tp=tp,
             card_bytes=card_bytes,
             share=backend.gpu_memory_utilization,
-            max_num_seqs=identity.conf.batch,
+            batch=identity.conf.batch,
             draft_tokens=identity.conf.m if identity.speculative else 0,
         )
     except ValueError as error:
