@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from cactus_bench.engine.compact_layer import norm
+from cactus_bench.engine.compact_layer import decoder_layer, norm
 from cactus_bench.engine.cpu_kernels import PROBE_ROWS
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.packed_model import packed_model
@@ -235,32 +235,19 @@ class BatchRunner:
         for layer, packed, window, key_cache, value_cache in zip(
             runner.layers, packs, runner.windows, cache.keys, cache.values, strict=True
         ):
-            hidden = batched_layer(
+            hidden = decoder_layer(
                 runner.shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache,
-                masks[window],
+                masks[window], attend=batched_attention,
             )  # fmt: skip
         cache.lengths.add_(counts)  # in place: a view's lengths are its parent's
         return norm(runner.shape, runner.model.model.norm, hidden)
 
 
-def batched_layer(shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache, mask):
-    """hidden [B, n, H] -> [B, n, H]: `compact_layer.decoder_layer` with a batch of rows, each
-    at its own positions (`index`: the scatter index of its new keys, [B, H_kv, n, D])."""
-    residual = hidden
-    hidden = norm(shape, layer.input_layernorm, hidden)
-    hidden = residual + _attention(
-        shape, layer.self_attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask
-    )
-    normed = norm(shape, layer.post_attention_layernorm, hidden)
-    if packed is None:
-        return hidden + layer.mlp(normed)
-    gate, up = packed.gate_up(normed).chunk(2, dim=-1)  # [B, n, I] x 2
-    return hidden + packed.down(packed.act_fn(gate) * up)
-
-
-def _attention(shape, attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask):
-    """`compact_layer.attention` for [B, n, H] inputs: the same operations in the same order,
-    with per-row rotary angles (cos, sin [B, 1, n, D]) and per-row cache writes."""
+def batched_attention(shape, attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask):
+    """`compact_layer.attention` for [B, n, H] inputs, the attention part of a batched
+    `decoder_layer`: the same operations in the same order, with per-row rotary angles (cos, sin
+    [B, 1, n, D]), per-row cache writes (`index`: the scatter index of each row's new keys at its
+    own positions, [B, H_kv, n, D]) and masks [B, 1, n, K]."""
     batch, num_new = hidden.shape[:2]
     if packed is None:
         qkv = torch.cat([attn.q_proj(hidden), attn.k_proj(hidden), attn.v_proj(hidden)], dim=-1)
