@@ -110,30 +110,30 @@ class _HostSlice:
 
 
 class BatchRunner:
-    """Batched forwards of one `FastRunner`'s model over a `BatchKVCache` of `rows` slots."""
+    """Batched forwards of one `FastRunner`'s model over a `BatchKVCache` of `batch` slots."""
 
     def __init__(self, runner: FastRunner):
         self.runner = runner
         self.device = runner.device
         self._kept: BatchKVCache | None = None  # the last cache, when `keep` asked for it
 
-    def new_cache(self, rows: int, capacity: int, keep: bool = False) -> BatchKVCache:
+    def new_cache(self, batch: int, capacity: int, keep: bool = False) -> BatchKVCache:
         """Zeroed buffers (masked positions still enter softmax(.) @ V as 0 * value, and
-        uninitialised memory may hold NaN) for `rows` slots of at least `capacity` positions.
-        keep: reuse the last kept cache when it has `rows` slots and room enough (its lengths
+        uninitialised memory may hold NaN) for `batch` slots of at least `capacity` positions.
+        keep: reuse the last kept cache when it has `batch` slots and room enough (its lengths
         reset): CUDA graphs captured on its buffers stay valid from one run to the next."""
         runner = self.runner
         capacity = bucket(capacity)
         if runner._packs is not None:  # once per batched run: re-pack weights edited since
             runner._packs = packed_model(runner.model)
         kept = self._kept
-        if keep and kept is not None and kept.lengths.shape[0] == rows:
+        if keep and kept is not None and kept.lengths.shape[0] == batch:
             if kept.capacity >= capacity:
                 kept.lengths.zero_()
-                kept.host_lengths[:] = [0] * rows
+                kept.host_lengths[:] = [0] * batch
                 return kept
         runner.new_cache(capacity)  # builds the rotary tables for this capacity
-        shape = (rows, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
+        shape = (batch, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
         keys = [torch.zeros(shape, dtype=runner.dtype, device=self.device) for _ in runner.layers]
         cache = BatchKVCache(keys, [torch.zeros_like(key) for key in keys])
         self._kept = cache if keep else None
