@@ -5,7 +5,7 @@
 
 Arms, interleaved repeat by repeat so that machine load hits them alike:
 - spec_generate / spec_batched: the speculative decoder (cactus, delta 1, m = 2) through
-  today's `generate` one request at a time, and through `generate_batch(batch_size=1)`: the
+  today's `generate` one request at a time, and through `generate_batch(batch=1)`: the
   batched path must not be slower at batch 1;
 - ar_batched at batch 1, 2, 4, 8, 16: the verifier alone; B requests through B slots, so every
   step runs B rows (throughput = generated tokens / wall time of the run, prefills included).
@@ -120,7 +120,7 @@ def main() -> None:
         return [spec.generate(r.prompt_ids, r.max_new_tokens, seed=r.seed) for r in spec_requests]
 
     arms = {("spec_generate", 1): spec_generate}
-    arms[("spec_batched", 1)] = lambda: spec.generate_batch(spec_requests, batch_size=1)
+    arms[("spec_batched", 1)] = lambda: spec.generate_batch(spec_requests, batch=1)
     for batch in batches:
         batch_requests = requests_for(prompts, batch, args.tokens)
         arms[("ar_batched", batch)] = lambda r=batch_requests, b=batch: alone.generate_batch(r, b)

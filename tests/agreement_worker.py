@@ -56,7 +56,7 @@ def hf(job: dict) -> dict:
         if finished % 10 == 0:
             print(f"HF {job['rule']}: {finished}/{len(requests)} requests", file=sys.stderr)
 
-    decoder.generate_batch(requests, batch_size=HF_BATCH, on_finish=count)
+    decoder.generate_batch(requests, batch=HF_BATCH, on_finish=count)
     return {"drafted": drafted, "accepted": accepted}
 
 
@@ -69,8 +69,8 @@ def main() -> None:
 def vllm(job: dict) -> dict:
     from vllm import SamplingParams
 
-    from cactus_bench.vllm.decoder import steps_from_metrics
     from cactus_bench.vllm.engines import VllmOptions, build_llm
+    from cactus_bench.vllm.outputs import steps_from_metrics
 
     llm = build_llm(
         job["verifier"],

@@ -18,7 +18,7 @@ def main() -> None:
     from cactus_bench.vllm.runner import REPORT_METHOD
 
     options = VllmOptions(
-        enforce_eager=True, max_model_len=job["max_model_len"], max_num_seqs=job["batch"]
+        enforce_eager=True, max_model_len=job["max_model_len"], batch=job["batch"]
     )
     common = {"dtype": "float32", "seed": 0, "options": options}
     spec_llm = build_llm(

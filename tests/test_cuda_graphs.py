@@ -129,7 +129,7 @@ def test_the_engine_decodes_the_same_tokens_with_graphs(tiny_pair):
         decoder = SpeculativeDecoder(
             *models, tokenizer, rule, 3, sampling=greedy, device="cuda", cuda_graphs=mode
         )
-        records = decoder.generate_batch(requests, batch_size=4)
+        records = decoder.generate_batch(requests, batch=4)
         tokens[mode] = [record.output_ids for record in records]
         if mode == "on":
             assert decoder.graph_capture_s > 0

@@ -87,10 +87,10 @@ def test_batched_tokens_equal_batch_one_tokens(tiny_pair, linear_kernel, samplin
         speculative(tiny_pair, sampling),
     ):
         expected = one_by_one(decoder, batch)
-        records = decoder.generate_batch(batch, batch_size=4)
+        records = decoder.generate_batch(batch, batch=4)
         assert [r.output_ids for r in records] == expected
         assert [r.prompt_ids for r in records] == [r.prompt_ids for r in batch]  # request order
-        assert [r.output_ids for r in decoder.generate_batch(batch, batch_size=1)] == expected
+        assert [r.output_ids for r in decoder.generate_batch(batch, batch=1)] == expected
 
 
 def test_batched_rows_mix_sampling_settings_rules_and_token_map(tiny_pair):
@@ -105,7 +105,7 @@ def test_batched_rows_mix_sampling_settings_rules_and_token_map(tiny_pair):
     ]
     for rule in ("cactus", "fsd"):
         decoder = speculative(tiny_pair, PAPER, rule=rule, m=2, token_map=token_map)
-        records = decoder.generate_batch(batch, batch_size=3)
+        records = decoder.generate_batch(batch, batch=3)
         assert [r.output_ids for r in records] == one_by_one(decoder, batch)
         assert {r.sampler_name for r in records} == {"greedy", rule}
         kept = set(token_map.tolist())
@@ -127,7 +127,7 @@ def test_batched_rows_stop_at_eos_and_stop_strings_as_at_batch_one(tiny_pair):
         ),
     ):
         expected = [decoder.generate(r.prompt_ids, r.max_new_tokens, r.stop, r.seed) for r in batch]
-        records = decoder.generate_batch(batch, batch_size=3)
+        records = decoder.generate_batch(batch, batch=3)
         for record, alone in zip(records, expected, strict=True):
             assert (record.output_ids, record.text) == (alone.output_ids, alone.text)
             assert record.stop_reason == alone.stop_reason
@@ -141,7 +141,7 @@ def test_slot_of_a_finished_request_takes_the_next_queued_one(tiny_pair):
     decoder = AutoregressiveDecoder(verifier, tok, sampling=PAPER, eos_token_ids=[])
     batch = [BatchRequest(PROMPTS[1], 3, seed=1), BatchRequest(PROMPTS[2], 30, seed=2)]
     batch.append(BatchRequest(PROMPTS[3], 5, seed=3))
-    records = decoder.generate_batch(batch, batch_size=2)
+    records = decoder.generate_batch(batch, batch=2)
     log = decoder.step_log
     prefills = [(step.slots[0], step.requests[0]) for step in log if step.kind == "prefill"]
     assert prefills == [(0, 0), (1, 1), (0, 2)]
@@ -157,7 +157,7 @@ def test_slot_of_a_finished_request_takes_the_next_queued_one(tiny_pair):
 def test_records_and_step_log_account_for_every_step(tiny_pair):
     decoder = speculative(tiny_pair, PAPER, m=3)
     batch = requests(6)
-    records = decoder.generate_batch(batch, batch_size=4)
+    records = decoder.generate_batch(batch, batch=4)
     decodes = [step for step in decoder.step_log if step.kind == "decode"]
     for index, record in enumerate(records):
         mine = [step for step in decodes if index in step.requests]
@@ -186,27 +186,27 @@ def test_hf_forward_refuses_batches_in_one_line_and_runs_batch_one(tiny_pair):
     _, verifier, tok = tiny_pair
     decoder = AutoregressiveDecoder(verifier, tok, sampling=GREEDY, eos_token_ids=[], fast="off")
     batch = requests(3)
-    with pytest.raises(ValueError, match=r"batch_size=2 needs the fast forward.*fast='off'") as err:
-        decoder.generate_batch(batch, batch_size=2)
+    with pytest.raises(ValueError, match=r"batch=2 needs the fast forward.*fast='off'") as err:
+        decoder.generate_batch(batch, batch=2)
     assert "\n" not in str(err.value)
-    records = decoder.generate_batch(batch, batch_size=1)
+    records = decoder.generate_batch(batch, batch=1)
     assert [r.output_ids for r in records] == one_by_one(decoder, batch)
     assert records[0].finished_s <= records[1].started_s  # one after the other, one clock
-    with pytest.raises(ValueError, match="batch_size must be an integer >= 1"):
-        decoder.generate_batch(batch, batch_size=0)
+    with pytest.raises(ValueError, match="batch must be an integer >= 1"):
+        decoder.generate_batch(batch, batch=0)
 
 
 def test_requests_as_dicts_and_empty_batches(tiny_pair):
     _, verifier, tok = tiny_pair
     decoder = AutoregressiveDecoder(verifier, tok, sampling=GREEDY, eos_token_ids=[])
-    assert decoder.generate_batch([], batch_size=4) == []
+    assert decoder.generate_batch([], batch=4) == []
     records = decoder.generate_batch(
-        [{"prompt_ids": PROMPTS[1], "max_new_tokens": 4, "seed": 5, "stop": "x"}], batch_size=4
+        [{"prompt_ids": PROMPTS[1], "max_new_tokens": 4, "seed": 5, "stop": "x"}], batch=4
     )
     assert records[0].seed == 5 and records[0].num_generated <= 4
     assert records[0].batch_size == 1  # one request: one slot
     with pytest.raises(ValueError, match="BatchRequest or a dict"):
-        decoder.generate_batch([PROMPTS[0]], batch_size=2)
+        decoder.generate_batch([PROMPTS[0]], batch=2)
 
 
 def test_batched_decode_steps_of_more_than_probed_rows_take_the_packs_that_won():
@@ -241,4 +241,4 @@ def test_a_law_that_cannot_be_sampled_is_refused_in_one_line(tiny_pair, which):
         broken.lm_head.weight.fill_(float("nan"))
     decoder = SpeculativeDecoder(drafter, verifier, tok, make_sampler("sps"), 2, sampling=PAPER)
     with pytest.raises(ValueError, match="cannot sample a token"):
-        decoder.generate_batch(requests(3, PAPER), batch_size=2)
+        decoder.generate_batch(requests(3, PAPER), batch=2)

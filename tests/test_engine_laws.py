@@ -158,16 +158,16 @@ def test_cactus_first_token_law_matches_output_distribution(tiny_pair):
     assert chi_square_p_value(counts, target, n) < P_VALUE_FLOOR
 
 
-def batched_outputs(decoder, prompts, n, max_new_tokens, batch_size=4):
-    """n requests per prompt (seeds 0..n-1 each), interleaved, through `batch_size` slots;
+def batched_outputs(decoder, prompts, n, max_new_tokens, batch=4):
+    """n requests per prompt (seeds 0..n-1 each), interleaved, through `batch` slots;
     -> ({prompt: [outputs]}, step log). Rows of one step differ in prompt length and usually in
     accepted length; each draws from its own seed's generator."""
-    batch = [
+    requests = [
         BatchRequest(prompt, max_new_tokens, seed=seed) for seed in range(n) for prompt in prompts
     ]
-    records = decoder.generate_batch(batch, batch_size=batch_size)
+    records = decoder.generate_batch(requests, batch=batch)
     outputs = {tuple(prompt): [] for prompt in prompts}
-    for request, record in zip(batch, records, strict=True):
+    for request, record in zip(requests, records, strict=True):
         outputs[tuple(request.prompt_ids)].append(tuple(record.output_ids))
     return outputs, decoder.step_log
 

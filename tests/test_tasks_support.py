@@ -13,6 +13,9 @@ from cactus_bench.tasks import data as task_data
 class ScriptedDecoder:
     """Answers each prompt with respond(prompt_text); logs its calls (in `log`, shared)."""
 
+    num_draft_tokens = 0  # the rest of the engine's `Decoder` protocol
+    sampler_name = None
+
     def __init__(self, tokenizer, respond, name="spec", log=None):
         self.tokenizer, self.respond, self.name = tokenizer, respond, name
         self.log = [] if log is None else log
@@ -37,6 +40,13 @@ class ScriptedDecoder:
             stop_reason="eos",
             seed=seed,
         )
+
+    def generate_batch(self, requests, batch=1, on_finish=None):
+        records = [self.generate(**vars(request)) for request in requests]
+        for index, record in enumerate(records):
+            if on_finish is not None:
+                on_finish(index, record)
+        return records
 
 
 def write_jsonl(path, rows):

@@ -14,6 +14,7 @@ from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import decoder as vb
 from cactus_bench.vllm import engines as ve
 from cactus_bench.vllm import lines
+from cactus_bench.vllm import outputs as vo
 
 
 # ---- backend helpers -----------------------------------------------------------------------------
@@ -54,11 +55,11 @@ def _metrics(drafted, accepted, m=3):
 
 
 def test_per_step_metrics_keep_decode_order_and_short_drafts():
-    drafted, accepted = vb.steps_from_metrics(_metrics([3, 3, 3, 2], [3, 0, 2, 1]), 3)
+    drafted, accepted = vo.steps_from_metrics(_metrics([3, 3, 3, 2], [3, 0, 2, 1]), 3)
     assert drafted == [3, 3, 3, 2] and accepted == [3, 0, 2, 1]  # decode order, exact drafts
     from cactus_bench.results import summarise
 
-    record = vb.VllmRequestRecord(
+    record = vo.VllmRequestRecord(
         prompt_ids=[1],
         output_ids=[5] * 10,
         num_draft_tokens=3,
@@ -77,20 +78,20 @@ def test_per_step_metrics_refuse_summary_level_and_contradictions():
     summary = _metrics([3, 3], [1, 2])
     summary.per_step_drafted, summary.per_step_accepted = [], []  # level "summary"
     with pytest.raises(ValueError, match='per_request_spec_decode_metrics="detailed"'):
-        vb.steps_from_metrics(summary, 3)
+        vo.steps_from_metrics(summary, 3)
     with pytest.raises(ValueError, match="accepted <= drafted"):
-        vb.steps_from_metrics(_metrics([2, 3], [3, 0]), 3)
+        vo.steps_from_metrics(_metrics([2, 3], [3, 0]), 3)
     with pytest.raises(ValueError, match="no spec_decode_metrics"):
-        vb.steps_from_metrics(None, 3)
+        vo.steps_from_metrics(None, 3)
 
 
 def test_stop_reason_and_sampling_kwargs():
-    assert vb.stop_reason("length", None) == "length"
-    assert vb.stop_reason("stop", None) == "eos" and vb.stop_reason("stop", 151645) == "eos"
-    assert vb.stop_reason("stop", "\n\n") == "stop"
+    assert vo.stop_reason("length", None) == "length"
+    assert vo.stop_reason("stop", None) == "eos" and vo.stop_reason("stop", 151645) == "eos"
+    assert vo.stop_reason("stop", "\n\n") == "stop"
     from cactus_bench.engine import SamplingParams
 
-    kw = vb.sampling_kwargs(SamplingParams(0.6, 0.95, 20), 64, ["Q:"], 5, [2])
+    kw = vo.sampling_kwargs(SamplingParams(0.6, 0.95, 20), 64, ["Q:"], 5, [2])
     assert kw == {
         "temperature": 0.6,
         "top_p": 0.95,

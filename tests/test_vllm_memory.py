@@ -87,7 +87,7 @@ def test_plan_counts_the_batch_the_sampler_warm_up_and_keeps_a_margin():
         drafter,
         engines=both,
         card_bytes=141 * GIB,
-        max_num_seqs=8,
+        batch=8,
         draft_tokens=5,
         **args,
     )
@@ -102,13 +102,11 @@ def test_plan_counts_the_batch_the_sampler_warm_up_and_keeps_a_margin():
     tight = int(need / 0.85 / (1 - memory.FIT_MARGIN / 2) * GIB)
     with pytest.raises(ValueError, match="margin") as error:
         memory.plan_memory(verifier, drafter, engines=both, card_bytes=tight, **args)
-    assert "\n" not in str(error.value) and "max_num_seqs" in str(error.value)
+    assert "\n" not in str(error.value) and "batch 1 on" in str(error.value)
     roomy = int(need / 0.85 / (1 - 2 * memory.FIT_MARGIN) * GIB)
     memory.plan_memory(verifier, drafter, engines=both, card_bytes=roomy, **args)
-    with pytest.raises(ValueError, match="max_num_seqs must be >= 1"):
-        memory.plan_memory(
-            verifier, drafter, engines=both, card_bytes=roomy, max_num_seqs=0, **args
-        )
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        memory.plan_memory(verifier, drafter, engines=both, card_bytes=roomy, batch=0, **args)
 
 
 def test_docs_carry_the_scripts_table():
@@ -159,7 +157,7 @@ def test_backend_checks_gpus_and_fit_before_loading(tmp_path, monkeypatch):
     batched = build_identity(
         _conf(tmp_path, "backend=vllm", "sampler=cactus", "model.dtype=bfloat16", "batch=64")
     )[0]
-    with pytest.raises(ConfigError, match="max_num_seqs 64 on 1 GPU"):
+    with pytest.raises(ConfigError, match="batch 64 on 1 GPU"):
         backend.engine_options(batched, "V", "D")
     monkeypatch.setattr(backend, "cuda_card", lambda: None)
-    assert {o.max_num_seqs for o in backend.engine_options(batched, "V", "D").values()} == {64}
+    assert {o.batch for o in backend.engine_options(batched, "V", "D").values()} == {64}

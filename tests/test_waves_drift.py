@@ -96,9 +96,9 @@ class CallLog:
     def __init__(self, decoder, arm: str, log: list):
         self.decoder, self.arm, self.log = decoder, arm, log
 
-    def generate_batch(self, requests, batch_size, on_finish=None):
+    def generate_batch(self, requests, batch, on_finish=None):
         self.log.append((self.arm, [r.seed for r in requests]))
-        return self.decoder.generate_batch(requests, batch_size, on_finish=on_finish)
+        return self.decoder.generate_batch(requests, batch, on_finish=on_finish)
 
     def __getattr__(self, name):
         return getattr(self.decoder, name)

@@ -232,10 +232,10 @@ def engine_costs(drafter, verifier, tokenizer, device, arms, batches, m, context
             # Warm-up on the same slots and cache size: kernels, allocator, graph captures
             # (kept with the caches, so the timed run replays them and captures nothing).
             warm = [BatchRequest(p, 4, seed=i) for i, p in enumerate(prompts)]
-            decoder.generate_batch(warm, batch_size=batch)
+            decoder.generate_batch(warm, batch=batch)
             capture_s = decoder.graph_capture_s
             start = time.perf_counter()
-            records = decoder.generate_batch(requests, batch_size=batch)
+            records = decoder.generate_batch(requests, batch=batch)
             wall = time.perf_counter() - start
             steps = [s for s in decoder.step_log if s.kind == "decode"]
             tokens = sum(len(r.output_ids) for r in records)

@@ -76,18 +76,18 @@ def step_counts(drafter, verifier, tokenizer, arm: str, batch: int, m: int) -> d
     else:
         rule = make_sampler(arm, **({"delta": 1.0} if arm == "cactus" else {}))
         decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, m, PAPER_SAMPLING, [])
-    step = type(decoder)._batch_step
+    step = type(decoder).batch_step
     counters: list[OpCounter] = []
 
-    def counting_step(batch_, rows):
+    def counting_step(run, rows):
         with OpCounter() as counter:
-            emitted = step(decoder, batch_, rows)
+            emitted = step(decoder, run, rows)
         counters.append(counter)
         return emitted
 
-    decoder._batch_step = counting_step
+    decoder.batch_step = counting_step
     requests = [BatchRequest(PROMPT, 4 * (m + 1), seed=i) for i in range(batch)]
-    decoder.generate_batch(requests, batch_size=batch)
+    decoder.generate_batch(requests, batch=batch)
     counter = counters[len(counters) // 2]
     return _row("step", arm, batch, m if arm != "verifier" else 0, counter)
 

@@ -7,15 +7,16 @@ dec = SpeculativeDecoder(drafter, verifier, tokenizer, make_sampler("cactus", de
 rec = dec.generate(prompt_ids, max_new_tokens=256, stop=["\\n\\n"], seed=1234)
 rec.accepted_length, rec.tokens_per_step, rec.text
 
-records = dec.generate_batch([BatchRequest(prompt_ids, 256, seed=1), ...], batch_size=8)
+records = dec.generate_batch([BatchRequest(prompt_ids, 256, seed=1), ...], batch=8)
 dec.step_log                                 # per prefill / decode step: rows, tokens, times
 (see batched.py: continuous batching, per-request seeds, how times are attributed)
 """
 
 from cactus_bench.engine.autoregressive import AutoregressiveDecoder
-from cactus_bench.engine.base import Decoder, Request
-from cactus_bench.engine.batched import BatchRequest, BatchStep
+from cactus_bench.engine.base import Decoder
+from cactus_bench.engine.batched import BatchStep
 from cactus_bench.engine.record import RequestRecord
+from cactus_bench.engine.requests import BatchRequest, Request
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token
 from cactus_bench.engine.speculative import SpeculativeDecoder
 from cactus_bench.engine.stopping import cut_at_stop

@@ -56,7 +56,7 @@ class AutoregressiveDecoder(BaseDecoder):
     def _named_runners(self) -> dict:
         return {"verifier": self.verifier}
 
-    _batch_step = autoregressive_step
+    batch_step = autoregressive_step
 
     def graph_sizes(self) -> dict[str, list[tuple[int, bool]]]:
         return {"verifier": [(1, False)]}

@@ -12,12 +12,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from cactus_bench.engine import batched
 from cactus_bench.engine.batch_cache import BatchRunner
 from cactus_bench.engine.cuda_graphs import GraphedRunner
 from cactus_bench.engine.draws import uniforms
 from cactus_bench.engine.fast_runner import FastRunner, unsupported_reason
 from cactus_bench.engine.record import RequestRecord
-from cactus_bench.engine.runtime import Clock, check_prompt, resolve_eos_ids
+from cactus_bench.engine.requests import Request, as_request, check_batch
+from cactus_bench.engine.runtime import Clock, resolve_eos_ids
 from cactus_bench.engine.sampling import BAD_LAW, SamplingParams, bad_rows, draw_tokens
 from cactus_bench.engine.stopping import OutputTracker
 
@@ -25,7 +27,8 @@ from cactus_bench.engine.stopping import OutputTracker
 @runtime_checkable
 class Decoder(Protocol):
     """What every backend's decoder implements (this engine's two, cactus_bench.vllm's): one
-    request in, one RequestRecord out. The task loop and the run measure any Decoder alike."""
+    request in, one RequestRecord out; or many, `batch` decoded at once, one record each in
+    request order. The task loop and the run measure any Decoder alike."""
 
     num_draft_tokens: int  # m; 0 for the verifier alone
     sampler_name: str | None
@@ -39,30 +42,7 @@ class Decoder(Protocol):
         sampling: SamplingParams | None = None,
     ) -> RequestRecord: ...
 
-
-@dataclass(frozen=True)
-class Request:
-    """A request's arguments as every decoder reads them: checked, stops as a list, the
-    sampling settled and a seed drawn (and recorded) when none was given."""
-
-    prompt_ids: list[int]
-    max_new_tokens: int
-    stop: list[str]
-    seed: int
-    sampling: SamplingParams
-
-    @classmethod
-    def make(cls, decoder, prompt_ids, max_new_tokens, stop, seed, sampling) -> Request:
-        prompt_ids = check_prompt(prompt_ids, max_new_tokens)
-        if seed is None:
-            seed = torch.Generator().seed() % 2**63  # a fresh seed, recorded for reproduction
-        return cls(
-            prompt_ids=list(prompt_ids),
-            max_new_tokens=int(max_new_tokens),
-            stop=[stop] if isinstance(stop, str) else list(stop or []),
-            seed=int(seed),
-            sampling=sampling if sampling is not None else decoder.sampling,
-        )
+    def generate_batch(self, requests, batch: int = 1, on_finish=None) -> list[RequestRecord]: ...
 
 
 @dataclass
@@ -125,14 +105,14 @@ class BaseDecoder:
         """Decodes one request (batch size 1). The same seed gives the same tokens."""
         request = Request.make(self, prompt_ids, max_new_tokens, stop, seed, sampling)
         if self.cuda_graphs:  # the batched engine's captured forwards, on one slot
-            return self.generate_batch([request], batch_size=1)[0]
+            return self.generate_batch([request], batch=1)[0]
         prompt_ids, params = request.prompt_ids, request.sampling
         seed = torch.tensor([request.seed], device=self.device)
         record = RequestRecord(
             prompt_ids=list(prompt_ids),
             num_draft_tokens=self.num_draft_tokens,
             seed=request.seed,
-            sampler_name=self._sampler_name(params),
+            sampler_name=self.sampler_name_for(params),
             sampling=params.to_dict(),
         )
         tracker = OutputTracker(self.tokenizer, self.eos_token_ids, request.stop, max_new_tokens)
@@ -151,28 +131,26 @@ class BaseDecoder:
         record.total_time_s = record.finished_s = record.share_time_s = clock() - start
         return record
 
-    def generate_batch(self, requests, batch_size: int = 1, on_finish=None) -> list[RequestRecord]:
-        """Decodes many requests, `batch_size` at a time with continuous batching (a finished
+    def generate_batch(self, requests, batch: int = 1, on_finish=None) -> list[RequestRecord]:
+        """Decodes many requests, `batch` at a time with continuous batching (a finished
         request's slot takes the next queued one); records in request order. Each request is a
-        `batched.BatchRequest` or a dict of `generate`'s keywords; a request's seed gives the
+        `requests.BatchRequest` or a dict of `generate`'s keywords; a request's seed gives the
         draws it gets from `generate`. `on_finish(index, record)` is called as each request
         ends. `step_log` then holds the run's steps (engine/batched.py).
         Batch > 1 needs the fast forward for every model (`batch_runners`); batch 1 without it
         runs the requests one after the other through `generate`."""
-        from cactus_bench.engine import batched  # lazy: cycle with cactus_bench.engine.batched
-
-        batched.check_batch_size(batch_size)
-        if batch_size == 1 and self._batch_refusal() is not None:
+        check_batch(batch)
+        if batch == 1 and self._batch_refusal() is not None:
             return self._generate_each(requests, on_finish)
-        return batched.generate_batch(self, requests, batch_size, on_finish)
+        return batched.generate_batch(self, requests, batch, on_finish)
 
-    def batch_runners(self, batch_size: int) -> dict:
+    def batch_runners(self, batch: int) -> dict:
         """{model name: `BatchRunner`} for a batched run; a clear error where one cannot run."""
         refusal = self._batch_refusal()
         if refusal is not None:
             raise ValueError(
-                f"batch_size={batch_size} needs the fast forward (Llama, Qwen2, Qwen3 causal "
-                f"LMs on one device, fast='auto' or 'on'): {refusal}; use batch_size=1"
+                f"batch={batch} needs the fast forward (Llama, Qwen2, Qwen3 causal "
+                f"LMs on one device, fast='auto' or 'on'): {refusal}; use batch=1"
             )
         if getattr(self, "_batch_runner_cache", None) is None:  # kept: their graphs persist
             self._batch_runner_cache = {
@@ -204,8 +182,6 @@ class BaseDecoder:
 
     def _generate_each(self, requests, on_finish=None) -> list[RequestRecord]:
         """Batch 1 on HF's forward: `generate` per request, start and end times on one clock."""
-        from cactus_bench.engine.batched import as_request  # lazy: cycle, as above
-
         clock = Clock(self.device)
         origin, records = clock(), []
         self.step_log = []
@@ -228,8 +204,9 @@ class BaseDecoder:
         """{"drafter": ..., "verifier": ...} (drafter first), or {"verifier": ...}."""
         raise NotImplementedError
 
-    def _batch_step(self, batch, rows) -> list[list[int]]:
-        """One decode step over the rows of a batched run (engine/batch_steps.py)."""
+    def batch_step(self, run: batched.BatchRun, rows: list[batched.Row]) -> list[list[int]]:
+        """One decode step over the rows of a batched run (engine/batch_steps.py): the tokens
+        each row emitted."""
         raise NotImplementedError
 
     def runners(self) -> list:
@@ -252,7 +229,8 @@ class BaseDecoder:
             if hasattr(runner, "warmup"):
                 runner.warmup(capacity)
 
-    def _sampler_name(self, params: SamplingParams) -> str | None:
+    def sampler_name_for(self, params: SamplingParams) -> str | None:
+        """The rule a request with these settings is decoded by (its record's sampler_name)."""
         return self.sampler_name
 
     def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from cactus_bench.engine.compact_layer import norm
+from cactus_bench.engine.compact_layer import decoder_layer, norm
 from cactus_bench.engine.cpu_kernels import PROBE_ROWS
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.packed_model import packed_model
@@ -110,30 +110,30 @@ class _HostSlice:
 
 
 class BatchRunner:
-    """Batched forwards of one `FastRunner`'s model over a `BatchKVCache` of `rows` slots."""
+    """Batched forwards of one `FastRunner`'s model over a `BatchKVCache` of `batch` slots."""
 
     def __init__(self, runner: FastRunner):
         self.runner = runner
         self.device = runner.device
         self._kept: BatchKVCache | None = None  # the last cache, when `keep` asked for it
 
-    def new_cache(self, rows: int, capacity: int, keep: bool = False) -> BatchKVCache:
+    def new_cache(self, batch: int, capacity: int, keep: bool = False) -> BatchKVCache:
         """Zeroed buffers (masked positions still enter softmax(.) @ V as 0 * value, and
-        uninitialised memory may hold NaN) for `rows` slots of at least `capacity` positions.
-        keep: reuse the last kept cache when it has `rows` slots and room enough (its lengths
+        uninitialised memory may hold NaN) for `batch` slots of at least `capacity` positions.
+        keep: reuse the last kept cache when it has `batch` slots and room enough (its lengths
         reset): CUDA graphs captured on its buffers stay valid from one run to the next."""
         runner = self.runner
         capacity = bucket(capacity)
         if runner._packs is not None:  # once per batched run: re-pack weights edited since
             runner._packs = packed_model(runner.model)
         kept = self._kept
-        if keep and kept is not None and kept.lengths.shape[0] == rows:
+        if keep and kept is not None and kept.lengths.shape[0] == batch:
             if kept.capacity >= capacity:
                 kept.lengths.zero_()
-                kept.host_lengths[:] = [0] * rows
+                kept.host_lengths[:] = [0] * batch
                 return kept
         runner.new_cache(capacity)  # builds the rotary tables for this capacity
-        shape = (rows, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
+        shape = (batch, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
         keys = [torch.zeros(shape, dtype=runner.dtype, device=self.device) for _ in runner.layers]
         cache = BatchKVCache(keys, [torch.zeros_like(key) for key in keys])
         self._kept = cache if keep else None
@@ -235,32 +235,19 @@ class BatchRunner:
         for layer, packed, window, key_cache, value_cache in zip(
             runner.layers, packs, runner.windows, cache.keys, cache.values, strict=True
         ):
-            hidden = batched_layer(
+            hidden = decoder_layer(
                 runner.shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache,
-                masks[window],
+                masks[window], attend=batched_attention,
             )  # fmt: skip
         cache.lengths.add_(counts)  # in place: a view's lengths are its parent's
         return norm(runner.shape, runner.model.model.norm, hidden)
 
 
-def batched_layer(shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache, mask):
-    """hidden [B, n, H] -> [B, n, H]: `compact_layer.decoder_layer` with a batch of rows, each
-    at its own positions (`index`: the scatter index of its new keys, [B, H_kv, n, D])."""
-    residual = hidden
-    hidden = norm(shape, layer.input_layernorm, hidden)
-    hidden = residual + _attention(
-        shape, layer.self_attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask
-    )
-    normed = norm(shape, layer.post_attention_layernorm, hidden)
-    if packed is None:
-        return hidden + layer.mlp(normed)
-    gate, up = packed.gate_up(normed).chunk(2, dim=-1)  # [B, n, I] x 2
-    return hidden + packed.down(packed.act_fn(gate) * up)
-
-
-def _attention(shape, attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask):
-    """`compact_layer.attention` for [B, n, H] inputs: the same operations in the same order,
-    with per-row rotary angles (cos, sin [B, 1, n, D]) and per-row cache writes."""
+def batched_attention(shape, attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask):
+    """`compact_layer.attention` for [B, n, H] inputs, the attention part of a batched
+    `decoder_layer`: the same operations in the same order, with per-row rotary angles (cos, sin
+    [B, 1, n, D]), per-row cache writes (`index`: the scatter index of each row's new keys at its
+    own positions, [B, H_kv, n, D]) and masks [B, 1, n, K]."""
     batch, num_new = hidden.shape[:2]
     if packed is None:
         qkv = torch.cat([attn.q_proj(hidden), attn.k_proj(hidden), attn.v_proj(hidden)], dim=-1)

@@ -1,7 +1,8 @@
 """Batched sampling from one causal LM (no drafter): many prompts at once, left padding, KV cache.
 
-The speculative engine decodes one request at a time; this generator exists for work that needs
-many samples from the verifier itself (the frontier's contexts). It samples with the same
+The decoders' `generate_batch` (batched.py) runs the engine's requests, each with its own
+stops, seed and record; this generator exists for work that needs many plain samples from the
+verifier itself (the frontier's contexts, the drafter's teacher). It samples with the same
 `process_logits` as the engine (temperature, then top-k, then top-p) and, given a token_map,
 restricts the law to those ids as the engine does, so its tokens follow exactly the law the
 engine's verifier-only baseline samples. A batch of rows shares one cache; a row stops at an

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.engine.batched import Batch, BatchStep, Row, group_by_sampling, record_step
+from cactus_bench.engine.batched import BatchRun, BatchStep, Row, group_by_sampling, record_step
 from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, uniforms
 from cactus_bench.engine.sampling import BAD_LAW, bad_rows, draw_tokens, process_logits
 
@@ -47,13 +47,13 @@ class StepDraws:
         return uniforms(self.seeds, self.lengths[:, None] + offsets, stream)
 
 
-def autoregressive_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
+def autoregressive_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]:
     """One token per row from the verifier alone (`AutoregressiveDecoder._step`, batched)."""
-    clock = batch.clock
+    clock = run.clock
     start = clock()
     inputs = [row.pending["verifier"] for row in rows]
     ids, counts = _host_ids(inputs, decoder.device)
-    logits = _forward(decoder, batch, "verifier", rows, ids, counts, all_logits=False)[:, -1]
+    logits = _forward(decoder, run, "verifier", rows, ids, counts, all_logits=False)[:, -1]
     probs = _process(logits, rows)  # [R, K]
     forwarded = clock()
     draws = StepDraws(rows, decoder.device)
@@ -69,7 +69,7 @@ def autoregressive_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int
     ones = [1] * len(rows)
     step = BatchStep(
         "decode",
-        batch.since(start),
+        run.since(start),
         [row.slot for row in rows],
         [row.index for row in rows],
         fed=ones,
@@ -78,13 +78,13 @@ def autoregressive_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int
         verify_s=forwarded - start,
         rule_s=clock() - forwarded,
     )
-    record_step(batch, rows, step)
+    record_step(run, rows, step)
     return emitted
 
 
-def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
+def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]:
     """One draft-verify step per row (`SpeculativeDecoder._step`, batched)."""
-    clock, device, m = batch.clock, decoder.device, decoder.num_draft_tokens
+    clock, device, m = run.clock, decoder.device, decoder.num_draft_tokens
     wanted = [min(m, row.tracker.remaining - 1) for row in rows]
     most = max(wanted)
     rules = [decoder.greedy_sampler if row.params.is_greedy else decoder.sampler for row in rows]
@@ -102,7 +102,7 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
     ]
     ids, counts = _host_ids(first_inputs, device)  # [R, 1 | 2]: what each drafter has to read
     for j in range(most):
-        logits = _forward(decoder, batch, "drafter", rows, ids, counts, all_logits=False)[:, -1]
+        logits = _forward(decoder, run, "drafter", rows, ids, counts, all_logits=False)[:, -1]
         probs = _process(logits, rows)  # [R, K]: each drafting row's p_j
         token = draw_tokens(probs, draws.at(DRAFT, j), draws.greedy)  # [R] n_j ~ p_j
         bad |= bad_rows(probs) & (drafting > j)
@@ -117,7 +117,7 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
     pending, _ = _host_ids([row.pending["verifier"] for row in rows], device)  # [R, 1]
     ids = torch.cat([pending, _to_vocab(decoder, draft_ids)], dim=1)  # [R, 1 + m']
     counts = [1 + w for w in wanted]
-    logits = _forward(decoder, batch, "verifier", rows, ids, counts, all_logits=True)
+    logits = _forward(decoder, run, "verifier", rows, ids, counts, all_logits=True)
     logits = logits[:, : most + 1]  # [R, m' + 1, K] (a captured forward is wider)
     target = _process(logits, rows)  # [R, m' + 1, K]: each row's q_1..q_{m_b + 1}
     used = torch.arange(most + 1, device=device) <= drafting[:, None]  # [R, m' + 1]
@@ -160,10 +160,10 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
         tokens = _vocab_ids(decoder, [index for index in indices if index >= 0])
         _advance(row, count, tokens)
         tokens_by_row.append(tokens)
-    _roll_back(batch, rows, wanted)
+    _roll_back(run, rows, wanted)
     step = BatchStep(
         "decode",
-        batch.since(start),
+        run.since(start),
         [row.slot for row in rows],
         [row.index for row in rows],
         fed=counts,
@@ -173,7 +173,7 @@ def speculative_step(decoder, batch: Batch, rows: list[Row]) -> list[list[int]]:
         verify_s=verified - drafted,
         rule_s=clock() - verified,
     )
-    record_step(batch, rows, step)
+    record_step(run, rows, step)
     return tokens_by_row
 
 
@@ -191,22 +191,22 @@ def _host_ids(inputs: list[list[int]], device) -> tuple[torch.Tensor, list[int]]
     return torch.tensor(padded, dtype=torch.long, device=device), [len(t) for t in inputs]
 
 
-def _forward(decoder, batch: Batch, name: str, rows, ids, counts, all_logits: bool):
+def _forward(decoder, run: BatchRun, name: str, rows, ids, counts, all_logits: bool):
     """One batched forward of model `name`: ids [R, w] (vocabulary ids, on the device), counts
     (host, real tokens per row) -> restricted logits [R, n, K].
 
     Eager: over the span of occupied slots. CUDA graphs: over every slot (an empty one is fed
     nothing), as wide as the smallest captured shape that holds w, so the forward replays one
     captured graph."""
-    cache = batch.caches[name]
-    if batch.graphs is not None:
+    cache = run.caches[name]
+    if run.graphs is not None:
         first, stop = 0, cache.lengths.shape[0]
-        width = batch.graph_width(name, ids.shape[1], all_logits)
-        runner = batch.graphs[name]
+        width = run.graph_width(name, ids.shape[1], all_logits)
+        runner = run.graphs[name]
     else:
         first, stop = rows[0].slot, rows[-1].slot + 1
         width = ids.shape[1]
-        cache, runner = cache.rows(first, stop), batch.runners[name]
+        cache, runner = cache.rows(first, stop), run.runners[name]
     if width > ids.shape[1]:
         ids = torch.nn.functional.pad(ids, (0, width - ids.shape[1]))
     slots = [row.slot - first for row in rows]
@@ -218,7 +218,7 @@ def _forward(decoder, batch: Batch, name: str, rows, ids, counts, all_logits: bo
     if index is not None:
         ids = ids.new_zeros((stop - first, width)).index_copy_(0, index, ids)
     span_counts_t = torch.tensor(span_counts, dtype=torch.long, device=decoder.device)
-    if batch.graphs is not None:
+    if run.graphs is not None:
         logits = runner.forward(ids, span_counts_t, cache, all_logits)  # [S, n, V]
     else:  # the keys any query sees, from the host's lengths: no read of the device
         visible = max(cache.host_lengths[slot] for slot in range(stop - first)) + width
@@ -277,11 +277,11 @@ def _advance(row: Row, num_drafts: int, tokens: list[int]) -> None:
     _count(row.record, drafted=num_drafts, accepted=accepted)
 
 
-def _roll_back(batch: Batch, rows: list[Row], wanted: list[int]) -> None:
+def _roll_back(run: BatchRun, rows: list[Row], wanted: list[int]) -> None:
     """Every row's caches back to its accepted prefix, one copy per cache: the verifier holds
     L + accepted positions, the drafter L + kept (a bonus step left it untouched)."""
-    batch.caches["verifier"].set_lengths([(row.slot, row.seq_len - 1) for row in rows])
-    batch.caches["drafter"].set_lengths(
+    run.caches["verifier"].set_lengths([(row.slot, row.seq_len - 1) for row in rows])
+    run.caches["drafter"].set_lengths(
         [(row.slot, row.kept_drafter) for row, count in zip(rows, wanted, strict=True) if count]
     )
 

@@ -3,7 +3,7 @@
     from cactus_bench.engine import BatchRequest
     records = decoder.generate_batch(
         [BatchRequest(prompt_ids, max_new_tokens=256, stop=["\\n\\n"], seed=7), ...],
-        batch_size=8,
+        batch=8,
     )
     decoder.step_log  # [BatchStep]: one per prefill and per decode step of the last run
 
@@ -17,7 +17,7 @@ products (equal in the tests' fp32 runs).
 Scheduling: a queue in request order and B slots. Before each step every empty slot takes the
 next queued request and prefills it (prompt[:-1] into that slot's rows of the batched caches,
 `batch_cache.BatchRunner`); then one decode step runs over every occupied slot (the decoder's
-`_batch_step`: for the speculative decoder, m drafter forwards and ONE verifier forward over all
+`batch_step`: for the speculative decoder, m drafter forwards and ONE verifier forward over all
 rows); a row that finishes (EOS, stop string, token budget: `OutputTracker`) frees its slot at
 once, so throughput is not set by the longest request.
 
@@ -34,27 +34,15 @@ step-cost model."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 
-from cactus_bench.engine.base import Request
 from cactus_bench.engine.record import RequestRecord
+from cactus_bench.engine.requests import Request, as_request
 from cactus_bench.engine.runtime import Clock
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.engine.stopping import OutputTracker
-
-
-@dataclass(frozen=True)
-class BatchRequest:
-    """`generate`'s arguments for one request of a batch."""
-
-    prompt_ids: list[int]
-    max_new_tokens: int
-    stop: list[str] | str | None = None
-    seed: int | None = None
-    sampling: SamplingParams | None = None
 
 
 @dataclass
@@ -101,9 +89,9 @@ class Row:
 
 
 @dataclass
-class Batch:
-    """What a decoder's `_batch_start` / `_batch_step` work on: runners and caches by model
-    name ("drafter", "verifier"), the run's clock and its step log."""
+class BatchRun:
+    """What a decoder's `batch_step` works on: runners and caches by model name ("drafter",
+    "verifier"), the run's clock and its step log."""
 
     runners: dict
     caches: dict
@@ -122,64 +110,40 @@ class Batch:
         return next((n for n in sizes if n >= width), width)
 
 
-def as_request(decoder, request) -> Request:
-    """A BatchRequest, a Request or a dict of generate's keywords -> a checked `Request`."""
-    if isinstance(request, Request):
-        return request
-    if isinstance(request, Mapping):
-        request = BatchRequest(**request)
-    if not isinstance(request, BatchRequest):
-        raise ValueError("each request must be a BatchRequest or a dict of generate's keywords")
-    return Request.make(
-        decoder,
-        request.prompt_ids,
-        request.max_new_tokens,
-        request.stop,
-        request.seed,
-        request.sampling,
-    )
-
-
-def check_batch_size(batch_size) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1; got {batch_size!r}")
-    return batch_size
-
-
-def generate_batch(decoder, requests, batch_size: int, on_finish=None) -> list[RequestRecord]:
-    """The decoder's `generate_batch` (module docstring); records in request order.
-    `on_finish(index, record)` is called as each request ends (a journal keeps it at once)."""
-    check_batch_size(batch_size)
+def generate_batch(decoder, requests, batch: int, on_finish=None) -> list[RequestRecord]:
+    """The decoder's `generate_batch` (module docstring), which checked `batch`; records in
+    request order. `on_finish(index, record)` is called as each request ends (a journal keeps
+    it at once)."""
     requests = [as_request(decoder, request) for request in requests]
     if not requests:
         return []
-    slots = min(batch_size, len(requests))
+    batch = min(batch, len(requests))  # no more slots than requests
     # Positions a row may reach: its prompt, its budget, and a step's drafts plus padding.
     capacity = max(len(r.prompt_ids) + r.max_new_tokens for r in requests)
     capacity += 2 * (decoder.num_draft_tokens + 1)
     clock = Clock(decoder.device)
     with torch.inference_mode():
-        runners = decoder.batch_runners(slots)  # raises where the architecture cannot batch
+        runners = decoder.batch_runners(batch)  # raises where the architecture cannot batch
         graphs = decoder.graphed_runners(runners)
         keep = graphs is not None  # graphs are captured on the caches' buffers: keep them
-        caches = {name: runner.new_cache(slots, capacity, keep) for name, runner in runners.items()}
+        caches = {name: runner.new_cache(batch, capacity, keep) for name, runner in runners.items()}
         sizes = decoder.graph_sizes() if graphs is not None else {}
         # Every shape the steps will run, captured before the clock starts (once per cache).
         decoder.graph_capture_s = sum(
             graphs[name].capture(caches[name], sizes[name]) for name in (graphs or {})
         )
-        batch = Batch(runners, caches, clock, clock(), [], graphs, sizes)
-        decoder.step_log = batch.log
+        run = BatchRun(runners, caches, clock, clock(), [], graphs, sizes)
+        decoder.step_log = run.log
         records: list[RequestRecord | None] = [None] * len(requests)
         queue = deque(enumerate(requests))
-        occupied: list[Row | None] = [None] * slots
+        occupied: list[Row | None] = [None] * batch
         while queue or any(occupied):
             began = clock()
-            for slot in range(slots):
+            for slot in range(batch):
                 if occupied[slot] is None and queue:
-                    occupied[slot] = _start_row(decoder, batch, slot, *queue.popleft())
+                    occupied[slot] = _start_row(decoder, run, slot, *queue.popleft())
             rows = [row for row in occupied if row is not None]
-            emitted_by_row = decoder._batch_step(batch, rows)
+            emitted_by_row = decoder.batch_step(run, rows)
             # The iteration's whole time (prefills, the step, the scheduler) split evenly over
             # its rows: each request's share of the machine; the shares sum to the run's time.
             share = (clock() - began) / len(rows)
@@ -187,7 +151,7 @@ def generate_batch(decoder, requests, batch_size: int, on_finish=None) -> list[R
                 row.record.share_time_s += share
                 row.tracker.extend(emitted)
                 if row.tracker.done:
-                    records[row.index] = _finish_row(decoder, batch, row, slots)
+                    records[row.index] = _finish_row(decoder, run, row, batch)
                     occupied[row.slot] = None
                     for cache in caches.values():
                         cache.crop(row.slot, 0)  # an empty slot costs no (eager) attention
@@ -196,13 +160,13 @@ def generate_batch(decoder, requests, batch_size: int, on_finish=None) -> list[R
     return records
 
 
-def _start_row(decoder, batch: Batch, slot: int, index: int, request: Request) -> Row:
+def _start_row(decoder, run: BatchRun, slot: int, index: int, request: Request) -> Row:
     params = request.sampling
     record = RequestRecord(
         prompt_ids=list(request.prompt_ids),
         num_draft_tokens=decoder.num_draft_tokens,
         seed=request.seed,
-        sampler_name=decoder._sampler_name(params),
+        sampler_name=decoder.sampler_name_for(params),
         sampling=params.to_dict(),
     )
     tracker = OutputTracker(
@@ -217,32 +181,32 @@ def _start_row(decoder, batch: Batch, slot: int, index: int, request: Request) -
         tracker=tracker,
         seq_len=len(request.prompt_ids),
     )
-    start = batch.clock()
-    for name, runner in batch.runners.items():
-        runner.prefill(batch.caches[name], slot, request.prompt_ids[:-1])
+    start = run.clock()
+    for name, runner in run.runners.items():
+        runner.prefill(run.caches[name], slot, request.prompt_ids[:-1])
         row.pending[name] = request.prompt_ids[-1:]
-    end = batch.clock()
-    record.started_s = batch.since(start)
+    end = run.clock()
+    record.started_s = run.since(start)
     record.prefill_time_s = end - start
     fed = [len(request.prompt_ids) - 1]
-    batch.log.append(
-        BatchStep("prefill", batch.since(start), [slot], [index], fed, prefill_s=end - start)
+    run.log.append(
+        BatchStep("prefill", run.since(start), [slot], [index], fed, prefill_s=end - start)
     )
     return row
 
 
-def _finish_row(decoder, batch: Batch, row: Row, slots: int) -> RequestRecord:
+def _finish_row(decoder, run: BatchRun, row: Row, batch: int) -> RequestRecord:
     record = row.record
     record.output_ids, record.text, record.stop_reason = row.tracker.finish()
-    record.finished_s = batch.since(batch.clock())
+    record.finished_s = run.since(run.clock())
     record.total_time_s = record.finished_s - record.started_s
-    record.batch_size = slots
+    record.batch_size = batch
     return record
 
 
-def record_step(batch: Batch, rows: list[Row], step: BatchStep) -> None:
+def record_step(run: BatchRun, rows: list[Row], step: BatchStep) -> None:
     """Appends a decode step to the log and adds its times to every row active in it."""
-    batch.log.append(step)
+    run.log.append(step)
     for row in rows:
         row.record.draft_time_s += step.draft_s
         row.record.verify_time_s += step.verify_s

@@ -96,20 +96,25 @@ def rope_tables(rotary_emb, capacity: int, head_dim: int, dtype, device):
     return cos[0].contiguous(), sin_signed
 
 
-def decoder_layer(shape, hidden, layer, packed, cos, sin, positions, key_cache, value_cache, mask):
-    """hidden [1, n, H] -> [1, n, H], as HF's Llama/Qwen decoder layer (its own norms; its
-    projection modules, or their oneDNN packs `packed`); writes the n new keys/values into the
-    [1, H_kv, capacity, D] caches in place. cos, sin_signed: [1, 1, n, D]; mask [n, K]: additive,
-    over the first K cached positions."""
+def decoder_layer(
+    shape, hidden, layer, packed, cos, sin, where, key_cache, value_cache, mask, attend=None
+):
+    """hidden [B, n, H] -> [B, n, H], as HF's Llama/Qwen decoder layer (its own norms; its
+    projection modules, or their oneDNN packs `packed`). The attention part is an argument, so
+    the single-row forward and the batched one (batch_cache.py) share the rest: `attend`
+    (default `attention`, B = 1) writes the n new keys/values into the [B, H_kv, capacity, D]
+    caches at `where` and attends. Here cos, sin_signed: [1, 1, n, D]; where: positions [n];
+    mask [n, K]: additive, over the first K cached positions."""
+    attend = attention if attend is None else attend
     residual = hidden
     hidden = norm(shape, layer.input_layernorm, hidden)
-    hidden = residual + attention(
-        shape, layer.self_attn, packed, hidden, cos, sin, positions, key_cache, value_cache, mask
+    hidden = residual + attend(
+        shape, layer.self_attn, packed, hidden, cos, sin, where, key_cache, value_cache, mask
     )
     normed = norm(shape, layer.post_attention_layernorm, hidden)
     if packed is None:
         return hidden + layer.mlp(normed)
-    gate, up = packed.gate_up(normed).chunk(2, dim=-1)  # [1, n, I] x 2
+    gate, up = packed.gate_up(normed).chunk(2, dim=-1)  # [B, n, I] x 2
     return hidden + packed.down(packed.act_fn(gate) * up)  # HF's MLP: down(act(gate) * up)
 
 

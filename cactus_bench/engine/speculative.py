@@ -96,7 +96,7 @@ class SpeculativeDecoder(BaseDecoder):
     def _named_runners(self) -> dict:
         return {"drafter": self.drafter, "verifier": self.verifier}
 
-    _batch_step = speculative_step
+    batch_step = speculative_step
 
     def graph_sizes(self) -> dict[str, list[tuple[int, bool]]]:
         # The drafter's first forward of a step reads 1 or 2 tokens, the others 1; the verifier
@@ -106,7 +106,7 @@ class SpeculativeDecoder(BaseDecoder):
             "verifier": [(self.num_draft_tokens + 1, True)],
         }
 
-    def _sampler_name(self, params: SamplingParams) -> str:
+    def sampler_name_for(self, params: SamplingParams) -> str:
         rule = self.greedy_sampler if params.is_greedy else self.sampler
         return getattr(rule, "name", type(rule).__name__)
 

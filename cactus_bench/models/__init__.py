@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 from cactus_bench.models.registry import PAIR_NAMES, PAIRS, PairSpec, get_pair_spec
 
 if TYPE_CHECKING:
-    from cactus_bench.models.loading import LoadedPair, load_pair, shared_token_ids
+    from cactus_bench.models.loading import LoadedPair, load_pair
     from cactus_bench.models.tiny import make_tiny_pair, make_tiny_tokenizer
+    from cactus_bench.models.token_map import shared_token_ids
 
 _LAZY = {
-    **dict.fromkeys(("LoadedPair", "load_pair", "shared_token_ids"), "loading"),
+    **dict.fromkeys(("LoadedPair", "load_pair"), "loading"),
     **dict.fromkeys(("make_tiny_pair", "make_tiny_tokenizer"), "tiny"),
+    "shared_token_ids": "token_map",
 }
 
 

@@ -63,11 +63,11 @@ class JournaledDecoder:
         self.decoded += 1
         return record
 
-    def generate_batch(self, requests, batch_size: int = 1, on_finish=None):
+    def generate_batch(self, requests, batch: int = 1, on_finish=None):
         """The batched form: journaled requests are replayed, the rest decoded together by the
         decoder's `generate_batch` and journaled one by one as each ends."""
         from cactus_bench.engine import RequestRecord  # lazy: keeps torch out of the checks
-        from cactus_bench.engine.batched import as_request  # lazy: as above
+        from cactus_bench.engine.requests import as_request  # lazy: as above
 
         requests = [as_request(self.decoder, request) for request in requests]
         records: list = [None] * len(requests)
@@ -93,7 +93,7 @@ class JournaledDecoder:
         if todo:
             self._mark("start")
             self.decoder.generate_batch(
-                [requests[index] for index in todo], batch_size, on_finish=finished
+                [requests[index] for index in todo], batch, on_finish=finished
             )
             self._mark("end")
             self.step_log = list(getattr(self.decoder, "step_log", []))

@@ -12,32 +12,27 @@ seeds (see `repeat_seed`), and the headline metric is averaged per prompt.
 
 from __future__ import annotations
 
-import functools
 import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import datasets
 import langdetect
 import lm_eval
 from lm_eval.api.task import Task
-from lm_eval.tasks import TaskManager
-from lm_eval.tasks._yaml_loader import load_yaml
 
 from cactus_bench.engine import RequestRecord
 from cactus_bench.paper import PAPER
 from cactus_bench.tasks.data import (
-    TaskDataError,
     ensure_punkt,
-    missing_data_message,
     reset_gpqa_password,
     resolve_data_dir,
     set_gpqa_password,
     task_yaml_path,
 )
 from cactus_bench.tasks.lm import SUPPORTED_GEN_KWARGS, CactusBenchLM
+from cactus_bench.tasks.lm_eval_task import empty_task_manager, load_task
 from cactus_bench.tasks.paper_settings import apply_paper_settings
 from cactus_bench.tasks.samples import scores_by_prompt, slim_sample
 from cactus_bench.tasks.specs import (
@@ -192,7 +187,7 @@ def evaluate_task(
         # lm-eval's GPQA shuffles the answer choices with `random` while the task is built,
         # which happens here, before simple_evaluate seeds: seed it the same way first.
         random.seed(seeds["random_seed"])
-        lm_task = _load_task(spec, yaml_path, folder)
+        lm_task = load_task(spec, yaml_path, folder)
     finally:
         reset_gpqa_password(password_token)
     apply_paper_settings(lm_task, generation, think_filter)
@@ -201,7 +196,7 @@ def evaluate_task(
         results = lm_eval.simple_evaluate(
             model=lm,
             tasks=[lm_task],
-            task_manager=_empty_task_manager(),
+            task_manager=empty_task_manager(),
             limit=limit,
             apply_chat_template=True,
             fewshot_as_multiturn=False,  # the reference's evaluate(): few-shot in one user turn
@@ -210,50 +205,6 @@ def evaluate_task(
         )
         runs.append((results, lm))
     return _task_result(spec, lm_task, runs, folder, generation, seeds)
-
-
-@functools.cache
-def _empty_task_manager() -> TaskManager:
-    """A TaskManager that indexes nothing: tasks are loaded from their own config, which skips
-    the ~10 s scan of lm-eval's thousands of task YAMLs."""
-    return TaskManager(include_defaults=False)
-
-
-def _load_task(spec: TaskSpec, yaml_path: Path, folder: Path | None) -> Task:
-    """Builds the lm-eval task from its YAML; its documents are processed only once."""
-    config = load_yaml(yaml_path)  # lm-eval's own loader: `include` merged, functions imported
-    if config.get("process_docs") is not None:
-        config["process_docs"] = _process_docs_once(config["process_docs"])
-    caching = datasets.is_caching_enabled()
-    datasets.disable_caching()  # a cached map would replay an earlier run's GPQA shuffle
-    try:
-        loaded = _empty_task_manager().load([config])
-    except OSError as err:  # no network, gated dataset, missing file: datasets raises OSErrors
-        raise TaskDataError(missing_data_message(spec.name, folder, type(err).__name__)) from err
-    finally:
-        if caching:
-            datasets.enable_caching()
-    (lm_task,) = loaded["tasks"].values()
-    return lm_task
-
-
-def _process_docs_once(process):
-    """process_docs that runs once per dataset and then returns that first result.
-
-    lm-eval re-runs a task's process_docs each time it reads the documents (building the task,
-    the prompts, then once per filter when scoring). GPQA's shuffles the answer choices with
-    `random`, so without a datasets cache replaying the first result the prompts and the gold
-    letters would come from different shuffles. As with the reference's fresh cache, the first
-    shuffle after seeding is the one used throughout.
-    """
-    results: dict[int, tuple[Any, Any]] = {}  # id(dataset) -> (dataset kept alive, processed)
-
-    def once(dataset):
-        if id(dataset) not in results:
-            results[id(dataset)] = (dataset, process(dataset))
-        return results[id(dataset)][1]
-
-    return once
 
 
 def _task_result(

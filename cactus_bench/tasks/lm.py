@@ -25,7 +25,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.utils import normalize_gen_kwargs
 from tqdm.auto import tqdm
 
-from cactus_bench.engine import BatchRequest, RequestRecord, SamplingParams, cut_at_stop
+from cactus_bench.engine import BatchRequest, Decoder, RequestRecord, SamplingParams, cut_at_stop
 from cactus_bench.paper import PAPER
 from cactus_bench.tasks.paper_settings import THINK_CLOSE, THINK_OPEN
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
@@ -65,9 +65,10 @@ def sampling_from_gen_kwargs(kwargs: dict[str, Any]) -> SamplingParams:
 class CactusBenchLM(LM):
     """lm-eval `LM` around a SpeculativeDecoder or AutoregressiveDecoder (generative tasks only).
 
-    decoder / baseline: objects with `generate(prompt_ids, max_new_tokens, stop, seed, sampling)
-    -> RequestRecord`; tokenizer: the verifier's HF tokenizer (its chat template formats
-    prompts); chat_template_kwargs: extra template variables such as {"enable_thinking": True}.
+    decoder / baseline: `cactus_bench.engine.Decoder`s (`generate` one request, `generate_batch`
+    `batch` at a time, into RequestRecords); tokenizer: the verifier's HF tokenizer (its chat
+    template formats prompts); chat_template_kwargs: extra template variables such as
+    {"enable_thinking": True}.
     """
 
     def __init__(
@@ -82,14 +83,12 @@ class CactusBenchLM(LM):
         batch: int = 1,
     ) -> None:
         super().__init__()
-        if not hasattr(decoder, "generate"):
-            raise TypeError("decoder must be a cactus_bench.engine decoder (has .generate)")
-        if baseline is not None and not hasattr(baseline, "generate"):
-            raise TypeError("baseline must be None or a cactus_bench.engine decoder")
+        if not isinstance(decoder, Decoder):
+            raise TypeError("decoder must be a cactus_bench.engine.Decoder (generate, ...)")
+        if baseline is not None and not isinstance(baseline, Decoder):
+            raise TypeError("baseline must be None or a cactus_bench.engine.Decoder")
         if max_gen_toks < 1:
             raise ValueError(f"max_gen_toks must be >= 1; got {max_gen_toks}")
-        if batch > 1 and not hasattr(decoder, "generate_batch"):
-            raise TypeError(f"batch={batch} needs a decoder with generate_batch (backend=hf)")
         self.decoder = decoder
         self.baseline = baseline
         self.tokenizer = tokenizer
@@ -194,21 +193,23 @@ class CactusBenchLM(LM):
             self.baseline_records.append(run(self.baseline))
         return self._answer(context, record, request.stop)
 
-    def _generate_batched(self, requests: list[Instance], hide: bool) -> list[str]:
-        """The requests in waves of `batch`, each wave through both arms' `generate_batch`."""
+    def _generate_batched(self, instances: list[Instance], hide: bool) -> list[str]:
+        """lm-eval's instances as requests in waves of `batch`, each wave through both arms'
+        `generate_batch`."""
         first = len(self.records)
-        batch = [
-            self._request(*request.args, first + offset) for offset, request in enumerate(requests)
+        requests = [
+            self._request(*instance.args, first + offset)
+            for offset, instance in enumerate(instances)
         ]
         arms = [("spec", self.decoder, self.records)]
         if self.baseline is not None:
             arms.append(("baseline", self.baseline, self.baseline_records))
         bars = {
-            arm: tqdm(total=len(batch), desc=f"{arm} (batch {self.batch})", disable=hide)
+            arm: tqdm(total=len(requests), desc=f"{arm} (batch {self.batch})", disable=hide)
             for arm, _, _ in arms
         }
-        for start in range(0, len(batch), self.batch):
-            wave = batch[start : start + self.batch]
+        for start in range(0, len(requests), self.batch):
+            wave = requests[start : start + self.batch]
             # alternate which arm goes first, wave by wave, as batch 1 does prompt by prompt
             order = arms if self.waves % 2 == 0 else arms[::-1]
             for arm, decoder, kept in order:
@@ -224,11 +225,11 @@ class CactusBenchLM(LM):
             bar.close()
         outputs = []
         for request, (context, _), record in zip(
-            batch, (r.args for r in requests), self.records[first:], strict=True
+            requests, (i.args for i in instances), self.records[first:], strict=True
         ):
             outputs.append(self._answer(context, record, request.stop))
-        for request, output in zip(requests, outputs, strict=True):
-            self.cache_hook.add_partial("generate_until", request.args, output)
+        for instance, output in zip(instances, outputs, strict=True):
+            self.cache_hook.add_partial("generate_until", instance.args, output)
         return outputs
 
     @staticmethod

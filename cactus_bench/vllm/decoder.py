@@ -25,7 +25,7 @@ What is measured, and how (never invented):
   read from the workers' reports (cactus_bench.vllm.runner) around the request.
 - total_time_s is the wall time of `llm.generate`; vLLM does not expose per-phase times, so the
   runner writes the draft/verify/sampler/prefill columns as empty cells for this backend.
-- `generate_batch` submits every request at once to an engine built with max_num_seqs = batch
+- `generate_batch` submits every request at once to an engine built for `batch` at once
   (run/backends/vllm.py) and steps vLLM's engine itself, as `llm.generate` does, so that it sees
   which requests each step advanced: a request's `share_time_s` is each step's time (with the
   loop's own work since the step before) split over the requests that step returned tokens for,
@@ -42,44 +42,12 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any
 
-from cactus_bench.engine.base import Request
-from cactus_bench.engine.batched import as_request, check_batch_size
 from cactus_bench.engine.record import RequestRecord
+from cactus_bench.engine.requests import Request, as_request, check_batch
 from cactus_bench.engine.sampling import SamplingParams
-from cactus_bench.engine.stopping import cut_at_stop
+from cactus_bench.vllm.outputs import completion_record, sampling_kwargs
 from cactus_bench.vllm.runner import REPORT_METHOD
-
-
-@dataclass
-class VllmRequestRecord(RequestRecord):
-    """A RequestRecord whose per-step lists are vLLM's per-request spec-decode metrics."""
-
-    step_order: str = "decode"  # vLLM's per-step arrays are in decode order
-    draft_probs_fallbacks: int = 0  # steps verified by vLLM's own sampler (no draft probs)
-
-
-def steps_from_metrics(metrics, m: int) -> tuple[list[int], list[int]]:
-    """(drafted_per_step, accepted_per_step) from an output's `spec_decode_metrics`.
-
-    Raises ValueError when vLLM recorded no per-step arrays (summary level) or they contradict
-    each other.
-    """
-    if metrics is None:
-        raise ValueError("vLLM returned no spec_decode_metrics for a speculative request")
-    drafted = [int(n) for n in metrics.per_step_drafted]
-    accepted = [int(k) for k in metrics.per_step_accepted]
-    if len(drafted) != len(accepted) or sum(metrics.histogram) != len(accepted):
-        raise ValueError(
-            f"vLLM's per-step spec-decode arrays ({len(drafted)} drafted, {len(accepted)} "
-            f"accepted) do not match its {sum(metrics.histogram)} verification steps; run with "
-            'per_request_spec_decode_metrics="detailed"'
-        )
-    if any(not 0 <= k <= n <= m for k, n in zip(accepted, drafted, strict=True)):
-        raise ValueError(f"vLLM's per-step counts leave 0 <= accepted <= drafted <= m = {m}")
-    return drafted, accepted
 
 
 # ---- the decoder ---------------------------------------------------------------------------------
@@ -122,7 +90,7 @@ class VllmDecoder:
         sampling: SamplingParams | None = None,
     ) -> RequestRecord:
         """One request through `llm.generate` (engine.base.Decoder); the same argument
-        handling as the HF decoders (engine.base.Request)."""
+        handling as the HF decoders (engine.requests.Request)."""
         request = Request.make(self, prompt_ids, max_new_tokens, stop, seed, sampling)
         params, stop = request.sampling, request.stop
         vllm_params = self.vllm_sampling(params, request.max_new_tokens, stop, request.seed)
@@ -135,17 +103,17 @@ class VllmDecoder:
         total = time.perf_counter() - start
         completion = outputs[0].outputs[0]
         fallbacks = draft_probs_fallbacks(self.llm) - before if speculative else None
-        record = self._record(request, completion, total, fallbacks)
+        record = completion_record(self, request, completion, total, fallbacks)
         record.finished_s = record.share_time_s = total
         return record
 
-    def generate_batch(self, requests, batch_size: int = 1, on_finish=None) -> list[RequestRecord]:
-        """Every request submitted at once; the engine (max_num_seqs = batch_size) decodes up to
+    def generate_batch(self, requests, batch: int = 1, on_finish=None) -> list[RequestRecord]:
+        """Every request submitted at once; the engine (built for `batch` requests) decodes up to
         that many together and starts a queued one as one ends. Records in request order;
         `on_finish(index, record)` as each request ends (module docstring: the timings)."""
-        check_batch_size(batch_size)
+        check_batch(batch)
         requests = [as_request(self, request) for request in requests]
-        if batch_size == 1:  # one at a time, as the batch-1 rows were always measured
+        if batch == 1:  # one at a time, as the batch-1 rows were always measured
             records = []
             for index, request in enumerate(requests):
                 record = self.generate(*_arguments(request))
@@ -203,64 +171,16 @@ class VllmDecoder:
                 if speculative:
                     total = read_fallbacks()
                     fallbacks, seen = total - seen, total
-                record = self._record(
-                    requests[index], output.outputs[0], now - started[index], fallbacks
+                record = completion_record(
+                    self, requests[index], output.outputs[0], now - started[index], fallbacks
                 )
                 record.started_s, record.finished_s = started[index], now
-                record.share_time_s, record.batch_size = shares[index], batch_size
+                record.share_time_s, record.batch_size = shares[index], batch
                 records[index] = record
                 if on_finish is not None:
                     on_finish(index, record)
         self.last_batch_reads_s = paused
         return records
-
-    def _record(self, request: Request, completion, total: float, fallbacks) -> RequestRecord:
-        """The request's record from vLLM's completion; `fallbacks` None for the verifier alone."""
-        output_ids = list(completion.token_ids)
-        text, cut = cut_at_stop(completion.text, request.stop)
-        reason = stop_reason(completion.finish_reason, completion.stop_reason) or (
-            "stop" if cut else "length"
-        )
-        common = {
-            "prompt_ids": list(request.prompt_ids),
-            "output_ids": output_ids,
-            "text": text,
-            "stop_reason": reason,
-            "num_draft_tokens": self.num_draft_tokens,
-            "total_time_s": total,
-            "seed": request.seed,
-            "sampler_name": self.sampler_name,
-            "sampling": request.sampling.to_dict(),
-        }
-        if fallbacks is None:  # verifier only: one step per token
-            n = len(output_ids)
-            return RequestRecord(
-                **common,
-                drafted_per_step=[0] * n,
-                accepted_per_step=[0] * n,
-                emitted_per_step=[1] * n,
-            )
-        metrics = getattr(completion, "spec_decode_metrics", None)
-        if metrics is None and len(output_ids) > 1:
-            raise RuntimeError(
-                "vLLM returned no per-request spec-decode metrics for a speculative request; "
-                'build the engine with per_request_spec_decode_metrics="detailed" (engines.py)'
-            )
-        drafted, accepted = (
-            steps_from_metrics(metrics, self.num_draft_tokens) if metrics else ([], [])
-        )
-        # vLLM records no entry for a step that verified no drafts (where none fit, at the end of
-        # max_model_len or max_tokens); each emitted one token: kept as drafted 0 / accepted 0,
-        # as the HF engine records them. The first output token comes from the prefill.
-        missing = len(output_ids) - 1 - sum(a + 1 for a in accepted)
-        drafted, accepted = drafted + [0] * max(0, missing), accepted + [0] * max(0, missing)
-        return VllmRequestRecord(
-            **common,
-            drafted_per_step=drafted,
-            accepted_per_step=accepted,
-            emitted_per_step=[a + 1 for a in accepted],
-            draft_probs_fallbacks=fallbacks,
-        )
 
 
 _BATCHES = itertools.count()  # request ids stay unique across the batches of one engine
@@ -279,29 +199,3 @@ def _arguments(request: Request) -> tuple:
 def draft_probs_fallbacks(llm) -> int:
     """Steps the bridge gave to vLLM's own sampler so far, summed over the engine's workers."""
     return sum(r["draft_probs_fallbacks"] for r in llm.collective_rpc(REPORT_METHOD))
-
-
-def sampling_kwargs(params: SamplingParams, max_new_tokens, stop, seed, eos_token_ids) -> dict:
-    """`vllm.SamplingParams` keyword arguments (pure). Temperature 0 is vLLM's greedy."""
-    kwargs: dict[str, Any] = {
-        "temperature": float(params.temperature),
-        "top_p": float(params.top_p),
-        "max_tokens": int(max_new_tokens),
-        "seed": int(seed),
-    }
-    if params.top_k:
-        kwargs["top_k"] = int(params.top_k)
-    if stop:
-        kwargs["stop"] = list(stop)
-    if eos_token_ids:
-        kwargs["stop_token_ids"] = list(eos_token_ids)
-    return kwargs
-
-
-def stop_reason(finish_reason: str | None, vllm_stop_reason) -> str | None:
-    """vLLM's (finish_reason, stop_reason) -> "eos" | "stop" | "length" (None: unknown)."""
-    if finish_reason == "length":
-        return "length"
-    if finish_reason == "stop":
-        return "stop" if isinstance(vllm_stop_reason, str) else "eos"
-    return None

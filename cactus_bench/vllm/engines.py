@@ -52,7 +52,7 @@ class VllmOptions:
     # requests decoded at once: the runner sends one at a time, and vLLM's default (256 on a
     # GPU) would size the sampler's start-up run for 256 x (m + 1) full-vocabulary rows that
     # memory.plan_memory does not reserve; a batched run sets its batch (and plans with it)
-    max_num_seqs: int = 1
+    batch: int = 1
 
 
 # ---- building the engine -------------------------------------------------------------------------
@@ -99,7 +99,7 @@ def llm_kwargs(
         "gpu_memory_utilization": options.gpu_memory_utilization,
         "enforce_eager": options.enforce_eager,
         "tensor_parallel_size": options.tensor_parallel_size,
-        "max_num_seqs": int(options.max_num_seqs),
+        "max_num_seqs": int(options.batch),  # vLLM's word for the batch
     }
     if options.max_model_len:
         kwargs["max_model_len"] = int(options.max_model_len)

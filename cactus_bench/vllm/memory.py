@@ -3,23 +3,23 @@
 vLLM gives each engine `gpu_memory_utilization` x the card's memory (per GPU), and refuses to
 start when that is more than is free; a run with baseline=interleave holds two engines in one
 process (speculative: verifier + drafter; baseline: the verifier alone). What an engine needs,
-per GPU, with tensor parallelism over `tp` GPUs and up to `max_num_seqs` requests at a time:
+per GPU, with tensor parallelism over `tp` GPUs and up to `batch` requests at a time:
 
     weights      params x bytes / tp            (the drafter shards like the verifier)
-    KV cache     max_num_seqs x max_model_len x kv_bytes_per_token / tp, for each model of the
+    KV cache     batch x max_model_len x kv_bytes_per_token / tp, for each model of the
                  engine (every request may hold a full sequence without preemption)
     fixed        ENGINE_OVERHEAD_GIB: CUDA context, the activations of vLLM's profiling run
                  and CUDA graphs (an allowance, not a measurement), plus the sampler's warm-up:
                  vLLM runs its sampler (and, speculating, its rejection sampler) once at start
-                 on dummy logits of max_num_seqs x (m + 1) rows of the full vocabulary, with
+                 on dummy logits of batch x (m + 1) rows of the full vocabulary, with
                  temporaries (probabilities, top-k / top-p sort values and int64 indices):
                  SAMPLER_BYTES_PER_LOGIT per logit; the vocabulary is not sharded there
 
 `plan_memory` splits the run's share of the card (`backend.gpu_memory_utilization`, 0.85) over
 the engines in proportion to their needs, or raises one line before anything loads when the
 engines do not fit with FIT_MARGIN of the share to spare (the allowances are estimates).
-max_num_seqs defaults to 1: the runner decodes one request at a time (engines.VllmOptions);
-a batched run passes its batch. docs/gpu.md works the arithmetic out for the paper's pairs and
+batch defaults to 1: the runner decodes one request at a time (engines.VllmOptions);
+a batched run passes its own. docs/gpu.md works the arithmetic out for the paper's pairs and
 names the numbers a first GPU run must confirm.
 """
 
@@ -79,9 +79,9 @@ def model_size(config: Mapping) -> ModelSize:
     )
 
 
-def sampler_warmup_gib(vocab: int, max_num_seqs: int, draft_tokens: int) -> float:
-    """GiB of the sampler's start-up run: max_num_seqs x (m + 1) rows of the vocabulary."""
-    return max_num_seqs * (draft_tokens + 1) * vocab * SAMPLER_BYTES_PER_LOGIT / GIB
+def sampler_warmup_gib(vocab: int, batch: int, draft_tokens: int) -> float:
+    """GiB of the sampler's start-up run: batch x (m + 1) rows of the vocabulary."""
+    return batch * (draft_tokens + 1) * vocab * SAMPLER_BYTES_PER_LOGIT / GIB
 
 
 def engine_need_gib(
@@ -90,13 +90,13 @@ def engine_need_gib(
     dtype: str,
     max_model_len: int,
     tp: int,
-    max_num_seqs: int = 1,
+    batch: int = 1,
     draft_tokens: int = 0,
 ) -> float:
     """GiB per GPU one engine needs (module docstring); models[0] is the verifier."""
     weights = sum(model.weight_bytes(dtype) for model in models)
-    kv = sum(model.kv_bytes(max_num_seqs * max_model_len, dtype) for model in models)
-    fixed = ENGINE_OVERHEAD_GIB + sampler_warmup_gib(models[0].vocab, max_num_seqs, draft_tokens)
+    kv = sum(model.kv_bytes(batch * max_model_len, dtype) for model in models)
+    fixed = ENGINE_OVERHEAD_GIB + sampler_warmup_gib(models[0].vocab, batch, draft_tokens)
     return (weights + kv) / tp / GIB + fixed
 
 
@@ -119,12 +119,12 @@ def plan_memory(
     tp: int,
     card_bytes: int,
     share: float,  # the run's share of each card, all engines together
-    max_num_seqs: int = 1,  # requests an engine decodes at once (vLLM's max_num_seqs)
+    batch: int = 1,  # requests an engine decodes at once (the run's batch)
     draft_tokens: int = 0,  # m: the speculative engine verifies m + 1 rows per request
 ) -> MemoryPlan:
     """The engines' gpu_memory_utilization, or ValueError (one line) when they cannot fit."""
-    if max_num_seqs < 1:
-        raise ValueError(f"max_num_seqs must be >= 1; got {max_num_seqs}")
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1; got {batch}")
     models = {"speculative": [verifier, *([drafter] if drafter else [])], "baseline": [verifier]}
     rows = {"speculative": draft_tokens, "baseline": 0}
     needs = {
@@ -133,7 +133,7 @@ def plan_memory(
             dtype=dtype,
             max_model_len=max_model_len,
             tp=tp,
-            max_num_seqs=max_num_seqs,
+            batch=batch,
             draft_tokens=rows[name],
         )
         for name in engines
@@ -146,10 +146,10 @@ def plan_memory(
         parts = " + ".join(f"{name} {gib:.1f}" for name, gib in needs.items())
         raise ValueError(
             f"the pair needs {total:.1f} GiB per GPU ({parts}) at max_model_len {max_model_len}, "
-            f"max_num_seqs {max_num_seqs} on {tp} GPU(s), but {share:g} of a {card_gib:.0f} GiB "
+            f"batch {batch} on {tp} GPU(s), but {share:g} of a {card_gib:.0f} GiB "
             f"card less a {FIT_MARGIN:.0%} margin is {usable:.1f}: raise "
             "backend.tensor_parallel_size (and the GPUs the job asks for), lower "
-            "backend.max_model_len or the batch (max_num_seqs), or run the speculative engine "
+            "backend.max_model_len or the batch, or run the speculative engine "
             "alone (baseline=none)"
         )
     return MemoryPlan(

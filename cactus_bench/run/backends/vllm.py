@@ -16,11 +16,18 @@ import os
 from pathlib import Path
 
 from cactus_bench.paper import PAPER
-from cactus_bench.run.backends import VLLM_HINT, ConfigError, Decoders, sampling_params
+from cactus_bench.run.backends.decoders import Decoders, sampling_params
+from cactus_bench.run.checks import ConfigError
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.samplers.catalogue import VERIFIER_ONLY
 from cactus_bench.vllm.memory import model_size, plan_memory
+
+VLLM_HINT = (
+    "backend=vllm needs vLLM, which lives in its own environment: run `make setup-vllm "
+    "TARGET=cpu` (or TARGET=gpu on a CUDA node), then "
+    "run with .venv-vllm/bin/python; or use backend=hf here"
+)
 
 
 def nvidia_gpus_visible() -> bool:
@@ -153,7 +160,7 @@ def engine_options(identity: RunIdentity, verifier_path: str, drafter_path: str 
         "max_model_len": max_model_len,
         "kv_cache_gib": backend.kv_cache_gib,
         "cpu_threads": conf.threads,
-        "max_num_seqs": conf.batch,  # vLLM's continuous batching decodes `batch` at once
+        "batch": conf.batch,  # vLLM's continuous batching decodes `batch` at once
     }
     return {
         spec: VllmOptions(gpu_memory_utilization=share.get(name, 0.0), **common)
@@ -181,7 +188,7 @@ def planned_shares(identity, sizes, engines, max_model_len, card_bytes, gpus) ->
             tp=tp,
             card_bytes=card_bytes,
             share=backend.gpu_memory_utilization,
-            max_num_seqs=identity.conf.batch,
+            batch=identity.conf.batch,
             draft_tokens=identity.conf.m if identity.speculative else 0,
         )
     except ValueError as error:
