@@ -40,6 +40,7 @@ from cactus_bench.run_settings.table import (
     hashed_values,
     setting_value,
 )
+from cactus_bench.samplers.catalogue import PARAM_COLUMN_SPECS  # the schema's parameter columns
 
 __all__ = [
     "ACCEPTANCE_MODES",
@@ -47,6 +48,7 @@ __all__ = [
     "COLUMN_SETTINGS",
     "GROUPED_COLUMNS",
     "OPTIONS",
+    "PARAM_COLUMN_SPECS",
     "PARAM_COLUMNS",
     "RUN_SETTINGS",
     "UNSET",
