@@ -107,14 +107,14 @@ def _json_safe(value):
 def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
     """Validate `row` and return its cells in `columns` order (default COLUMNS).
 
-    Unknown keys are an error (add the column to schema.py); keys in `columns` but not in the
+    Unknown keys are an error (add the column to columns.py); keys in `columns` but not in the
     schema (written by a newer version of the harness) are left empty.
     """
     unknown = sorted(set(row) - set(SCHEMA))
     if unknown:
         raise ValueError(
             f"unknown result column(s) {unknown}; known columns are "
-            "cactus_bench.results.COLUMNS (add new ones in results/schema.py)"
+            "cactus_bench.results.COLUMNS (add new ones in results/columns.py)"
         )
     for name in REQUIRED_COLUMNS:
         if _is_missing(row.get(name)):

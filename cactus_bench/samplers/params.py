@@ -113,31 +113,31 @@ class RuleInfo:
     def check(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """`values` typed and range-checked (any subset of the parameters: the Python API leaves
         the rest at the rule's defaults); an unknown name raises one line."""
-        takes = ", ".join(p.name for p in self.params) or "no parameters"
-        checked = {}
-        for key, value in values.items():
-            param = self.param(key)
-            if param is None:
-                known = [p.name for p in self.params]
-                raise ValueError(
-                    f"sampler {self.name!r} does not take {key}{did_you_mean(key, known)} "
-                    f"(it takes {takes}); remove sampler.{key}"
-                )
-            checked[key] = param.coerce(self.name, value)
-        return checked
+        self._refuse_unknown(values)
+        return {key: self.param(key).coerce(self.name, value) for key, value in values.items()}
 
     def parse(self, node: Mapping[str, Any]) -> RuleParams:
-        """The rule's parameters from a config's sampler node (without `name`; None = unset),
-        checked once: unknown names, values out of range and missing parameters raise one
-        line, before anything heavy loads."""
-        checked = self.check({key: value for key, value in node.items() if value is not None})
-        missing = [p.name for p in self.params if p.name not in checked]
+        """The rule's parameters from a config's sampler node (without `name`; None = unset):
+        unknown and missing names raise one line here, a value out of range in the dataclass
+        (`RuleParams.__post_init__`), before anything heavy loads."""
+        given = {key: value for key, value in node.items() if value is not None}
+        self._refuse_unknown(given)
+        missing = [p.name for p in self.params if p.name not in given]
         if missing:
             raise ValueError(
                 f"sampler {self.name!r} needs {', '.join('sampler.' + m for m in missing)}; set "
                 f"it in configs/sampler/{self.name}.yaml or on the command line"
             )
-        return self.params_type(**checked)
+        return self.params_type(**given)
+
+    def _refuse_unknown(self, values: Mapping[str, Any]) -> None:
+        known = [p.name for p in self.params]
+        for key in values:
+            if key not in known:
+                raise ValueError(
+                    f"sampler {self.name!r} does not take {key}{did_you_mean(key, known)} "
+                    f"(it takes {', '.join(known) or 'no parameters'}); remove sampler.{key}"
+                )
 
     @cached_property
     def params_type(self) -> type[RuleParams]:
@@ -160,6 +160,12 @@ class RuleParams:
     (`runs_with`, and the columns `catalogue.param_columns` gives)."""
 
     info: ClassVar[RuleInfo]
+
+    def __post_init__(self) -> None:
+        # typed and range-checked as it is made: a value out of range raises one line
+        for param in self.info.params:
+            value = param.coerce(self.info.name, getattr(self, param.name))
+            object.__setattr__(self, param.name, value)
 
     @property
     def rule(self) -> str:
