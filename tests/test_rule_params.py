@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,22 @@ def test_parameters_survive_pickling_and_build_their_rule():
     assert pickle.loads(pickle.dumps(cactus)) == cactus
     assert pickle.loads(pickle.dumps(NO_RULE)) == NO_RULE
     assert cactus.build().params() == {"delta": 0.5}
+
+
+SAMPLER_CONFIGS = sorted(
+    path.stem
+    for path in (Path(__file__).resolve().parents[1] / "configs" / "sampler").glob("*.yaml")
+    if path.stem != "verifier"
+)
+
+
+@pytest.mark.parametrize("preset", SAMPLER_CONFIGS)
+def test_what_a_run_records_is_what_its_rule_runs_with(preset):
+    """The hash and the row's sampler_params read `runs_with()`, the rule its `params()`: the
+    two agree, key order included, for every sampler config."""
+    from test_run_conf import compose_run_conf
+
+    from cactus_bench.run import validate
+
+    rule_params = validate(compose_run_conf([f"sampler={preset}", "m=3"]))
+    assert list(rule_params.build().params().items()) == list(rule_params.runs_with().items())
