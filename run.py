@@ -24,8 +24,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cactus_bench.run import (
     ConfigError,
+    RuleParams,
     RunConf,
-    SamplerChoice,
     format_outcome,
     ignored_settings,
     one_line_error,
@@ -42,9 +42,9 @@ LAUNCH_PID_ENV = "CACTUS_BENCH_LAUNCH_PID"  # the process that runs Hydra (not a
 _failures: list[BaseException] = []  # jobs of this process that failed (printed already)
 
 
-def to_run_conf(cfg: DictConfig) -> tuple[RunConf, SamplerChoice]:
+def to_run_conf(cfg: DictConfig) -> tuple[RunConf, RuleParams]:
     """The composed config as plain dataclasses, validated (before anything heavy loads), and
-    the checked sampler choice that `run` takes so that it does not validate again."""
+    the rule's checked parameters that `run` takes so that it does not validate again."""
     try:
         conf = OmegaConf.to_object(cfg)
     except Exception as error:  # e.g. a missing value (???) or an interpolation to nowhere
@@ -55,8 +55,8 @@ def to_run_conf(cfg: DictConfig) -> tuple[RunConf, SamplerChoice]:
 @hydra.main(version_base="1.3", config_path="configs", config_name="config")
 def main(cfg: DictConfig) -> None:
     try:
-        conf, choice = to_run_conf(cfg)
-        for line in ignored_settings(conf, choice):
+        conf, rule_params = to_run_conf(cfg)
+        for line in ignored_settings(conf, rule_params):
             print(line, file=sys.stderr, flush=True)
         if conf.experiment_name == FRONTIER_EXPERIMENT:  # its own program, not a task run
             from cactus_bench.frontier.__main__ import run_from_run_conf
@@ -65,7 +65,7 @@ def main(cfg: DictConfig) -> None:
             return
         from cactus_bench.run import run  # after validation: a bad config never waits for torch
 
-        outcome = run(conf, choice)
+        outcome = run(conf, rule_params)
     except Exception as error:
         in_job_process = os.environ.get(LAUNCH_PID_ENV) != str(os.getpid())
         if in_job_process or os.environ.get("CACTUS_BENCH_TRACEBACK"):

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from cactus_bench.paper import PAPER
-from cactus_bench.run import register_configs, sampler_choice, validate
+from cactus_bench.run import register_configs, rule_params_of, validate
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTED = ["model=qwen3_8b", "sampler=cactus", "delta=0.75"]  # the README's paper cell
@@ -60,8 +60,8 @@ def test_the_documented_command_composes_the_paper_cell():
     assert (conf.model.drafter, conf.model.verifier) == ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B")
     assert conf.model.dtype == "bfloat16"
     assert conf.model.chat_template_kwargs == {"enable_thinking": True}  # Qwen3 thinking on
-    choice = sampler_choice(conf)
-    assert (choice.name, choice.params) == ("cactus", {"delta": 0.75})
+    rule_params = rule_params_of(conf)
+    assert (rule_params.rule, rule_params.values()) == ("cactus", {"delta": 0.75})
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from cactus_bench.report.batch_cost import (
     tokens_per_row_step,
 )
 from cactus_bench.report.batch_page import write_batch_report
-from cactus_bench.run import run, sampler_choice
+from cactus_bench.run import rule_params_of, run
 
 
 def _row(rule, batch, m, speedup, low, high):
@@ -73,17 +73,18 @@ def test_held_out_jobs_rebuild_each_chosen_rule_exactly():
     presets = compose_cfg(["experiment=batch_sweep"]).hydra.sweeper.params.sampler.split(",")
     rows = []
     for batch, preset in enumerate(p for p in presets if p != "verifier"):
-        choice = sampler_choice(job_conf([f"sampler={preset}"]))
-        row = _row(choice.name, 2**batch, 1 + batch % 3, 1.2, 1.1, 1.3)
-        rows.append(dict(row, rule=preset, sampler_params=json.dumps(choice.params)))
+        chosen = rule_params_of(job_conf([f"sampler={preset}"]))
+        row = _row(chosen.rule, 2**batch, 1 + batch % 3, 1.2, 1.1, 1.3)
+        rows.append(dict(row, rule=preset, sampler_params=json.dumps(chosen.runs_with())))
     jobs = heldout_jobs(pd.DataFrame(rows), "demo")
     assert jobs[0] == ["sampler=verifier", "batch=1", "m=1"] and len(jobs) == 2 * len(rows)
     by_batch = {job[-2]: job for job in jobs[len(rows) :]}  # one rule per batch here
     for row in rows:
         job = by_batch[f"batch={row['batch']}"]
         assert job[-1] == f"m={row['m']}"
-        choice = sampler_choice(job_conf(job))
-        assert (choice.name, json.dumps(choice.params)) == (row["sampler"], row["sampler_params"])
+        chosen = rule_params_of(job_conf(job))
+        ran = (chosen.rule, json.dumps(chosen.runs_with()))
+        assert ran == (row["sampler"], row["sampler_params"])
     with pytest.raises(ValueError, match="experiment=batch_sweep"):
         heldout_jobs(pd.DataFrame(rows).assign(task="ifeval"), "demo")
 

@@ -233,10 +233,10 @@ def test_the_experiment_sweeps_exactly_the_reports_arms():
         conf = compose_run_conf(["experiment=paper_claims", "task=ifeval", f"sampler={preset}"])
         assert (conf.limit, conf.batch, conf.m, conf.baseline) == (None, 8, 2, "cached")
         assert conf.max_new_tokens <= 512
-        choice = validate(conf)
-        ran.append((choice.name, choice.params.get("delta")))
-        if choice.name == "fly":
-            assert choice.params["window"] == 1  # vLLM's min(6, m - 1)
-        if choice.name == "cactus_exact":
-            assert choice.params["divergence"] == "kl"
+        rule_params = validate(conf)
+        ran.append((rule_params.rule, rule_params.values().get("delta")))
+        if rule_params.rule == "fly":
+            assert rule_params.window == 1  # vLLM's min(6, m - 1)
+        if rule_params.rule == "cactus_exact":
+            assert rule_params.divergence == "kl"
     assert ran == [(sampler, delta) for _, sampler, delta in REPORT_ARMS]

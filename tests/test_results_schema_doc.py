@@ -1,4 +1,4 @@
-"""docs/results-schema.md is generated from results/schema.py and must match it."""
+"""docs/results-schema.md is generated from results/columns.py and must match it."""
 
 from __future__ import annotations
 

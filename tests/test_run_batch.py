@@ -43,7 +43,7 @@ def test_a_batch_that_cannot_run_fails_in_one_line(tmp_path, overrides, expected
 
 def test_vllm_batches_with_its_own_scheduler_whatever_the_hf_forward(tmp_path):
     conf = compose_tiny(tmp_path, "batch=2", "backend=vllm", "engine.fast=off")
-    assert validate(conf).name == "cactus" and conf.batch == 2
+    assert validate(conf).rule == "cactus" and conf.batch == 2
 
 
 def test_a_batch_larger_than_the_prompts_says_what_happens(tmp_path):

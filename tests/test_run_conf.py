@@ -22,9 +22,9 @@ from cactus_bench.run import (
     build_identity,
     one_line_error,
     register_configs,
+    rule_params_of,
     run,
     run_conf_from_dict,
-    sampler_choice,
     validate,
 )
 
@@ -101,8 +101,8 @@ def test_default_is_the_embedded_demo():
 
 
 def choice(overrides):
-    choice = sampler_choice(compose_run_conf(overrides))
-    return choice.name, choice.params
+    rule_params = rule_params_of(compose_run_conf(overrides))
+    return rule_params.rule, rule_params.values()
 
 
 def test_delta_shortcut_and_preset_arms_set_one_value():

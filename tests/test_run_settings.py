@@ -33,7 +33,7 @@ def test_names_and_columns_are_unique_and_in_the_schema():
     columns = [s.csv_column for s in RUN_SETTINGS if s.csv_column is not None]
     assert len(hashed) == len(set(hashed))
     assert len(columns) == len(set(columns))
-    assert set(columns) <= set(COLUMNS), "a setting's column needs its Column in schema.py"
+    assert set(columns) <= set(COLUMNS), "a setting's column needs its Column in columns.py"
     places = [s.baseline for s in RUN_SETTINGS if s.baseline]
     assert len(places) == len(set(places))
 

@@ -1,5 +1,5 @@
 """A run validates its configuration once: run.py validates before anything heavy is imported
-and hands the checked sampler choice on; `run(conf)` alone validates first, itself."""
+and hands the rule's checked parameters on; `run(conf)` alone validates first, itself."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def test_run_validates_once(tmp_path, counted):
     assert len(counted) == 1
 
 
-def test_a_checked_choice_is_not_validated_again(tmp_path, counted):
+def test_checked_rule_params_are_not_validated_again(tmp_path, counted):
     conf = compose_tiny(tmp_path, "sampler=cactus", "delta=0.5")
-    choice = validate(conf)  # what run.py does before importing the run's machinery
+    rule_params = validate(conf)  # what run.py does before importing the run's machinery
     with pytest.raises(Stop):
-        orchestrate.run(conf, choice)
+        orchestrate.run(conf, rule_params)
     assert counted == []

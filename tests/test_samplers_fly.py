@@ -290,7 +290,7 @@ def test_a_draft_shorter_than_the_window_defers_nothing():
 
 
 def test_the_runs_checks_resolve_and_refuse_the_window_before_loading():
-    """`window: auto` becomes vLLM's min(6, m - 1) in the checked choice (so the row's
+    """`window: auto` becomes vLLM's min(6, m - 1) in the checked parameters (so the row's
     fly_window column and the config hash hold the W decoded); W >= m, W = 0 and m < 2 are
     one-line ConfigErrors from validate(), which imports no torch."""
     from test_run_conf import compose_run_conf
@@ -298,7 +298,7 @@ def test_the_runs_checks_resolve_and_refuse_the_window_before_loading():
     from cactus_bench.run.checks import ConfigError, validate
 
     def window(*overrides):
-        return validate(compose_run_conf(["sampler=fly", *overrides])).params["window"]
+        return validate(compose_run_conf(["sampler=fly", *overrides])).window
 
     assert [window(f"m={m}") for m in (2, 5, 10)] == [1, 4, 6]
     assert window("m=4", "sampler.window=2") == 2

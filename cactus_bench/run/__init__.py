@@ -1,7 +1,7 @@
 """One run: its configuration, its checks, its identity, and its orchestration.
 
 conf.py         the schema run.py composes into (RunConf and its parts; paper defaults)
-checks.py       validate(conf) and the sampler choice: one-line ConfigErrors, no torch
+checks.py       validate(conf) and the rule's typed parameters: one-line ConfigErrors, no torch
 errors.py       one line for any Hydra / OmegaConf / run error
 launch.py       git state and launch folder pinned for every job of a sweep; resolvers
 identity.py     RunIdentity: config hash, CSV identity columns, description, W&B config,
@@ -25,10 +25,9 @@ from __future__ import annotations
 
 from cactus_bench.run.checks import (
     ConfigError,
-    SamplerChoice,
     ignored_settings,
+    rule_params_of,
     run_conf_from_dict,
-    sampler_choice,
     validate,
 )
 from cactus_bench.run.conf import RunConf, register_configs
@@ -37,6 +36,7 @@ from cactus_bench.run.errors import one_line_error
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import pin_launch_context
 from cactus_bench.run.orchestrate import build_identity, run
+from cactus_bench.samplers.params import RuleParams
 
 __all__ = [
     "ignored_settings",
@@ -44,7 +44,7 @@ __all__ = [
     "RunConf",
     "RunIdentity",
     "RunOutcome",
-    "SamplerChoice",
+    "RuleParams",
     "build_identity",
     "format_outcome",
     "one_line_error",
@@ -52,6 +52,6 @@ __all__ = [
     "register_configs",
     "run",
     "run_conf_from_dict",
-    "sampler_choice",
+    "rule_params_of",
     "validate",
 ]

@@ -3,13 +3,13 @@
 `validate(conf)` raises `ConfigError` (a ValueError) naming the fix for the first bad value: the
 top-level options against their checks in the run settings table (cactus_bench.run_settings),
 the config groups' values here, and the acceptance rule's parameters against the samplers'
-torch-free catalogue (`sampler_choice`: the one check of a rule parameter, on every backend).
-Milliseconds, no torch: `run.py` calls them before it imports anything heavy.
+torch-free catalogue (`rule_params_of`: the sampler node parsed once into the rule's typed
+`RuleParams`, on every backend). Milliseconds, no torch: `run.py` calls them before it imports
+anything heavy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -18,9 +18,8 @@ from cactus_bench.models.registry import DTYPES
 from cactus_bench.run.conf import BACKEND_NAMES, ENGINE_SWITCHES, LOGGER_NAMES, RunConf
 from cactus_bench.run.errors import one_line_error
 from cactus_bench.run_settings import check_options
-from cactus_bench.samplers.catalogue import RULES, VERIFIER_ONLY, check_params, rule_info
-from cactus_bench.samplers.params import did_you_mean
-from cactus_bench.samplers.rules.fly import window_for
+from cactus_bench.samplers.catalogue import NO_RULE, RULES, parse_sampler
+from cactus_bench.samplers.params import RuleParams, did_you_mean
 from cactus_bench.tasks.specs import TASK_NAMES
 
 
@@ -28,55 +27,28 @@ class ConfigError(ValueError):
     """A bad configuration; the message is one line that names the fix."""
 
 
-@dataclass(frozen=True)
-class SamplerChoice:
-    """The rule a run uses: its name ("verifier" = no speculation) and checked parameters."""
-
-    name: str
-    params: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def speculative(self) -> bool:
-        return self.name != VERIFIER_ONLY
-
-
-def sampler_choice(conf: RunConf) -> SamplerChoice:
-    """The sampler node checked against the rule catalogue: the one check of rule parameters.
+def rule_params_of(conf: RunConf) -> RuleParams:
+    """The sampler node parsed into the rule's typed parameters (`NO_RULE` for the verifier
+    alone): the one check of rule parameters.
 
     The `delta=` shortcut reached `sampler.delta` while the config was composed (the sampler
     YAMLs read `${shortcut:delta,...}`); a Python-built config that sets both to different
     values is refused rather than silently preferring one."""
-    node = dict(conf.sampler)
-    name = node.pop("name", None)
-    if not isinstance(name, str) or not name:
-        raise ConfigError("sampler.name is missing; pick one with sampler=<name> (e.g. cactus)")
-    if name == VERIFIER_ONLY:
-        if node:
-            raise ConfigError(f"sampler 'verifier' takes no parameters; remove {sorted(node)}")
-        return SamplerChoice(name)
     try:
-        info = rule_info(name)
-        params = check_params(name, {k: v for k, v in node.items() if v is not None})
+        rule_params = parse_sampler(conf.sampler)
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    missing = [p.name for p in info.params if p.name not in params]
-    if missing:
-        raise ConfigError(
-            f"sampler {name!r} needs {', '.join('sampler.' + m for m in missing)}; set it in "
-            f"configs/sampler/{name}.yaml or on the command line"
-        )
-    if conf.delta is not None and "delta" in params and params["delta"] != conf.delta:
-        raise ConfigError(
-            f"delta={conf.delta} and sampler.delta={params['delta']} disagree; set one of them"
-        )
-    return SamplerChoice(name, params)
+    delta = rule_params.values().get("delta")
+    if conf.delta is not None and delta is not None and delta != conf.delta:
+        raise ConfigError(f"delta={conf.delta} and sampler.delta={delta} disagree; set one of them")
+    return rule_params
 
 
-def validate(conf: RunConf) -> SamplerChoice:
+def validate(conf: RunConf) -> RuleParams:
     """Raise ConfigError (one line) for the first bad value in `conf`; cheap, loads nothing.
 
-    Returns the checked sampler choice, which the run's identity is built from."""
-    choice = sampler_choice(conf)
+    Returns the rule's checked parameters, which the run's identity and rule are built from."""
+    rule_params = rule_params_of(conf)
     if conf.task.name not in TASK_NAMES:
         raise ConfigError(
             f"unknown task {conf.task.name!r}{did_you_mean(conf.task.name, TASK_NAMES)}; "
@@ -88,15 +60,18 @@ def validate(conf: RunConf) -> SamplerChoice:
     _check_groups(conf)
     _check_choices(conf)
     _check_batch(conf)
-    _check_acceptance(conf, choice)
-    choice = _fly_window(conf, choice)
+    _check_acceptance(conf, rule_params)
+    try:
+        rule_params = rule_params.at_draft_length(conf.m)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     _fail_if(
-        conf.backend.name == "vllm" and choice.params.get("test_law") == "unscaled",
+        conf.backend.name == "vllm" and rule_params.values().get("test_law") == "unscaled",
         f"backend=vllm gives rules only the sampling laws p and q, not the temperature-1 laws "
-        f"that sampler {choice.name!r} reads with test_law=unscaled; set "
+        f"that sampler {rule_params.rule!r} reads with test_law=unscaled; set "
         "sampler.test_law=processed, or use backend=hf",
     )
-    return choice
+    return rule_params
 
 
 def _check_batch(conf: RunConf) -> None:
@@ -111,20 +86,7 @@ def _check_batch(conf: RunConf) -> None:
     )
 
 
-def _fly_window(conf: RunConf, choice: SamplerChoice) -> SamplerChoice:
-    """FLy's window against the run's m, as vLLM checks it: W < m and m >= 2, one line before
-    anything loads; `window: auto` resolved to vLLM's min(6, m - 1), so the row and the config
-    hash record the W the run decodes with (auto and that number are one run)."""
-    if choice.name != "fly":
-        return choice
-    try:
-        window = window_for(choice.params["window"], conf.m)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    return SamplerChoice(choice.name, {**choice.params, "window": window})
-
-
-def _check_acceptance(conf: RunConf, choice: SamplerChoice) -> None:
+def _check_acceptance(conf: RunConf, rule_params: RuleParams) -> None:
     """acceptance=vllm / vllm_greedy is vLLM's own speculative sampling as it ships: its
     rejection sampler (SpS) with its drafter law, so only vLLM has it, and only SpS is it."""
     mode = conf.acceptance
@@ -136,28 +98,28 @@ def _check_acceptance(conf: RunConf, choice: SamplerChoice) -> None:
         f"does not have; add backend=vllm (with .venv-vllm/bin/python) or drop acceptance={mode}",
     )
     _fail_if(
-        not choice.speculative,
+        rule_params == NO_RULE,
         f"acceptance={mode} is vLLM's own speculative sampling, but sampler=verifier drafts "
         f"nothing; set sampler=sps, or drop acceptance={mode} for the verifier alone",
     )
     _fail_if(
-        choice.name != "sps",
-        f"acceptance={mode} runs vLLM's own SpS, not sampler {choice.name!r}; set sampler=sps, "
-        f"or drop acceptance={mode} to run {choice.name} inside vLLM",
+        rule_params.rule != "sps",
+        f"acceptance={mode} runs vLLM's own SpS, not sampler {rule_params.rule!r}; set "
+        f"sampler=sps, or drop acceptance={mode} to run {rule_params.rule} inside vLLM",
     )
 
 
-def ignored_settings(conf: RunConf, choice: SamplerChoice) -> list[str]:
+def ignored_settings(conf: RunConf, rule_params: RuleParams) -> list[str]:
     """Warnings (one line each) for settings the run accepts but cannot use: a divergence budget
     (`delta=`) given to a rule without one, a batch larger than the prompts. Printed by run.py;
     never an error, so that a sweep such as `-m sampler=sps,cactus delta=0.5` still runs its
     SpS arm."""
     lines = []
-    if conf.delta is not None and "delta" not in choice.params:
+    if conf.delta is not None and "delta" not in rule_params.values():
         budgeted = [name for name, info in RULES.items() if info.param("delta") is not None]
         lines.append(
-            f"warning: sampler {choice.name!r} has no divergence budget, so delta={conf.delta} "
-            f"is ignored (rules with one: {', '.join(budgeted)})"
+            f"warning: sampler {rule_params.rule!r} has no divergence budget, so "
+            f"delta={conf.delta} is ignored (rules with one: {', '.join(budgeted)})"
         )
     if conf.limit is not None and conf.batch > conf.limit:  # each repeat is one batched pass
         lines.append(

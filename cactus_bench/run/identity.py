@@ -2,10 +2,10 @@
 description, the W&B config and the baseline-cache key all come from one `RunIdentity`, whose
 settings are the table `cactus_bench.run_settings.RUN_SETTINGS`.
 
-It is built from the validated configuration (device already resolved) and the acceptance rule's
-own `params()` (what the rule really runs with, defaults included), so a new rule parameter
-reaches the hash, the row (`sampler_params`, and its own column where the schema has one) and
-W&B without an edit here.
+It is built from the validated configuration (device already resolved) and the rule's typed
+parameters that `validate` parsed (`RuleParams`: the rule is built from them, and they say what
+it runs with), so a new rule parameter reaches the hash, the row (`sampler_params`, and its own
+column where the catalogue gives it one) and W&B without an edit here.
 """
 
 from __future__ import annotations
@@ -23,18 +23,28 @@ from cactus_bench.results.metadata import config_hash
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.launch import resolve_path
 from cactus_bench.run_settings import baseline_values, column_values, hashed_values
-from cactus_bench.samplers.catalogue import VERIFIER_ONLY, param_columns
+from cactus_bench.samplers.catalogue import NO_RULE, param_columns
+from cactus_bench.samplers.params import RuleParams
 
 
 @dataclass(frozen=True)
 class RunIdentity:
     conf: RunConf  # validated, device resolved
-    sampler: str  # a rule name, or "verifier" for the verifier alone
-    sampler_params: dict[str, Any]  # the rule's params(); {} for the verifier
+    rule_params: RuleParams  # what validate() parsed; NO_RULE for the verifier alone
 
     @property
     def speculative(self) -> bool:
-        return self.sampler != VERIFIER_ONLY
+        return self.rule_params != NO_RULE
+
+    @property
+    def sampler(self) -> str:
+        """A rule name, or "verifier" for the verifier alone."""
+        return self.rule_params.rule
+
+    @property
+    def sampler_params(self) -> dict[str, Any]:
+        """What the rule runs with, as its params() gives them; {} for the verifier."""
+        return self.rule_params.runs_with()
 
     @cached_property
     def hash_fields(self) -> dict[str, Any]:
@@ -125,7 +135,7 @@ class RunIdentity:
             "run_id": run_id,
             "config_hash": self.config_hash,
             **column_values(self),
-            **param_columns(self.sampler, self.sampler_params),
+            **param_columns(self.rule_params),
         }
 
     @property

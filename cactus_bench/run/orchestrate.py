@@ -24,12 +24,13 @@ import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from filelock import FileLock, Timeout
 
 from cactus_bench.results import ResultStore, run_metadata
 from cactus_bench.run.backends import check_backend, resolve_device
-from cactus_bench.run.checks import SamplerChoice, validate
+from cactus_bench.run.checks import validate
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.console import RunOutcome
 from cactus_bench.run.errors import error_text
@@ -38,33 +39,35 @@ from cactus_bench.run.measure import measure
 from cactus_bench.run.preflight import preflight
 from cactus_bench.run.resume import run_journal
 from cactus_bench.run.wandb import mirror_to_wandb
+from cactus_bench.samplers.params import RuleParams
+
+if TYPE_CHECKING:
+    from cactus_bench.samplers.base import AcceptanceRule
 
 
-def build_identity(conf: RunConf) -> tuple[RunIdentity, object]:
+def build_identity(conf: RunConf) -> tuple[RunIdentity, AcceptanceRule | None]:
     """(identity, rule) of a config, validated here; rule is None for the verifier alone."""
     return identity_of(conf, validate(conf))
 
 
-def identity_of(conf: RunConf, choice: SamplerChoice) -> tuple[RunIdentity, object]:
-    """(identity, rule) of a config that `validate` passed, given the choice it returned."""
+def identity_of(
+    conf: RunConf, rule_params: RuleParams
+) -> tuple[RunIdentity, AcceptanceRule | None]:
+    """(identity, rule) of a config that `validate` passed, given the parameters it returned."""
     conf = dataclasses.replace(conf, device=resolve_device(conf.device))
-    rule = None
-    if choice.speculative:
-        from cactus_bench.samplers import rule_from_checked  # lazy: torch, after the checks
-
-        rule = rule_from_checked(choice.name, choice.params)
-    params = rule.params() if rule is not None else {}
-    return RunIdentity(conf, choice.name, params), rule
+    identity = RunIdentity(conf, rule_params)
+    return identity, rule_params.build() if identity.speculative else None
 
 
-def run(conf: RunConf, choice: SamplerChoice | None = None) -> RunOutcome:
+def run(conf: RunConf, rule_params: RuleParams | None = None) -> RunOutcome:
     """Run `conf` unless its config hash already has a finished row (then skip; force=true).
 
-    `choice` is what `validate(conf)` returned when the caller validated already (run.py does,
-    before importing anything heavy); without it, `conf` is validated here."""
-    choice = choice or validate(conf)
+    `rule_params` is what `validate(conf)` returned when the caller validated already (run.py
+    does, before importing anything heavy); without it, `conf` is validated here."""
+    if rule_params is None:
+        rule_params = validate(conf)
     check_backend(conf)
-    identity, rule = identity_of(conf, choice)
+    identity, rule = identity_of(conf, rule_params)
     store = ResultStore(identity.results_csv)
     # Checked under the claim, so a run another process finished while this one waited to
     # start is seen as finished, not decoded again.
@@ -107,7 +110,9 @@ def run_claim(identity: RunIdentity) -> Iterator[bool]:
         claim.release()
 
 
-def _claimed_run(conf: RunConf, identity: RunIdentity, rule, store: ResultStore) -> RunOutcome:
+def _claimed_run(
+    conf: RunConf, identity: RunIdentity, rule: AcceptanceRule | None, store: ResultStore
+) -> RunOutcome:
     """measure and append, under this process's claim on the config."""
     if conf.force and store.has_finished(identity.config_hash):
         run_journal(identity).discard()  # a forced rerun of a finished run decodes afresh

@@ -20,7 +20,7 @@ from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, VERIFIER_ONLY, ch
 SAMPLER_NAMES = RULE_NAMES  # torch-free: configuration checks read the catalogue only
 
 if TYPE_CHECKING:
-    from cactus_bench.samplers.base import AcceptanceRule, DraftStats, VerifyOutput
+    from cactus_bench.samplers.base import AcceptanceRule, VerifyOutput
     from cactus_bench.samplers.divergences import (
         DIVERGENCES,
         binary_divergence,
@@ -31,9 +31,11 @@ if TYPE_CHECKING:
     from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
     from cactus_bench.samplers.registry import SAMPLERS, make_sampler, rule_from_checked
     from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
+    from cactus_bench.samplers.verify_inputs import DraftStats
 
 _LAZY = {
-    **dict.fromkeys(("AcceptanceRule", "DraftStats", "VerifyOutput"), "base"),
+    **dict.fromkeys(("AcceptanceRule", "VerifyOutput"), "base"),
+    "DraftStats": "verify_inputs",
     **dict.fromkeys(
         ("DIVERGENCES", "binary_divergence", "exact_gamma", "full_divergence", "taylor_gamma"),
         "divergences",

@@ -23,22 +23,18 @@ from dataclasses import dataclass
 
 import torch
 
+from cactus_bench.samplers.verify_inputs import (
+    DraftStats,
+    check_shapes,
+    check_unscaled_names,
+    draft_stats,
+)
+
 
 @dataclass(frozen=True)
 class VerifyOutput:
     token_ids: torch.Tensor  # [B, m + 1] int64: accepted drafts, one recovered/bonus token, -1
     num_accepted: torch.Tensor  # [B] int64 in 0..m: accepted draft tokens (bonus not counted)
-
-
-@dataclass(frozen=True)
-class DraftStats:
-    """Per-position quantities a rule may read to decide acceptance ([B, m], float32/64)."""
-
-    q_n: torch.Tensor  # verifier probability of the drafted token (row-normalised)
-    p_n: torch.Tensor  # drafter probability of the drafted token (row-normalised)
-    target_probs: torch.Tensor  # [B, m + 1, V] the raw verifier rows, for rules needing more
-    target_sums: torch.Tensor  # [B, m + 1] row sums of target_probs
-    draft_token_ids: torch.Tensor  # [B, m]
 
 
 class AcceptanceRule:
@@ -117,10 +113,10 @@ class AcceptanceRule:
         skips the input checks, the only host reads: with uniforms given the call can be
         captured in a CUDA graph. `support_width` and the unscaled laws are read by the rules
         of `samplers/rules/` (kernel.py); the rules here take them and ignore them."""
-        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
+        batch, m, vocab = check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
         check_unscaled_names(unscaled)
         ids = draft_token_ids.long()
-        stats, draft_sums = _draft_stats(ids, draft_probs, target_probs, check)
+        stats, draft_sums = draft_stats(ids, draft_probs, target_probs, check)
 
         accept, reuse = self.accept_prob_and_reuse(stats)  # [B, m] each (reuse may be None)
         if check and bool(torch.isnan(accept).any()):
@@ -189,7 +185,7 @@ class AcceptanceRule:
         ids = torch.arange(vocab, device=p.device).unsqueeze(1)  # [V, 1]: row n drafts n
         draft_probs = p.expand(vocab, 1, vocab)  # [V, 1, V]
         target_probs = q.expand(vocab, 2, vocab)  # [V, 2, V] (bonus row unused)
-        stats, draft_sums = _draft_stats(ids, draft_probs, target_probs)
+        stats, draft_sums = draft_stats(ids, draft_probs, target_probs)
         accept = self.accept_prob(stats)[:, 0].double()  # [V] a_n
         if self.deterministic_accept:
             accept = (accept >= 0.5).double()
@@ -250,94 +246,3 @@ def emitted(ids: torch.Tensor, num_accepted: torch.Tensor, last_token: torch.Ten
     rows = torch.arange(batch, device=ids.device)
     token_ids[rows, num_accepted] = last_token
     return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)
-
-
-UNSCALED_NAMES = ("unscaled_draft_probs", "unscaled_target_probs")
-
-
-def check_unscaled_names(unscaled: dict) -> None:
-    """The keyword laws `verify` takes besides its own: the temperature-1 laws, by name."""
-    unknown = sorted(set(unscaled) - set(UNSCALED_NAMES))
-    if unknown:
-        raise TypeError(f"verify() got unexpected keywords {unknown}; it takes {UNSCALED_NAMES}")
-
-
-def _draft_stats(ids, draft_probs, target_probs, check=True) -> tuple[DraftStats, torch.Tensor]:
-    """Gathers q(n), p(n) in the input dtype, then row-normalises in float32 (float64 inputs
-    stay float64).
-
-    Row sums accumulate in that dtype without materialising a converted copy of the inputs;
-    normalising makes bf16/fp16 or truncated rows that do not sum exactly to 1 behave.
-    """
-    m = ids.shape[1]
-    dtype = torch.float64 if target_probs.dtype == torch.float64 else torch.float32
-    target_sums = target_probs.sum(dim=-1, dtype=dtype)  # [B, m + 1]
-    draft_sums = draft_probs.sum(dim=-1, dtype=dtype)  # [B, m]
-    if check:  # one host sync for all checks (each bool() on a CUDA tensor stalls the stream)
-        problems = torch.stack(
-            [
-                ~torch.isfinite(target_sums).all(),
-                (target_sums <= 0).any(),
-                ~torch.isfinite(draft_sums).all(),
-                (draft_sums <= 0).any(),
-                ((ids < 0) | (ids >= target_probs.shape[-1])).any(),
-            ]
-        )
-        if bool(problems.any()):
-            _raise_input_error(problems.tolist(), target_probs.shape[-1])
-    index = ids.unsqueeze(-1)
-    q_n = target_probs[:, :m].gather(-1, index).squeeze(-1).to(dtype) / target_sums[:, :m]
-    p_n = draft_probs.gather(-1, index).squeeze(-1).to(dtype) / draft_sums
-    stats = DraftStats(
-        q_n=q_n.clamp(0.0, 1.0),
-        p_n=p_n.clamp(0.0, 1.0),
-        target_probs=target_probs,
-        target_sums=target_sums,
-        draft_token_ids=ids,
-    )
-    return stats, draft_sums
-
-
-def _raise_input_error(problems: list[bool], vocab: int) -> None:
-    messages = [
-        "target_probs contains NaN or inf: fix the logits before sampling",
-        "target_probs has a row with no positive mass",
-        "draft_probs contains NaN or inf: fix the logits before sampling",
-        "draft_probs has a row with no positive mass",
-        f"draft_token_ids must lie in [0, {vocab})",
-    ]
-    raise ValueError(next(msg for msg, bad in zip(messages, problems, strict=True) if bad))
-
-
-def _check_shapes(ids, draft_probs, target_probs, uniforms=None) -> tuple[int, int, int]:
-    """(B, m, V) from the shapes alone (no host read)."""
-    if ids.dim() != 2:
-        raise ValueError(f"draft_token_ids must be [B, m]; got shape {tuple(ids.shape)}")
-    batch, m = ids.shape
-    if m < 1:
-        raise ValueError("draft_token_ids must hold at least one drafted token (m >= 1)")
-    if ids.dtype.is_floating_point:
-        raise ValueError("draft_token_ids must be an integer tensor")
-    if draft_probs.dim() != 3 or tuple(draft_probs.shape[:2]) != (batch, m):
-        raise ValueError(
-            f"draft_probs must be [B, m, V] = [{batch}, {m}, V]; got {tuple(draft_probs.shape)}"
-        )
-    if target_probs.dim() != 3 or tuple(target_probs.shape[:2]) != (batch, m + 1):
-        raise ValueError(
-            f"target_probs must be [B, m + 1, V] = [{batch}, {m + 1}, V]; "
-            f"got {tuple(target_probs.shape)}"
-        )
-    vocab = target_probs.shape[2]
-    if draft_probs.shape[2] != vocab:
-        raise ValueError(
-            f"vocab mismatch: draft_probs has V={draft_probs.shape[2]}, target_probs has "
-            f"V={vocab}; restrict both to the shared token ids first"
-        )
-    if uniforms is not None and (
-        tuple(uniforms.shape) != (batch, m + 1) or not uniforms.dtype.is_floating_point
-    ):
-        raise ValueError(
-            f"uniforms must be a float tensor [B, m + 1] = [{batch}, {m + 1}]; "
-            f"got {tuple(uniforms.shape)} {uniforms.dtype}"
-        )
-    return batch, m, vocab

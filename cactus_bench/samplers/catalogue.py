@@ -6,9 +6,12 @@ checks that every `make_sampler` rule's `__init__` and `params()` agree with its
 rules that verify against a target pi declare their entry in their own file under
 `samplers/rules/` (collected here), so adding one is that file plus its YAML (docs/rules.md).
 
-A parameter's CSV column is its own name unless `column` says otherwise (`k` would clash with
-nothing but reads badly next to the sampling top-k, so it is `top_k_accept`). Parameters without
-a column of their own still reach every results row through the `sampler_params` JSON column.
+A run parses its sampler node once into the rule's `RuleParams` (`parse_sampler`), builds the
+rule from it and records it. A parameter's CSV column is its own name unless `column` says
+otherwise (`k` would clash with nothing but reads badly next to the sampling top-k, so it is
+`top_k_accept`); `PARAM_COLUMN_DOCS` orders and documents those columns, and the results schema
+takes them from here. Parameters without a column of their own still reach every results row
+through the `sampler_params` JSON column.
 """
 
 from __future__ import annotations
@@ -16,10 +19,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cactus_bench.samplers.params import DELTA, DIVERGENCE_NAMES, Param, RuleInfo, did_you_mean
+from cactus_bench.samplers.params import (
+    DELTA,
+    DIVERGENCE_NAMES,
+    Param,
+    RuleInfo,
+    RuleParams,
+    did_you_mean,
+)
 from cactus_bench.samplers.rules import BUILDERS
 
 VERIFIER_ONLY = "verifier"  # the run configuration's "no speculation" choice (not a rule)
+# The verifier alone's parameters: none, and no rule to build
+NO_RULE: RuleParams = RuleInfo(VERIFIER_ONLY, "the verifier alone: no drafts").params_type()
 _did_you_mean = did_you_mean  # the name the run's error messages import
 
 
@@ -66,10 +78,54 @@ RULES: dict[str, RuleInfo] = {
     )
 }
 RULE_NAMES: tuple[str, ...] = tuple(RULES)
-# Every CSV column a rule parameter owns, in catalogue order (delta, divergence, threshold, ...).
-PARAM_COLUMNS: tuple[str, ...] = tuple(
-    dict.fromkeys(p.csv_column for rule in RULES.values() for p in rule.params if p.csv_column)
+
+# Each rule parameter's CSV column, in the rows' column order (results files keep their columns'
+# order, so a new one goes last), with its line in the results schema (docs/results-schema.md).
+# One column may serve several rules (alpha: TAS, interp, a cascade), so its line names them.
+PARAM_COLUMN_DOCS: dict[str, str] = {
+    "delta": "divergence budget (cactus, cactus_exact, mentored)",
+    "divergence": "f-divergence of the constraint, e.g. kl",
+    "threshold": "TAS posterior threshold epsilon, FSD's T, or FLy's theta",
+    "alpha": "TAS alpha, interp's drafter weight, a cascade's alpha",
+    "top_k_accept": "k of the top-k acceptance baseline",
+    "lenience_l": "Leviathan's lenience l (lenience; 1 = SpS)",
+    "tau": "BiLD's rollback threshold tau_RB in nats (bild)",
+    "fsd_div": "FSD's divergence: js | kl | reverse_kl | tv",
+    "test_law": "unscaled | processed: law a cascade/FSD/BiLD test reads",
+    "w": "ensemble weight on q (runs as interp, alpha = 1 - w)",
+    "fly_window": "FLy's deferred window W (fly)",
+}
+
+
+def _column_kinds() -> dict[str, str]:
+    """{column: "float" | "int" | "str"} from the parameters that own it; one line when a
+    parameter's column has no line above, a line has no parameter, or two parameters give one
+    column two types."""
+    kinds: dict[str, str] = {}
+    for rule in RULES.values():
+        for param in rule.params:
+            column = param.csv_column
+            if column is None:
+                continue
+            if column not in PARAM_COLUMN_DOCS:
+                raise ValueError(
+                    f"{rule.name}'s parameter {param.name} writes column {column!r}, which "
+                    "samplers/catalogue.py's PARAM_COLUMN_DOCS lacks: add its line there (last)"
+                )
+            if kinds.setdefault(column, param.kind.__name__) != param.kind.__name__:
+                raise ValueError(f"column {column!r} holds two types; give {param.name} its own")
+    unused = [column for column in PARAM_COLUMN_DOCS if column not in kinds]
+    if unused:
+        raise ValueError(f"PARAM_COLUMN_DOCS lists {unused}, which no rule parameter writes")
+    return kinds
+
+
+_KINDS = _column_kinds()
+# (column, kind, doc) of every rule parameter's column, in order: the results schema's.
+PARAM_COLUMN_SPECS: tuple[tuple[str, str, str], ...] = tuple(
+    (column, _KINDS[column], doc) for column, doc in PARAM_COLUMN_DOCS.items()
 )
+PARAM_COLUMNS: tuple[str, ...] = tuple(column for column, _, _ in PARAM_COLUMN_SPECS)
 
 
 def rule_info(name: str) -> RuleInfo:
@@ -84,27 +140,30 @@ def rule_info(name: str) -> RuleInfo:
 
 def check_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
     """`params` typed and range-checked for rule `name`; unknown names raise one line."""
-    info = rule_info(name)
-    takes = ", ".join(p.name for p in info.params) or "no parameters"
-    checked = {}
-    for key, value in params.items():
-        param = info.param(key)
-        if param is None:
-            known = [p.name for p in info.params]
-            raise ValueError(
-                f"sampler {name!r} does not take {key}{did_you_mean(key, known)} "
-                f"(it takes {takes}); remove sampler.{key}"
-            )
-        checked[key] = param.coerce(name, value)
-    return checked
+    return rule_info(name).check(params)
 
 
-def param_columns(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
-    """The CSV columns of a rule's parameters: {column: value}, every PARAM_COLUMNS key set."""
-    info = rule_info(name) if name in RULES else RuleInfo(name, "")
+def parse_sampler(node: Mapping[str, Any]) -> RuleParams:
+    """A config's sampler node `{name, **parameters}` as the rule's parameters, checked once;
+    `NO_RULE` for the verifier alone. One-line ValueErrors name the fix."""
+    node = dict(node)
+    name = node.pop("name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError("sampler.name is missing; pick one with sampler=<name> (e.g. cactus)")
+    if name == VERIFIER_ONLY:
+        if node:
+            raise ValueError(f"sampler 'verifier' takes no parameters; remove {sorted(node)}")
+        return NO_RULE
+    return rule_info(name).parse(node)
+
+
+def param_columns(rule_params: RuleParams) -> dict[str, Any]:
+    """The row's rule parameter columns: {column: value}, every PARAM_COLUMNS key set. Read
+    from the parameters the rule runs with, each under the column its own entry names (an
+    alias's target parameters have none there: ensemble rows leave w and alpha empty)."""
     columns: dict[str, Any] = dict.fromkeys(PARAM_COLUMNS)
-    for key, value in params.items():
-        param = info.param(key)
+    for key, value in rule_params.runs_with().items():
+        param = rule_params.info.param(key)
         if param is not None and param.csv_column in columns:
             columns[param.csv_column] = value
     return columns

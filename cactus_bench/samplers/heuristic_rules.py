@@ -13,8 +13,9 @@ import math
 
 import torch
 
-from cactus_bench.samplers.base import AcceptanceRule, DraftStats
+from cactus_bench.samplers.base import AcceptanceRule
 from cactus_bench.samplers.exact import normalised, threshold_law
+from cactus_bench.samplers.verify_inputs import DraftStats
 
 _TAS_LOG_EPS = 1e-5  # the constant inside log(q + eps) in Medusa and vLLM V0
 

@@ -36,17 +36,19 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers.base import (
-    UNSCALED_NAMES,
     AcceptanceRule,
     VerifyOutput,
-    _check_shapes,
-    _draft_stats,
     acceptance_uniforms,
-    check_unscaled_names,
     emitted,
     sample_categorical,
 )
 from cactus_bench.samplers.exact import normalised, threshold_law
+from cactus_bench.samplers.verify_inputs import (
+    UNSCALED_NAMES,
+    check_shapes,
+    check_unscaled_names,
+    draft_stats,
+)
 
 
 def against_target(p: torch.Tensor, pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,10 +155,10 @@ class PlanRule(AcceptanceRule):
         support_width: an upper bound on each row's |{p > 0} u {q > 0}| (2 k under top-k
         truncation): the plan then runs on that many columns per row, a static shape. None:
         the bound is read from the data when check=True (a host read), else full rows."""
-        batch, m, vocab = _check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
+        batch, m, vocab = check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
         check_unscaled_names(unscaled)
         ids = draft_token_ids.long()
-        _draft_stats(ids, draft_probs, target_probs, check)  # the input checks, one line each
+        draft_stats(ids, draft_probs, target_probs, check)  # the input checks, one line each
         laws = (draft_probs, target_probs[:, :m])  # [B, m, V] each
         if self.reads_unscaled:
             tests = unscaled.get(UNSCALED_NAMES[0]), unscaled.get(UNSCALED_NAMES[1])

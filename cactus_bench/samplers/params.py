@@ -1,16 +1,23 @@
 """A rule's hyper-parameters and catalogue entry, free of torch (the rule files import these).
 
 `Param` types and range-checks one value and names its CSV column; `RuleInfo` is one rule's
-catalogue entry. Both live here rather than in `catalogue.py` because the rule files under
-`samplers/rules/` declare their own entries and `catalogue.py` collects them.
+catalogue entry, and yields the frozen dataclass of the rule's parameters (`params_type`, a
+`RuleParams`) that a run parses once from its config and builds its rule from. They live here
+rather than in `catalogue.py` because the rule files under `samplers/rules/` declare their own
+entries and `catalogue.py` collects them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from cactus_bench.samplers.base import AcceptanceRule
 
 DIVERGENCE_NAMES = ("kl", "reverse_kl", "chi2", "hellinger", "tv")
 
@@ -31,6 +38,12 @@ class Param:
     @property
     def csv_column(self) -> str | None:
         return self.name if self.column is None else self.column or None
+
+    @property
+    def value_type(self) -> Any:
+        """The field type in the rule's parameter dataclass: a number or one of its named values
+        (FLy's `window: auto` until the run's m resolves it)."""
+        return self.kind | str if self.choices and self.kind is not str else self.kind
 
     def coerce(self, rule: str, value: Any) -> Any:
         """`value` as this parameter's type, or a one-line ValueError naming the fix."""
@@ -90,8 +103,105 @@ class RuleInfo:
     # has no emitted law of one position's p and q, so the frontier's exact statistics skip it
     per_position_law: bool = True
 
+    # Parameters resolved with the run's draft length m once the config is checked (FLy's
+    # `window: auto` becomes min(6, m - 1)); a one-line ValueError when m does not fit
+    at_draft_length: Callable[[dict[str, Any], int], dict[str, Any]] | None = None
+
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
+
+    def check(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """`values` typed and range-checked (any subset of the parameters: the Python API leaves
+        the rest at the rule's defaults); an unknown name raises one line."""
+        self._refuse_unknown(values)
+        return {key: self.param(key).coerce(self.name, value) for key, value in values.items()}
+
+    def parse(self, node: Mapping[str, Any]) -> RuleParams:
+        """The rule's parameters from a config's sampler node (without `name`; None = unset):
+        unknown and missing names raise one line here, a value out of range in the dataclass
+        (`RuleParams.__post_init__`), before anything heavy loads."""
+        given = {key: value for key, value in node.items() if value is not None}
+        self._refuse_unknown(given)
+        missing = [p.name for p in self.params if p.name not in given]
+        if missing:
+            raise ValueError(
+                f"sampler {self.name!r} needs {', '.join('sampler.' + m for m in missing)}; set "
+                f"it in configs/sampler/{self.name}.yaml or on the command line"
+            )
+        return self.params_type(**given)
+
+    def _refuse_unknown(self, values: Mapping[str, Any]) -> None:
+        known = [p.name for p in self.params]
+        for key in values:
+            if key not in known:
+                raise ValueError(
+                    f"sampler {self.name!r} does not take {key}{did_you_mean(key, known)} "
+                    f"(it takes {', '.join(known) or 'no parameters'}); remove sampler.{key}"
+                )
+
+    @cached_property
+    def params_type(self) -> type[RuleParams]:
+        """The frozen dataclass of this rule's parameters, one field per `Param` in order:
+        `CactusParams(delta: float)`, `SpsParams()`."""
+        title = "".join(part.title() for part in self.name.split("_"))
+        return dataclasses.make_dataclass(
+            f"{title}Params",
+            [(p.name, p.value_type) for p in self.params],
+            bases=(RuleParams,),
+            frozen=True,
+            namespace={"info": self, "__module__": __name__},
+        )
+
+
+@dataclass(frozen=True)
+class RuleParams:
+    """One rule's checked parameters: the base of each `RuleInfo.params_type`. A run parses it
+    once from its config (`RuleInfo.parse`), builds its rule from it (`build`) and records it
+    (`runs_with`, and the columns `catalogue.param_columns` gives)."""
+
+    info: ClassVar[RuleInfo]
+
+    def __post_init__(self) -> None:
+        # typed and range-checked as it is made: a value out of range raises one line
+        for param in self.info.params:
+            value = param.coerce(self.info.name, getattr(self, param.name))
+            object.__setattr__(self, param.name, value)
+
+    @property
+    def rule(self) -> str:
+        return self.info.name
+
+    def values(self) -> dict[str, Any]:
+        """{parameter: value} in the catalogue's order."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def runs_with(self) -> dict[str, Any]:
+        """The parameters of the rule that runs, as its `params()` gives them: an alias's are
+        its target's (ensemble's w = 0.7 runs as interp's alpha = 0.3)."""
+        values = self.values()
+        return self.info.to_target(values) if self.info.alias_of else values
+
+    def at_draft_length(self, m: int) -> RuleParams:
+        """These parameters with those that depend on the run's m resolved (`RuleInfo`)."""
+        if self.info.at_draft_length is None:
+            return self
+        return self.info.params_type(**self.info.at_draft_length(self.values(), m))
+
+    def build(self) -> AcceptanceRule:
+        """The acceptance rule these parameters describe (imports torch)."""
+        from cactus_bench.samplers.registry import rule_from_checked  # lazy: torch, after checks
+
+        return rule_from_checked(self.rule, self.values())
+
+    def __reduce__(self):
+        # the class is made at run time: pickle (submitit) rebuilds it from the catalogue
+        return _rebuild_params, (self.rule, self.values())
+
+
+def _rebuild_params(rule: str, values: dict[str, Any]) -> RuleParams:
+    from cactus_bench.samplers.catalogue import NO_RULE, rule_info  # lazy: cycle with catalogue
+
+    return NO_RULE if rule == NO_RULE.rule else rule_info(rule).params_type(**values)
 
 
 DELTA = Param("delta", float, "divergence budget in nats, the paper's delta", low=0.0)

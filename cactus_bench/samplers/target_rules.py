@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.samplers.base import AcceptanceRule, DraftStats
+from cactus_bench.samplers.base import AcceptanceRule
 from cactus_bench.samplers.divergences import exact_gamma, taylor_gamma
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
+from cactus_bench.samplers.verify_inputs import DraftStats
 
 
 class TargetRule(AcceptanceRule):

@@ -104,6 +104,8 @@ class Fly(Builder):
             ),
         ),
         per_position_law=False,  # the window reads later drafts: no one-position law
+        # `auto` resolved with the run's m, so rows record the W it decodes with; W >= m refused
+        at_draft_length=lambda params, m: {**params, "window": window_for(params["window"], m)},
     )
 
     def __init__(
