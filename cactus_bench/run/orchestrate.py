@@ -56,7 +56,11 @@ def identity_of(
     """(identity, rule) of a config that `validate` passed, given the parameters it returned."""
     conf = dataclasses.replace(conf, device=resolve_device(conf.device))
     identity = RunIdentity(conf, rule_params)
-    return identity, rule_params.build() if identity.speculative else None
+    if not identity.speculative:
+        return identity, None
+    from cactus_bench.samplers.registry import build_rule  # lazy: torch, after the config checks
+
+    return identity, build_rule(rule_params)
 
 
 def run(conf: RunConf, rule_params: RuleParams | None = None) -> RunOutcome:

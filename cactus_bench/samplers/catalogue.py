@@ -97,6 +97,12 @@ PARAM_COLUMN_DOCS: dict[str, str] = {
 }
 
 
+# Each rule's parameter class is made at run time (`RuleInfo.params_type`); it lives here under its
+# own name (`CactusParams`, ...) so that pickle (submitit's jobs) finds it by reference.
+for _info in (*RULES.values(), NO_RULE.info):
+    globals()[_info.params_type.__name__] = _info.params_type
+
+
 def _column_kinds() -> dict[str, str]:
     """{column: "float" | "int" | "str"} from the parameters that own it; one line when a
     parameter's column has no line above, a line has no parameter, or two parameters give one

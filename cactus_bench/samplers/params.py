@@ -14,10 +14,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from cactus_bench.samplers.base import AcceptanceRule
+from typing import Any, ClassVar
 
 DIVERGENCE_NAMES = ("kl", "reverse_kl", "chi2", "hellinger", "tv")
 
@@ -149,7 +146,8 @@ class RuleInfo:
             [(p.name, p.value_type) for p in self.params],
             bases=(RuleParams,),
             frozen=True,
-            namespace={"info": self, "__module__": __name__},
+            # catalogue.py publishes each class under its name, where pickle (submitit) finds it
+            namespace={"info": self, "__module__": "cactus_bench.samplers.catalogue"},
         )
 
 
@@ -186,22 +184,6 @@ class RuleParams:
         if self.info.at_draft_length is None:
             return self
         return self.info.params_type(**self.info.at_draft_length(self.values(), m))
-
-    def build(self) -> AcceptanceRule:
-        """The acceptance rule these parameters describe (imports torch)."""
-        from cactus_bench.samplers.registry import rule_from_checked  # lazy: torch, after checks
-
-        return rule_from_checked(self.rule, self.values())
-
-    def __reduce__(self):
-        # the class is made at run time: pickle (submitit) rebuilds it from the catalogue
-        return _rebuild_params, (self.rule, self.values())
-
-
-def _rebuild_params(rule: str, values: dict[str, Any]) -> RuleParams:
-    from cactus_bench.samplers.catalogue import NO_RULE, rule_info  # lazy: cycle with catalogue
-
-    return NO_RULE if rule == NO_RULE.rule else rule_info(rule).params_type(**values)
 
 
 DELTA = Param("delta", float, "divergence budget in nats, the paper's delta", low=0.0)

@@ -9,6 +9,7 @@ from cactus_bench.samplers.base import AcceptanceRule
 from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, check_params, rule_info
 from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
 from cactus_bench.samplers.kernel import PlanRule
+from cactus_bench.samplers.params import RuleParams
 from cactus_bench.samplers.rules import BUILDERS
 from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
 
@@ -51,6 +52,12 @@ def make_sampler(name: str, **params) -> AcceptanceRule:
     rule_info(name)
     given = check_params(name, {key: value for key, value in params.items() if value is not None})
     return SAMPLERS[name](**given)
+
+
+def build_rule(params: RuleParams) -> AcceptanceRule:
+    """The acceptance rule a run's checked, typed parameters describe (`RuleInfo.parse` made
+    them once, before anything loaded)."""
+    return SAMPLERS[params.rule](**params.values())
 
 
 def rule_from_checked(name: str, params: dict) -> AcceptanceRule:
