@@ -98,8 +98,10 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
         if spec not in engines:
             engines[spec] = build_llm(
                 verifier_path,
-                rule=(identity.sampler, identity.sampler_params) if spec and rule_inside else None,
-                rule_checked=True,  # validate() checked them; the rule's params() as built
+                rule=(identity.sampler, identity.rule_params.values())
+                if spec and rule_inside
+                else None,
+                rule_checked=True,  # validate() checked them; the rule's own (ensemble: w, not alpha)
                 acceptance=conf.acceptance if spec else "rule",
                 drafter_id=drafter_path if spec else None,
                 m=conf.m,
