@@ -44,7 +44,7 @@ lint:  ## ruff check and format check
 	$(PYTHON) -m ruff format --check .
 
 docs:  ## regenerate the text written from code: results schema; run settings, config groups, rules tables
-	$(PYTHON) -m cactus_bench.results.schema_doc
+	$(PYTHON) -m cactus_bench.store.schema_doc
 	$(PYTHON) -m cactus_bench.run.settings_doc
 
 bench:  ## benchmarks: samplers, engine vs transformers, fast forward, batch sizes (results/bench/*.csv)

@@ -41,10 +41,10 @@ import torch
 from cactus_bench.bench.decoders import bench_decode, decoder_for
 from cactus_bench.bench.draw import bench_draw
 from cactus_bench.bench.forward import bench_forward, path_kernel, prompt_ids
+from cactus_bench.bench.greedy import GREEDY
 from cactus_bench.bench.linear import SHAPES, bench_linear, print_table
 from cactus_bench.bench.machine import machine_facts
 from cactus_bench.bench.models import DTYPES, load_models
-from cactus_bench.bench.sampling import GREEDY
 from cactus_bench.engine.cpu_kernels import cpu_info, kernel_label
 from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.vllm.decode_rate import vllm_rate

@@ -261,7 +261,7 @@ def main() -> None:
         print("RESULT " + json.dumps({"stats": stats, "versions": versions}), flush=True)
         return
     from cactus_bench.engine.cpu_kernels import auto_cpu_dtype, cpu_info
-    from cactus_bench.results.metadata import git_state
+    from cactus_bench.store.metadata import git_state
 
     if args.dtype == "auto":
         args.dtype = str(auto_cpu_dtype()).removeprefix("torch.")

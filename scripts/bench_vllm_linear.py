@@ -71,7 +71,7 @@ def main() -> None:
         ) from None
 
     from cactus_bench.engine.cpu_kernels import PackedLinear, cpu_info
-    from cactus_bench.results.metadata import git_state
+    from cactus_bench.store.metadata import git_state
 
     torch.set_num_threads(1)
     clock = time.process_time  # the process's CPU time: vLLM's kernel may run on its OpenMP thread

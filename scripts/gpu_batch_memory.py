@@ -6,7 +6,7 @@ A batched run holds both models' weights and, for B slots, static KV caches of a
 capacity (engine/static_cache.bucket) at least prompt + max_new_tokens + 2 (m + 1) positions, for
 the drafter and the verifier (the verifier-only baseline's caches replace the speculative arm's:
 the arms decode one after the other). Sizes from the checkpoints' published configs
-(cactus_bench.rehearsal.specs) by cactus_bench.vllm.memory's arithmetic, bf16, m = 10 and a
+(cactus_bench.rehearsal.hub_models) by cactus_bench.vllm.memory's arithmetic, bf16, m = 10 and a
 prompt of at most 1,024 tokens; "fits" leaves ENGINE_OVERHEAD_GIB and 10 % of the card free for
 activations and the allocator.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from cactus_bench.engine.static_cache import bucket
 from cactus_bench.models.registry import get_pair_spec
-from cactus_bench.rehearsal.specs import hub_model
+from cactus_bench.rehearsal.hub_models import hub_model
 from cactus_bench.vllm.memory import ENGINE_OVERHEAD_GIB, GIB, model_size
 
 PAIRS = ("qwen3_8b", "qwen3_14b")

@@ -195,7 +195,7 @@ class Plan:
             return drafter if role == "drafter" else verifier
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        from cactus_bench.rehearsal.specs import hub_model
+        from cactus_bench.rehearsal.hub_models import hub_model
 
         spec = hub_model(SHAPES[role])
         config = dict(spec.config, **spec.real_sizes)

@@ -13,8 +13,8 @@ On the embedded pair (SmolLM2-135M-Instruct and its distilled drafter, `make set
    (chi-square), and their time ratio; Cactus with CUDA graphs on (enforce_eager=False). Both
    engines' workers must report calls of the patched drafter law and of the bridge;
 2. greedy_float32 / _bfloat16 / _float16: speculative (SpS, m = 4) and autoregressive greedy
-   decoding emit the same tokens on CUDA, up to near-ties (cactus_bench/gpu_check/checks.py says
-   how ties are judged; divergences are counted);
+   decoding emit the same tokens on CUDA, up to near-ties
+   (cactus_bench/gpu_check/measurements.py says how ties are judged; divergences are counted);
 3. cuda_graphs: whole forwards replayed as CUDA graphs decode as the eager fast forward;
 4. qwen3_vocab: the same equality on a random Qwen3-architecture pair at V = 151,936, each dtype;
 5. first_token_law: sps's and cactus's first emitted token on the device against the exact law

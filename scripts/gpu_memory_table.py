@@ -2,7 +2,7 @@
 
     python scripts/gpu_memory_table.py   # prints the Markdown table (a test checks the doc has it)
 
-Sizes from the checkpoints' published configs (cactus_bench.rehearsal.specs), the
+Sizes from the checkpoints' published configs (cactus_bench.rehearsal.hub_models), the
 arithmetic of cactus_bench.vllm.memory (the same the vLLM backend runs before loading), bf16,
 the paper's max_model_len 16,384, both engines of baseline=interleave in one process, and the
 run's default share of each card (backend.gpu_memory_utilization 0.85).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from cactus_bench.models.registry import get_pair_spec
 from cactus_bench.paper import PAPER
-from cactus_bench.rehearsal.specs import hub_model
+from cactus_bench.rehearsal.hub_models import hub_model
 from cactus_bench.vllm.memory import GIB, model_size, plan_memory
 
 PAIRS = ("qwen3_8b", "qwen3_14b", "qwen3_32b")

@@ -88,7 +88,7 @@ def select_pairs(names: str):
     for spec in missing:
         print(
             f"rehearse: skipping {spec.name}: no stand-in for its checkpoints (add them to "
-            "cactus_bench/rehearsal/specs.py)"
+            "cactus_bench/rehearsal/hub_models.py)"
         )
     return [spec for spec in pairs if spec not in missing]
 
@@ -194,7 +194,7 @@ def rehearsal_table(hub: Path, checks, csv_path: Path) -> tuple[str, list[str]]:
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoTokenizer
 
-    from cactus_bench.results import ResultStore
+    from cactus_bench.store import ResultStore
 
     frame = ResultStore(csv_path).read()
     records = {}

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from cactus_bench.drafter_training.data import check_no_overlap, drafter_prompts, gsm8k_train
+from cactus_bench.drafter_training.prompts import check_no_overlap, drafter_prompts, gsm8k_train
 from cactus_bench.drafter_training.teacher import TeacherSettings, generate_shards
 from cactus_bench.models.drafter import SMOLLM2_DRAFTER_CONFIG, SMOLLM2_DRAFTER_WEIGHTS
 from cactus_bench.models.smollm2 import cache_root, prepare_smollm2

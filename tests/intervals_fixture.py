@@ -85,8 +85,8 @@ DEMO = {  # repeats = 2: per-prompt means over the two decodes
 
 
 def fabricated_rows() -> list[dict]:
-    from cactus_bench.results import config_hash, summarise
-    from cactus_bench.results.intervals import per_prompt_columns
+    from cactus_bench.store import config_hash, summarise
+    from cactus_bench.store.intervals import per_prompt_columns
 
     rows = []
     for task, table, repeats in (("gsm8k", GSM8K, 1), ("demo", DEMO, 2)):
@@ -133,7 +133,7 @@ def fabricated_rows() -> list[dict]:
 
 
 def write_fixture(path: Path = FIXTURE) -> Path:
-    from cactus_bench.results import ResultStore
+    from cactus_bench.store import ResultStore
 
     path.unlink(missing_ok=True)
     store = ResultStore(path)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from cactus_bench.report.load import normalise_device_name, read_results_csv
-from cactus_bench.results import metadata
+from cactus_bench.store import metadata
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,11 +7,6 @@ import json
 import pytest
 import torch
 
-from cactus_bench.drafter_training.data import (
-    check_no_overlap,
-    drafter_prompts,
-    instruction_prompts,
-)
 from cactus_bench.drafter_training.distill import (
     CALIBRATION_SCALES,
     DistillSettings,
@@ -20,6 +15,11 @@ from cactus_bench.drafter_training.distill import (
     choose_subset,
     distill_loss,
     processed_student,
+)
+from cactus_bench.drafter_training.prompts import (
+    check_no_overlap,
+    drafter_prompts,
+    instruction_prompts,
 )
 from cactus_bench.drafter_training.shards import load_shards
 from cactus_bench.drafter_training.teacher import (

@@ -16,7 +16,7 @@ from cactus_bench.engine import (
     SamplingParams,
     SpeculativeDecoder,
 )
-from cactus_bench.engine.base import DecodeState
+from cactus_bench.engine.decoder import DecodeState
 from cactus_bench.engine.fast_runner import FastRunner, StaticKVCache
 from cactus_bench.engine.runtime import Clock, ModelRunner
 from cactus_bench.models.tiny import make_tiny_pair

@@ -67,7 +67,7 @@ def test_rows_that_stop_early_leave_the_batch_without_disturbing_the_others(tiny
 def test_kept_law_is_the_teacher_forced_law(tiny_pair):
     from cactus_bench.engine import SamplingParams
     from cactus_bench.engine.batch_generate import sample_continuations
-    from cactus_bench.frontier.teacher import answer_laws
+    from cactus_bench.frontier.teacher_forcing import answer_laws
 
     _, verifier, tokenizer = tiny_pair
     prompts = [tokenizer.encode(t) for t in ("Hello there", "The answer of the", "x")]

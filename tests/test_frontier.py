@@ -22,7 +22,7 @@ from cactus_bench.frontier.conf import (
     FrontierConfigError,
 )
 from cactus_bench.frontier.stats import chunk_statistics, entropy
-from cactus_bench.frontier.teacher import FullRows, compact_support
+from cactus_bench.frontier.teacher_forcing import FullRows, compact_support
 from cactus_bench.samplers import binary_divergence, full_divergence, make_sampler, taylor_gamma
 from cactus_bench.samplers.exact import normalised
 

@@ -160,7 +160,7 @@ def test_vllm_check_judges_the_workers_answer():
     """gpu_checks_vllm.judge on a made-up worker answer: passes, then fails on each fault."""
     import copy
 
-    from cactus_bench.bench.sampling import GREEDY
+    from cactus_bench.bench.greedy import GREEDY
     from cactus_bench.engine import AutoregressiveDecoder
     from cactus_bench.gpu_check import vllm_check as gpu_checks_vllm
     from cactus_bench.models import load_pair

@@ -185,7 +185,7 @@ def test_committed_smollm2_drafter_gives_full_vocab_logits_with_the_mask():
 def test_eval_drafter_interval_resamples_answers_not_tokens():
     """eval_drafter's acceptance interval: a bootstrap over answers (tokens of one answer are
     correlated), pooled as sum / tokens; equal answers give a zero-width interval."""
-    from cactus_bench.results.bootstrap import per_token_summary as acceptance_summary
+    from cactus_bench.store.bootstrap import per_token_summary as acceptance_summary
 
     same = acceptance_summary([[0.5, 0.5], [0.5, 0.5, 0.5]], seed=0)
     assert same["mean"] == 0.5 and same["ci95"] == [0.5, 0.5]

@@ -32,7 +32,7 @@ from cactus_bench.report import (
 from cactus_bench.report.__main__ import main
 from cactus_bench.report.plots import DELTA_FIGURES, FIGURES
 from cactus_bench.report.reference import model_key
-from cactus_bench.results import COLUMNS
+from cactus_bench.store import COLUMNS
 
 FIXTURE = str(Path(__file__).parent / "fixtures" / "results_small.csv")
 
@@ -312,7 +312,7 @@ def test_the_committed_notebook_carries_its_outputs():
 
 def test_rows_written_by_the_store_feed_the_report(tmp_path):
     """results -> report round trip: what ResultStore writes is what the report reads."""
-    from cactus_bench.results import ResultStore, config_hash, run_metadata, summarise
+    from cactus_bench.store import ResultStore, config_hash, run_metadata, summarise
 
     def records(accepted: list[int], m: int = 4) -> list[dict]:
         return [

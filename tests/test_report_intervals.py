@@ -27,7 +27,7 @@ from cactus_bench.report.significance import (
     sign_flip_test,
 )
 from cactus_bench.report.speedup import speedup_table
-from cactus_bench.results.bootstrap import bootstrap_rng, percentile_interval, resample_counts
+from cactus_bench.store.bootstrap import bootstrap_rng, percentile_interval, resample_counts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_intervals.csv"
 OLD_FIXTURE = Path(__file__).parent / "fixtures" / "results_small.csv"

@@ -21,7 +21,7 @@ from cactus_bench.report.leaderboard_power import (
     pairs_needed,
     pooled_sd,
 )
-from cactus_bench.results.bootstrap import percentile_interval, resample_counts
+from cactus_bench.store.bootstrap import percentile_interval, resample_counts
 
 REPO = Path(__file__).resolve().parents[1]
 RULES_CSV = REPO / "results" / "rules" / "rules.csv"

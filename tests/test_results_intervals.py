@@ -1,4 +1,4 @@
-"""The paired percentile bootstrap of results/intervals.py: hand computations, coverage by
+"""The paired percentile bootstrap of store/intervals.py: hand computations, coverage by
 simulation, why pairing matters, and the row columns it writes (fixed seeds throughout)."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import csv
 import numpy as np
 import pytest
 
-from cactus_bench.results import COLUMNS, MEASUREMENT_COLUMNS, ResultStore, row_to_cells, summarise
-from cactus_bench.results.bootstrap import (
+from cactus_bench.store import COLUMNS, MEASUREMENT_COLUMNS, ResultStore, row_to_cells, summarise
+from cactus_bench.store.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     bootstrap_rng,
     percentile_interval,
     ratio_of_sums,
     resample_counts,
 )
-from cactus_bench.results.intervals import (
+from cactus_bench.store.intervals import (
     LATENCY_QUANTILES,
     POSITION_INTERVAL_COLUMNS,
     bootstrap_intervals,
@@ -26,7 +26,7 @@ from cactus_bench.results.intervals import (
     per_prompt_totals,
     time_per_output_token,
 )
-from cactus_bench.results.summarise import machine_time
+from cactus_bench.store.summarise import machine_time
 
 
 def record(accepted: list[int], seconds: float, m: int = 4, prompt: int = 0) -> dict:

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from cactus_bench.report.load import aggregate, load_results
-from cactus_bench.results import COLUMNS, ResultStore, config_hash
-from cactus_bench.results.schema import RENAMED_COLUMNS
+from cactus_bench.store import COLUMNS, ResultStore, config_hash
+from cactus_bench.store.schema import RENAMED_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 OLD_CSVS = [

@@ -1,16 +1,16 @@
-"""docs/results-schema.md is generated from results/columns.py and must match it."""
+"""docs/results-schema.md is generated from store/columns.py and must match it."""
 
 from __future__ import annotations
 
 import re
 
-from cactus_bench.results import schema_doc
-from cactus_bench.results.schema import COLUMNS, RENAMED_COLUMNS, SCHEMA
+from cactus_bench.store import schema_doc
+from cactus_bench.store.schema import COLUMNS, RENAMED_COLUMNS, SCHEMA
 
 
 def test_the_committed_page_is_the_generated_one():
     assert schema_doc.DOC_PATH.read_text(encoding="utf-8") == schema_doc.render(), (
-        "docs/results-schema.md is out of date: run `python -m cactus_bench.results.schema_doc`"
+        "docs/results-schema.md is out of date: run `python -m cactus_bench.store.schema_doc`"
     )
 
 

@@ -12,7 +12,7 @@ import warnings
 import pandas as pd
 import pytest
 
-from cactus_bench.results import COLUMNS, ResultStore, config_hash, run_metadata
+from cactus_bench.store import COLUMNS, ResultStore, config_hash, run_metadata
 
 
 def make_row(index: int = 0, **overrides) -> dict:
@@ -169,7 +169,7 @@ def test_config_hash_is_canonical():
 
 APPEND_LOOP = textwrap.dedent("""
     import sys
-    from cactus_bench.results import ResultStore
+    from cactus_bench.store import ResultStore
     store = ResultStore(sys.argv[1])
     for i in range(int(sys.argv[3])):
         store.append({"run_id": f"{sys.argv[2]}-{i}", "config_hash": f"{sys.argv[2]}{i}",
@@ -233,7 +233,7 @@ def test_git_dirty_means_code_not_the_committed_results(tmp_path, monkeypatch):
     """A sweep appending to its tracked results CSV leaves the checkout clean; a code edit not."""
     import subprocess
 
-    from cactus_bench.results import metadata
+    from cactus_bench.store import metadata
 
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cactus_bench.results import COLUMNS, BaselineCache, baseline_key, summarise
+from cactus_bench.store import COLUMNS, BaselineCache, baseline_key, summarise
 
 
 def spec_records():
@@ -190,7 +190,7 @@ def test_baseline_cache_round_trip(tmp_path):
 @pytest.mark.parametrize("mode", ["disabled", "offline"])
 def test_wandb_mirror(tmp_path, monkeypatch, capsys, mode):
     pytest.importorskip("wandb")
-    from cactus_bench.results.wandb_mirror import WandbMirror
+    from cactus_bench.store.wandb_mirror import WandbMirror
 
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no.netrc"))  # no `wandb login` key either

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from cactus_bench.results.columns import SCHEMA
-from cactus_bench.results.schema import COLUMNS
 from cactus_bench.samplers.catalogue import (
     NO_RULE,
     PARAM_COLUMN_DOCS,
@@ -20,6 +18,8 @@ from cactus_bench.samplers.catalogue import (
     parse_sampler,
 )
 from cactus_bench.samplers.registry import build_rule
+from cactus_bench.store.columns import SCHEMA
+from cactus_bench.store.schema import COLUMNS
 
 
 def test_each_rule_yields_a_frozen_dataclass_of_its_parameters_in_order():

@@ -8,8 +8,8 @@ import json
 import pytest
 from test_run_orchestrate import compose_tiny, csv_rows, tiny_conf
 
-from cactus_bench.results.summarise import machine_time
 from cactus_bench.run import ConfigError, build_identity, ignored_settings, run, validate
+from cactus_bench.store.summarise import machine_time
 
 
 def _records(results, arm: str) -> list[dict]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cactus_bench.results import ResultStore
+from cactus_bench.store import ResultStore
 
 pytestmark = pytest.mark.slow
 

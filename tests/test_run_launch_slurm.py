@@ -19,8 +19,8 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import OmegaConf
 from submitit.slurm.slurm import SlurmExecutor
 
-from cactus_bench.results.metadata import GIT_DIRTY_ENV, GIT_SHA_ENV
 from cactus_bench.run import register_configs
+from cactus_bench.store.metadata import GIT_DIRTY_ENV, GIT_SHA_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -14,7 +14,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from cactus_bench.results import MEASUREMENT_COLUMNS, ResultStore
 from cactus_bench.run import (
     ConfigError,
     RunConf,
@@ -25,6 +24,7 @@ from cactus_bench.run import (
     run,
     validate,
 )
+from cactus_bench.store import MEASUREMENT_COLUMNS, ResultStore
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

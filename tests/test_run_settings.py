@@ -11,10 +11,10 @@ from test_run_conf import compose_run_conf
 
 from cactus_bench import run_settings
 from cactus_bench.report.load import CONFIG_KEYS
-from cactus_bench.results import COLUMNS, CONFIG_COLUMNS, baseline_key
 from cactus_bench.run import build_identity
 from cactus_bench.run_settings import RUN_SETTINGS, UNSET, Setting
 from cactus_bench.samplers.catalogue import PARAM_COLUMNS
+from cactus_bench.store import COLUMNS, CONFIG_COLUMNS, baseline_key
 
 CONFIGS = (
     ["sampler=cactus", "delta=0.5"],

@@ -14,8 +14,8 @@ from test_tasks import GPQA_ROWS, GSM8K_TEST, gsm8k_folder
 from test_tasks_support import ScriptedDecoder, use_private_caches
 
 from cactus_bench.models.tiny import make_tiny_tokenizer
-from cactus_bench.results.intervals import interval_column_names
 from cactus_bench.run import ConfigError, build_identity, run, run_conf_from_dict, validate
+from cactus_bench.store.intervals import interval_column_names
 from cactus_bench.tasks import evaluate_task
 from cactus_bench.tasks.evaluate import repeat_seed
 from cactus_bench.tasks.lm import request_seed

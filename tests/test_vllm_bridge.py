@@ -14,7 +14,7 @@ import torch
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import bridge as va
 from cactus_bench.vllm import bridge_v2
-from cactus_bench.vllm.batched import PLACEHOLDER_TOKEN_ID
+from cactus_bench.vllm.padded_rows import PLACEHOLDER_TOKEN_ID
 
 
 def _logits(probs: torch.Tensor) -> torch.Tensor:

@@ -57,7 +57,7 @@ def _metrics(drafted, accepted, m=3):
 def test_per_step_metrics_keep_decode_order_and_short_drafts():
     drafted, accepted = vo.steps_from_metrics(_metrics([3, 3, 3, 2], [3, 0, 2, 1]), 3)
     assert drafted == [3, 3, 3, 2] and accepted == [3, 0, 2, 1]  # decode order, exact drafts
-    from cactus_bench.results import summarise
+    from cactus_bench.store import summarise
 
     record = vo.VllmRequestRecord(
         prompt_ids=[1],

@@ -35,7 +35,7 @@ def test_parameter_counts_match_the_model_cards(repo_id, billions):
 
 
 def size_layers(repo_id: str) -> int:
-    from cactus_bench.rehearsal.specs import hub_model
+    from cactus_bench.rehearsal.hub_models import hub_model
 
     return hub_model(repo_id).real_sizes["num_hidden_layers"]
 

@@ -21,7 +21,7 @@ from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, chi_square_p
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import bridge_v2
-from cactus_bench.vllm.batched import Step
+from cactus_bench.vllm.padded_rows import Step
 from cactus_bench.vllm.v2_law import processed_law_logits
 
 

@@ -14,9 +14,9 @@ pytest.importorskip("wandb")
 from test_run_orchestrate import csv_rows, tiny_conf  # noqa: E402
 from wandb_files import offline_run  # noqa: E402
 
-from cactus_bench.results.schema import COLUMNS  # noqa: E402
-from cactus_bench.results.wandb_mirror import PROMPT_COLUMNS, wandb_credentials  # noqa: E402
 from cactus_bench.run import run  # noqa: E402
+from cactus_bench.store.schema import COLUMNS  # noqa: E402
+from cactus_bench.store.wandb_mirror import PROMPT_COLUMNS, wandb_credentials  # noqa: E402
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import pytest
 from lm_eval.api.instance import Instance
 
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
-from cactus_bench.results.bootstrap import wave_resample_counts
-from cactus_bench.results.drift import drift, drift_columns, drift_warning, wave_of_records
-from cactus_bench.results.machine import cached_refusal
 from cactus_bench.samplers import make_sampler
+from cactus_bench.store.bootstrap import wave_resample_counts
+from cactus_bench.store.drift import drift, drift_columns, drift_warning, wave_of_records
+from cactus_bench.store.machine_state import cached_refusal
 from cactus_bench.tasks.lm import CactusBenchLM
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -147,7 +147,7 @@ def test_the_report_marks_a_drifted_row_and_old_rows_load_unmarked(tmp_path):
 
     from cactus_bench.report import aggregate, load_results, to_markdown
     from cactus_bench.report.speedup import DRIFT_NOTE, speedup_table
-    from cactus_bench.results import ResultStore
+    from cactus_bench.store import ResultStore
 
     old = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False)
     first, last = list(old.columns).index("waves"), list(old.columns).index("baseline_load_gap")
@@ -170,7 +170,7 @@ def test_gpu_state_reads_nvidia_smi_and_leaves_out_this_process(tmp_path, monkey
     import os
     import sys
 
-    from cactus_bench.results import machine
+    from cactus_bench.store import machine
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text(

@@ -13,8 +13,8 @@ dec.step_log                                 # per prefill / decode step: rows, 
 """
 
 from cactus_bench.engine.autoregressive import AutoregressiveDecoder
-from cactus_bench.engine.base import Decoder
 from cactus_bench.engine.batched import BatchStep
+from cactus_bench.engine.decoder import Decoder
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.requests import BatchRequest, Request
 from cactus_bench.engine.sampling import SamplingParams, process_logits, sample_token

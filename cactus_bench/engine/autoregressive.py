@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.engine.base import BaseDecoder, DecodeState
 from cactus_bench.engine.batch_steps import autoregressive_step
+from cactus_bench.engine.decoder import BaseDecoder, DecodeState
 from cactus_bench.engine.draws import LAST
 from cactus_bench.engine.runtime import (
     check_token_map,

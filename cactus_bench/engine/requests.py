@@ -1,6 +1,6 @@
 """A request as every decoder reads it, and how the callers of a batched run may write one.
 
-The decoders (engine/base.py, cactus_bench.vllm.decoder) and the batch loop (engine/batched.py)
+The decoders (engine/decoder.py, cactus_bench.vllm.decoder) and the batch loop (engine/batched.py)
 all import this module and nothing imports them back from here: the request types sit below
 both, so neither needs a lazy import to reach the other.
 """

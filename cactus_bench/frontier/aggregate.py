@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cactus_bench.results.bootstrap import percentile_bounds
+from cactus_bench.store.bootstrap import percentile_bounds
 
 
 @dataclass

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from cactus_bench.frontier.aggregate import per_sequence_sums
-from cactus_bench.results.bootstrap import percentile_bounds
 from cactus_bench.samplers import DIVERGENCES
+from cactus_bench.store.bootstrap import percentile_bounds
 
 _TIE = 1e-12  # two arms of a curve closer than this in mean D_f are one point
 

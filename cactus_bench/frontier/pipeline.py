@@ -44,10 +44,10 @@ from cactus_bench.frontier.matched import matched_rows
 from cactus_bench.frontier.plots import make_figures
 from cactus_bench.frontier.rows import COLUMNS, summary_rows
 from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
-from cactus_bench.frontier.teacher import iter_chunks
+from cactus_bench.frontier.teacher_forcing import iter_chunks
 from cactus_bench.models import load_pair
 from cactus_bench.models.loading import resolve_device
-from cactus_bench.results.metadata import device_name, git_state
+from cactus_bench.store.metadata import device_name, git_state
 
 
 @dataclass

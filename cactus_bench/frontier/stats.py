@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.frontier.arms import Arm
-from cactus_bench.frontier.teacher import on_support, support_index
+from cactus_bench.frontier.teacher_forcing import on_support, support_index
 from cactus_bench.samplers import (
     DIVERGENCES,
     binary_divergence,

@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 from scipy.stats import chi2
 
-from cactus_bench.bench.sampling import GREEDY
+from cactus_bench.bench.greedy import GREEDY
 from cactus_bench.engine import SamplingParams, SpeculativeDecoder
 from cactus_bench.engine.sampling import process_logits
-from cactus_bench.gpu_check.checks import compare_greedy
+from cactus_bench.gpu_check.measurements import compare_greedy
 from cactus_bench.samplers import make_sampler
 
 QWEN3_VOCAB = 151_936

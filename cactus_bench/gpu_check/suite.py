@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from cactus_bench.results.metadata import device_name, git_state
+from cactus_bench.store.metadata import device_name, git_state
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH_VERSION = "2.13.0"  # the Makefile's TORCH_VERSION
@@ -67,7 +67,7 @@ class Context:
     def __init__(self, args):
         import torch  # lazy: keeps torch out of the command's start-up
 
-        from cactus_bench.gpu_check.checks import demo_prompts  # lazy: pulls in torch
+        from cactus_bench.gpu_check.measurements import demo_prompts  # lazy: pulls in torch
 
         self.args, self.device = args, torch.device(args.device)
         self._pairs = {}

@@ -24,11 +24,11 @@ import subprocess
 
 import torch
 
-from cactus_bench.bench.sampling import GREEDY
+from cactus_bench.bench.greedy import GREEDY
 from cactus_bench.engine import AutoregressiveDecoder, RequestRecord
 from cactus_bench.engine.sampling import PAPER_SAMPLING
-from cactus_bench.gpu_check.checks import compare_greedy, demo_prompts
 from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, QWEN3_VOCAB, chi_square_p
+from cactus_bench.gpu_check.measurements import compare_greedy, demo_prompts
 from cactus_bench.models import load_pair
 from cactus_bench.models.smollm2 import prepare_smollm2
 

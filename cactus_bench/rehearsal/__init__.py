@@ -16,8 +16,8 @@ from cactus_bench.rehearsal.cache import (
     default_qwen3_dir,
     repo_folder,
 )
+from cactus_bench.rehearsal.hub_models import HUB_MODELS, HubModel, hub_model
 from cactus_bench.rehearsal.pairs import hub_pairs, is_hub_id, pinned_revisions
-from cactus_bench.rehearsal.specs import HUB_MODELS, HubModel, hub_model
 
 __all__ = [
     "HUB_MODELS",

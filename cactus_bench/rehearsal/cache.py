@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from cactus_bench.rehearsal.specs import HUB_MODELS, HubModel
+from cactus_bench.rehearsal.hub_models import HUB_MODELS, HubModel
 from cactus_bench.rehearsal.tokenizers import write_tokenizer
 
 BUILD_VERSION = 1  # bump when the files written here change: a stale cache is then rebuilt

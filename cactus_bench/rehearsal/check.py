@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cactus_bench.models.loading import shared_token_ids
-from cactus_bench.rehearsal.specs import hub_model
+from cactus_bench.rehearsal.hub_models import hub_model
 
 # (start, end) of a rendered GSM8K prompt per tokenizer kind: one BOS where the family has one,
 # the user turn first, and the generation prompt last.

@@ -41,7 +41,7 @@ from cactus_bench.report.leaderboard_power import (
     paired_difference,
     pooled_sd,
 )
-from cactus_bench.results.bootstrap import BOOTSTRAP_RESAMPLES, percentile_interval, resample_counts
+from cactus_bench.store.bootstrap import BOOTSTRAP_RESAMPLES, percentile_interval, resample_counts
 
 # The sweep's arms in the table's order: (label, sampler, delta or None)
 ARMS = (

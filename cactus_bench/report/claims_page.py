@@ -17,7 +17,7 @@ import pandas as pd
 from cactus_bench.report.claims import ARMS, arm_rows, claim_arms, claim_verdicts
 from cactus_bench.report.claims_requests import load_requests
 from cactus_bench.report.reference import Reference
-from cactus_bench.results.schema import RENAMED_COLUMNS
+from cactus_bench.store.schema import RENAMED_COLUMNS
 
 EXPERIMENT = "paper_claims"
 IFEVAL_PROMPTS = 541

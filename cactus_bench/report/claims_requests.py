@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cactus_bench.results.schema import RENAMED_COLUMNS
+from cactus_bench.store.schema import RENAMED_COLUMNS
 
 REQUEST_COLUMNS = (
     "run_id",

@@ -36,7 +36,7 @@ from cactus_bench.report.leaderboard_power import (
     power_sentence,
 )
 from cactus_bench.report.load import normalise_device_name
-from cactus_bench.results.schema import RENAMED_COLUMNS
+from cactus_bench.store.schema import RENAMED_COLUMNS
 
 # The frontier's parameter label of an arm (frontier/arms.py), to join its exact statistics;
 # the cascades, FSD and BiLD read the temperature-1 laws there as in the runs.
@@ -70,7 +70,7 @@ verifier, its distilled drafter), m and sampling as in the run (scripts/rules_bo
   `ensemble w=0.7` for interp's alpha = 0.3)
 - `task`, `n_prompts`: the task and the prompts scored
 - `score`, `score_ci_low`, `score_ci_high`: headline task score and its 95 % interval
-  (bootstrap over prompts, results/intervals.py)
+  (bootstrap over prompts, store/intervals.py)
 - `score_diff_sps`, `score_diff_sps_ci_low`, `score_diff_sps_ci_high`: the mean over prompts of
   (this arm's score - SpS's score on the same prompt) and its paired 95 % interval: a percentile
   bootstrap over prompts that resamples both arms together (2,000 resamples drawn by numpy's

@@ -4,7 +4,7 @@ the board's power, and which task sits at the floor (cactus_bench/report/leaderb
     paired_difference([1, 1, 0], [0, 1, 0])   # (1/3, low, high): mean(arm - SpS), 95 % interval
     minimum_detectable_difference(sd=0.5, n=25)   # 0.280: (z_0.975 + z_0.8) * sd / sqrt(n)
 
-The interval is the project's percentile bootstrap over prompts (results/bootstrap.py:
+The interval is the project's percentile bootstrap over prompts (store/bootstrap.py:
 resample_counts, percentile_interval, 2,000 resamples), paired: each resample draws n prompts and
 both arms' scores of a drawn prompt come along, so the prompt-to-prompt spread they share
 cancels. Its draws come from numpy's default_rng(PAIRED_SEED), the same resamples for every arm.
@@ -20,7 +20,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from cactus_bench.results.bootstrap import (
+from cactus_bench.store.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     percentile_interval,
     resample_counts,

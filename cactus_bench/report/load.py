@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from cactus_bench.results.bootstrap import (
+from cactus_bench.store.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     bootstrap_rng,
     percentile_interval,
     resample_counts,
 )
-from cactus_bench.results.intervals import POSITION_INTERVAL_COLUMNS, interval_column_names
-from cactus_bench.results.schema import CONFIG_COLUMNS, RENAMED_COLUMNS, coerce_frame
+from cactus_bench.store.intervals import POSITION_INTERVAL_COLUMNS, interval_column_names
+from cactus_bench.store.schema import CONFIG_COLUMNS, RENAMED_COLUMNS, coerce_frame
 
 # Columns every report needs; a CSV without one was not written by ResultStore (or is truncated).
 REPORT_COLUMNS = (
@@ -98,7 +98,7 @@ OPTIONAL_COLUMNS = (
 
 
 def normalise_device_name(name):
-    """A row's device name as today's runs write it: rows written before results/metadata.py
+    """A row's device name as today's runs write it: rows written before store/metadata.py
     said "1 torch thread" read "(2 cores, 1 torch threads)"; other values pass through."""
     if not isinstance(name, str):
         return name
@@ -144,7 +144,7 @@ def read_results_csv(path: str | Path) -> pd.DataFrame:
     if missing:
         raise ValueError(
             f"{path} lacks column(s) {missing} that the report needs; was it "
-            "written by cactus_bench.results.ResultStore?"
+            "written by cactus_bench.store.ResultStore?"
         )
     if frame.empty:
         raise ValueError(f"{path} has a header but no rows; nothing to report")
@@ -249,7 +249,7 @@ def _mean_scores(cells: pd.Series) -> str | None:
 
 
 def _score_interval(cell) -> tuple[float | None, float | None]:
-    """The score's bootstrap interval from per-prompt scores (results/intervals.py's method)."""
+    """The score's bootstrap interval from per-prompt scores (store/intervals.py's method)."""
     if not isinstance(cell, str):
         return None, None
     scores = np.asarray(json.loads(cell), dtype=float)  # [n prompts]

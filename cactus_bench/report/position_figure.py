@@ -21,7 +21,7 @@ from cactus_bench.report.figure_parts import (
     say_missing,
 )
 from cactus_bench.report.tables import is_missing, method_label, method_sort_key, task_title
-from cactus_bench.results.intervals import POSITION_INTERVAL_COLUMNS
+from cactus_bench.store.intervals import POSITION_INTERVAL_COLUMNS
 
 POSITION_SPREAD = 0.3  # total width, in positions, over which the methods' bars are spread
 

@@ -18,7 +18,7 @@ from cactus_bench.report.tables import (
     task_sort_key,
     task_title,
 )
-from cactus_bench.results.bootstrap import BOOTSTRAP_RESAMPLES
+from cactus_bench.store.bootstrap import BOOTSTRAP_RESAMPLES
 
 DRIFT_MARK = " (drift)"  # † and ‡ already mark score differences
 DRIFT_NOTE = (

@@ -16,7 +16,7 @@ import pandas as pd
 
 from cactus_bench.report.reference import Reference
 from cactus_bench.report.significance import ALPHA, SPS_MARK, VERIFIER_MARK, score_marks
-from cactus_bench.results.bootstrap import BOOTSTRAP_RESAMPLES
+from cactus_bench.store.bootstrap import BOOTSTRAP_RESAMPLES
 
 TASK_TITLES = {"gsm8k": "GSM8K", "ifeval": "IFEval", "gpqa": "GPQA", "demo": "Demo"}
 SAMPLER_ORDER = ("verifier", "sps", "tas", "cactus", "cactus_exact", "interp", "topk", "greedy")

@@ -13,7 +13,7 @@ max_new_tokens, seed, the device timed on):
   (`<baselines>/<prompts key>.json`), which a speculative run checks first.
 
 A finished baseline stores the machine it was decoded on (host, CPU, device), the commit and
-the load and time when its decode began and ended (results/machine.py). A run reusing it
+the load and time when its decode began and ended (store/machine_state.py). A run reusing it
 records the gap in time and load; one decoded more than `baseline_max_age_h` hours ago, or on
 another CPU or device model, is refused in one line that says how to refresh it. The host is
 recorded, not compared: a Slurm sweep's jobs run on sibling nodes of one kind.
@@ -27,11 +27,11 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from cactus_bench.results import BaselineCache, device_name, git_state
-from cactus_bench.results.journal import RecordJournal
-from cactus_bench.results.machine import cached_refusal, load_now, machine_identity
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import resolve_path
+from cactus_bench.store import BaselineCache, device_name, git_state
+from cactus_bench.store.journal import RecordJournal
+from cactus_bench.store.machine_state import cached_refusal, load_now, machine_identity
 
 
 def cache_folder(identity: RunIdentity) -> Path:

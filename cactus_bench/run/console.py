@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cactus_bench.results.drift import drift_warning
+from cactus_bench.store.drift import drift_warning
 
 
 @dataclass

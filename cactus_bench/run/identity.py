@@ -18,13 +18,13 @@ from typing import Any
 
 from cactus_bench.models.hub import hub_commit
 from cactus_bench.models.registry import SMOLLM2_DRAFTER_ID, PairSpec
-from cactus_bench.results.baseline_cache import baseline_key
-from cactus_bench.results.metadata import config_hash
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.launch import resolve_path
 from cactus_bench.run_settings import baseline_values, column_values, hashed_values
 from cactus_bench.samplers.catalogue import NO_RULE, param_columns
 from cactus_bench.samplers.params import RuleParams
+from cactus_bench.store.baseline_cache import baseline_key
+from cactus_bench.store.metadata import config_hash
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 
 from omegaconf import OmegaConf
 
-from cactus_bench.results.metadata import GIT_DIRTY_ENV, GIT_SHA_ENV, git_state
+from cactus_bench.store.metadata import GIT_DIRTY_ENV, GIT_SHA_ENV, git_state
 
 LAUNCH_DIR_ENV = "CACTUS_BENCH_LAUNCH_DIR"
 

@@ -4,7 +4,7 @@ baseline), then summarise the records into the row's measured columns.
 The order inside a run: seed torch, pin threads, load the decoders, warm every decoder up, decode
 the task (the baseline interleaved wave by wave, or from the baseline cache), summarise.
 Every request is journaled as it ends, and a rerun replays the journal (`decode_journaled`).
-The row also gets the machine's state around each arm and the arms' drift (results/drift.py).
+The row also gets the machine's state around each arm and the arms' drift (store/drift.py).
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cactus_bench.results import summarise
-from cactus_bench.results.drift import drift_columns
-from cactus_bench.results.intervals import per_prompt_columns
-from cactus_bench.results.machine import cached_gap, gpu_state, load_columns
 from cactus_bench.run.backends import Decoders, load_decoders
 from cactus_bench.run.baseline import baseline_journal, cached_baseline, sweep_lock
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import resolve_path
 from cactus_bench.run.resume import JournaledDecoder, report, run_journal
+from cactus_bench.store import summarise
+from cactus_bench.store.drift import drift_columns
+from cactus_bench.store.intervals import per_prompt_columns
+from cactus_bench.store.machine_state import cached_gap, gpu_state, load_columns
 
 WARM_UP_TEXT = "Warm-up: name three colours."
 PHASE_TIME_COLUMNS = ("prefill_time_s", "draft_time_s", "verify_time_s", "sampler_time_s")

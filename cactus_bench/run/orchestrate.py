@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 from filelock import FileLock, Timeout
 
-from cactus_bench.results import ResultStore, run_metadata
 from cactus_bench.run.backends import check_backend, resolve_device
 from cactus_bench.run.checks import validate
 from cactus_bench.run.conf import RunConf
@@ -40,6 +39,7 @@ from cactus_bench.run.preflight import preflight
 from cactus_bench.run.resume import run_journal
 from cactus_bench.run.wandb import mirror_to_wandb
 from cactus_bench.samplers.params import RuleParams
+from cactus_bench.store import ResultStore, run_metadata
 
 if TYPE_CHECKING:
     from cactus_bench.samplers.base import AcceptanceRule

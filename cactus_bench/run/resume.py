@@ -15,9 +15,9 @@ when this attempt's first request of the arm begins and its last one ends (`load
 
 from __future__ import annotations
 
-from cactus_bench.results.journal import RecordJournal
-from cactus_bench.results.machine import load_now
 from cactus_bench.run.identity import RunIdentity
+from cactus_bench.store.journal import RecordJournal
+from cactus_bench.store.machine_state import load_now
 
 
 def run_journal(identity: RunIdentity) -> RecordJournal:

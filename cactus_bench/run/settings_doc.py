@@ -23,7 +23,6 @@ from pathlib import Path
 
 import yaml
 
-from cactus_bench.results.schema_doc import markdown_cell
 from cactus_bench.run_settings import OPTIONS, Setting
 from cactus_bench.run_settings.groups import (
     CONFIG_GROUPS,
@@ -32,6 +31,7 @@ from cactus_bench.run_settings.groups import (
     group_options,
 )
 from cactus_bench.samplers.catalogue import RULES, VERIFIER_ONLY
+from cactus_bench.store.schema_doc import markdown_cell
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_YAML = REPO / "configs" / "config.yaml"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 
-from cactus_bench.results.wandb_mirror import WandbMirror
 from cactus_bench.run.identity import RunIdentity
 from cactus_bench.run.launch import resolve_path
+from cactus_bench.store.wandb_mirror import WandbMirror
 
 
 def wandb_group(identity: RunIdentity, row: dict) -> str:

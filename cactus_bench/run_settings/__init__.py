@@ -5,7 +5,7 @@ A `Setting` names one value of a run and everything about it:
 - `option`: when it is a top-level key of the run config (`m=2` on the command line), its type,
   default and the check its value passes. `run/conf.py` builds `RunConf`'s fields from these,
   and `run/checks.py` runs the checks before anything loads;
-- `doc`: one line, used for the CSV column's doc (results/columns.py), the settings comment in
+- `doc`: one line, used for the CSV column's doc (store/columns.py), the settings comment in
   configs/config.yaml and the settings table in docs/configuration.md (both generated:
   `make docs`; tests/test_settings_doc.py fails when either is stale);
 - `source`: where the run's value is read on its `RunIdentity` (default `conf.<key>`);
@@ -18,7 +18,7 @@ A `Setting` names one value of a run and everything about it:
 - `grouped`: the report gives each of its values its own cell (seeds are averaged instead);
 - `verifier_value`: what a verifier-only run records instead (it drafts nothing).
 
-`run/identity.py` (hash, row, W&B, baseline key), `results/columns.py` (configuration columns),
+`run/identity.py` (hash, row, W&B, baseline key), `store/columns.py` (configuration columns),
 `report/load.py` (grouping), `run/conf.py` (fields) and `run/checks.py` (ranges) derive from this
 table (values.py reads it for the hash, row, baseline key and checks). A new run setting is one
 line of what_ran.py or how_it_ran.py. Torch-free and import-light: the results layer and the

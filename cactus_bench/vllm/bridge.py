@@ -49,7 +49,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers import AcceptanceRule
-from cactus_bench.vllm.batched import Step, verify_step
+from cactus_bench.vllm.padded_rows import Step, verify_step
 
 FIX_GREEDY_DRAFTS = 'set speculative_config draft_sample_method="probabilistic"'
 FIX_OWN_METHOD = "unset it in speculative_config (a cactus_bench rule replaces vLLM's)"

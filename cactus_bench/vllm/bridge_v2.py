@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers import AcceptanceRule
-from cactus_bench.vllm.batched import PLACEHOLDER_TOKEN_ID, Step, verify_step
 from cactus_bench.vllm.bridge import (
     FIX_OWN_METHOD,
     needs_draft_probs,
@@ -21,6 +20,7 @@ from cactus_bench.vllm.bridge import (
     padded_rows,
     refuse_unknown,
 )
+from cactus_bench.vllm.padded_rows import PLACEHOLDER_TOKEN_ID, Step, verify_step
 
 
 # ---- random numbers: vLLM V2's per-request seeds -----------------------------------------------

@@ -3,7 +3,7 @@
 hf    this project's engine over transformers models (cactus_bench.engine), CPU or GPU
 vllm  vLLM engines with the rule patched into vLLM's rejection sampler (cactus_bench.vllm)
 
-Every decoder implements `cactus_bench.engine.base.Decoder` (one request, or a batch of them,
+Every decoder implements `cactus_bench.engine.decoder.Decoder` (one request, or a batch of them,
 into RequestRecords), so the measurement (cactus_bench.run.measure) is the same for both.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cactus_bench.run.backends.decoders import Decoders
+from cactus_bench.run.backends.decoder_pair import Decoders
 from cactus_bench.run.checks import ConfigError
 from cactus_bench.run.conf import RunConf
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
 from cactus_bench.models import PairSpec, load_pair
-from cactus_bench.run.backends.decoders import Decoders, sampling_params
+from cactus_bench.run.backends.decoder_pair import Decoders, sampling_params
 from cactus_bench.run.identity import RunIdentity
 
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from cactus_bench.paper import PAPER
-from cactus_bench.run.backends.decoders import Decoders, sampling_params
+from cactus_bench.run.backends.decoder_pair import Decoders, sampling_params
 from cactus_bench.run.checks import ConfigError
 from cactus_bench.run.conf import RunConf
 from cactus_bench.run.identity import RunIdentity
@@ -101,7 +101,7 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
                 rule=(identity.sampler, identity.rule_params.values())
                 if spec and rule_inside
                 else None,
-                rule_checked=True,  # validate() checked them; the rule's own (ensemble: w, not alpha)
+                rule_checked=True,  # validate() checked them; the rule's own (ensemble: w)
                 acceptance=conf.acceptance if spec else "rule",
                 drafter_id=drafter_path if spec else None,
                 m=conf.m,

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from cactus_bench.results.schema import COLUMNS, row_to_cells
-from cactus_bench.results.summarise import _as_dict
+from cactus_bench.store.schema import COLUMNS, row_to_cells
+from cactus_bench.store.summarise import _as_dict
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 

@@ -17,7 +17,7 @@ from functools import partial
 import torch
 
 from cactus_bench.bench.decoders import sps_decoder
-from cactus_bench.bench.sampling import GREEDY
+from cactus_bench.bench.greedy import GREEDY
 from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
 from cactus_bench.engine.runtime import crop_cache, make_runner
 from cactus_bench.engine.sampling import PAPER_SAMPLING

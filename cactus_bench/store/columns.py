@@ -4,7 +4,7 @@ One row per (run, task). A column's kind fixes how a Python value becomes a cell
 is read back (schema.py). The configuration columns come from the run settings table, the rule
 parameters' own columns from the samplers' catalogue (both through `cactus_bench.run_settings`),
 the measured columns are listed here. docs/results-schema.md is generated from this file
-(`python -m cactus_bench.results.schema_doc`); a test keeps the two equal.
+(`python -m cactus_bench.store.schema_doc`); a test keeps the two equal.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ _SCHEMA: tuple[Column, ...] = (
         "score_ci_low",
         "float",
         "lower end of the 95% interval of score: percentile bootstrap over prompts, paired "
-        "with the baseline, 2000 resamples (results/intervals.py)",
+        "with the baseline, 2000 resamples (store/intervals.py)",
     ),
     Column("score_ci_high", "float", "upper end of the 95% interval of score"),
     Column("metrics_json", "json", "every task metric, a JSON object name -> value"),
@@ -152,7 +152,7 @@ _SCHEMA: tuple[Column, ...] = (
     Column("tpot_p90_s", "float", "90th percentile over requests of the time per output token"),
     Column("tpot_p90_s_ci_low", "float", "lower end of the 95% interval of tpot_p90_s"),
     Column("tpot_p90_s_ci_high", "float", "upper end of the 95% interval of tpot_p90_s"),
-    # waves, drift and the machine's state (results/drift.py, results/machine.py); empty in
+    # waves, drift and the machine's state (store/drift.py, store/machine_state.py); empty in
     # rows written before they existed
     Column(
         "waves",

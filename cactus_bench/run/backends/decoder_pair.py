@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from cactus_bench.run.conf import RunConf
 
 if TYPE_CHECKING:
-    from cactus_bench.engine.base import Decoder
+    from cactus_bench.engine.decoder import Decoder
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 from filelock import FileLock
 
-from cactus_bench.results.schema import (
+from cactus_bench.store.schema import (
     COLUMNS,
     RENAMED_COLUMNS,
     coerce_frame,

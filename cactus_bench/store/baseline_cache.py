@@ -16,8 +16,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from cactus_bench.results.metadata import config_hash
-from cactus_bench.results.summarise import summarise
+from cactus_bench.store.metadata import config_hash
+from cactus_bench.store.summarise import summarise
 
 
 def prompts_hash(prompts: Sequence) -> str:

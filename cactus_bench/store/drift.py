@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from cactus_bench.results.summarise import machine_time
+from cactus_bench.store.summarise import machine_time
 
 ARM_ENDS = ("start", "end")
 

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 
-from cactus_bench.results.metadata import _cpu_name, device_name
+from cactus_bench.store.metadata import _cpu_name, device_name
 
 ARM_MOMENTS = ("start", "end")
 

@@ -16,7 +16,7 @@ import numbers
 import numpy as np
 import pandas as pd
 
-from cactus_bench.results.columns import (
+from cactus_bench.store.columns import (
     COLUMNS,
     CONFIG_COLUMNS,
     MEASUREMENT_COLUMNS,
@@ -114,7 +114,7 @@ def row_to_cells(row: dict, columns: list[str] | None = None) -> list[str]:
     if unknown:
         raise ValueError(
             f"unknown result column(s) {unknown}; known columns are "
-            "cactus_bench.results.COLUMNS (add new ones in results/columns.py)"
+            "cactus_bench.store.COLUMNS (add new ones in store/columns.py)"
         )
     for name in REQUIRED_COLUMNS:
         if _is_missing(row.get(name)):

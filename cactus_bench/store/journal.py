@@ -20,7 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from cactus_bench.results.store import LOCK_TIMEOUT_S, _append_bytes, _cut_torn_tail
+from cactus_bench.store.csv_store import LOCK_TIMEOUT_S, _append_bytes, _cut_torn_tail
 
 ARMS = ("spec", "baseline")
 

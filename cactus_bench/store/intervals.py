@@ -20,7 +20,7 @@ so they have their own column names (POSITION_INTERVAL_COLUMNS) beside the scala
 Paired: the run's decoder and its verifier-only baseline use the SAME resamples, so the
 prompt-to-prompt spread (long prompts are slow for both arms) cancels in the speedup instead of
 widening it. At batch > 1 the timing statistics (tokens_per_s_spec, the speedups, the latency
-quantiles) resample by WAVE (results/drift.py): each resample draws as many waves as the run
+quantiles) resample by WAVE (store/drift.py): each resample draws as many waves as the run
 has, with replacement, and within each drawn wave as many of its prompts, with replacement
 (`wave_resample_counts`, a two-stage bootstrap). Both arms of a wave decoded the same requests
 back to back, so a wave is the unit that shares a machine state, and a request's time is a
@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from cactus_bench.results.baseline_cache import prompts_hash
-from cactus_bench.results.bootstrap import (
+from cactus_bench.store.baseline_cache import prompts_hash
+from cactus_bench.store.bootstrap import (
     BOOTSTRAP_RESAMPLES,
     bootstrap_rng,
     percentile_interval,
@@ -48,8 +48,8 @@ from cactus_bench.results.bootstrap import (
     safe_ratio,
     wave_resample_counts,
 )
-from cactus_bench.results.drift import prompt_waves
-from cactus_bench.results.summarise import machine_time
+from cactus_bench.store.drift import prompt_waves
+from cactus_bench.store.summarise import machine_time
 
 INTERVAL_STATS = (
     "score",
