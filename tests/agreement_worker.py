@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+
+STARTED = time.perf_counter()  # the phases' clock: seconds since this worker began
 
 HF_BATCH = 8  # the batched engine decodes the same laws (tests/test_engine_batch*.py), faster
 
@@ -27,6 +30,7 @@ def hf(job: dict) -> dict:
     from cactus_bench.samplers import make_sampler
 
     torch.set_num_threads(1)
+    seconds = {"import": time.perf_counter() - STARTED}
     m = job["m"]
     # the registered pair itself: the drafter's 8192-id head (vLLM loads the same law)
     pair = load_pair(get_pair_spec("smollm2_135m"), device="cpu", dtype="float32")
@@ -39,6 +43,7 @@ def hf(job: dict) -> dict:
         sampling=SamplingParams(**job["sampling"]),
         compile="off",
     )
+    seconds["load"] = time.perf_counter() - STARTED - seconds["import"]
     drafted, accepted = [0] * m, [0] * m
     requests = [
         {"prompt_ids": ids, "max_new_tokens": job["max_tokens"], "seed": seed}
@@ -56,8 +61,10 @@ def hf(job: dict) -> dict:
         if finished % 10 == 0:
             print(f"HF {job['rule']}: {finished}/{len(requests)} requests", file=sys.stderr)
 
+    clock = time.perf_counter()
     decoder.generate_batch(requests, batch=HF_BATCH, on_finish=count)
-    return {"drafted": drafted, "accepted": accepted}
+    seconds["decode"] = time.perf_counter() - clock
+    return {"drafted": drafted, "accepted": accepted, "seconds": seconds}
 
 
 def main() -> None:
@@ -72,6 +79,8 @@ def vllm(job: dict) -> dict:
     from cactus_bench.vllm.engines import VllmOptions, build_llm
     from cactus_bench.vllm.outputs import steps_from_metrics
 
+    seconds = {"import": time.perf_counter() - STARTED}
+    clock = time.perf_counter()
     llm = build_llm(
         job["verifier"],
         rule=(job["rule"], job["params"]),
@@ -81,15 +90,18 @@ def vllm(job: dict) -> dict:
         seed=0,
         options=VllmOptions(enforce_eager=True),
     )
+    seconds["engine_start"] = time.perf_counter() - clock
     sampling = job["sampling"]  # temperature, top_p, top_k
 
     def params(seed: int, max_tokens: int) -> SamplingParams:
         return SamplingParams(**sampling, max_tokens=max_tokens, seed=seed)
 
     prompts = [{"prompt_token_ids": ids} for ids in job["prompts"]]
+    clock = time.perf_counter()
     outputs = llm.generate(
         prompts, [params(seed, job["max_tokens"]) for seed in job["seeds"]], use_tqdm=False
     )
+    seconds["decode"] = time.perf_counter() - clock
     m = job["m"]
     drafted, accepted = [0] * m, [0] * m  # per position j: steps drafting / accepting > j
     for out in outputs:  # vLLM's per-request, per-step counts (engines.py asks for them)
@@ -102,15 +114,18 @@ def vllm(job: dict) -> dict:
         "drafted": drafted,
         "accepted": accepted,
         "tokens": sum(len(out.outputs[0].token_ids) for out in outputs),
+        "seconds": seconds,
     }
     if job.get("law_prompt"):
         seeds = range(job["law_samples"])
+        clock = time.perf_counter()
         outputs = llm.generate(
             [{"prompt_token_ids": job["law_prompt"]}] * len(seeds),
             [params(10_000 + seed, 2) for seed in seeds],
             use_tqdm=False,
         )
         result["pairs"] = [list(out.outputs[0].token_ids[:2]) for out in outputs]
+        seconds["law"] = time.perf_counter() - clock
     return result
 
 

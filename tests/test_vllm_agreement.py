@@ -38,6 +38,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -88,6 +89,7 @@ def _job(backend: str, rule: str, paths: dict, prompts, seeds, law_prompt) -> di
     core = sorted(os.sched_getaffinity(0))[-1]
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": str(core), "PYTHONPATH": str(HERE.parent)}
     python = HF_PYTHON if backend == "hf" and Path(HF_PYTHON).exists() else sys.executable
+    clock = time.perf_counter()
     done = subprocess.run(
         [python, str(HERE / "agreement_worker.py")],
         input=json.dumps(job),
@@ -103,7 +105,18 @@ def _job(backend: str, rule: str, paths: dict, prompts, seeds, law_prompt) -> di
         raise RuntimeError(
             f"{backend} worker ({rule}) failed: {errors[-20:]} {(done.stderr or '')[-3000:]}"
         )
-    return json.loads(lines[-1].removeprefix("RESULT "))
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    result["seconds"]["wall"] = time.perf_counter() - clock  # the worker's phases, plus exit
+    return result
+
+
+def _print_phases(pending: dict, started: float) -> None:
+    """Wall seconds per worker phase (shown with -rP), so the test's cost can be followed."""
+    print(f"agreement workers: {time.perf_counter() - started:.0f} s wall in all")
+    for (backend, rule), job in pending.items():
+        if job.exception() is None:
+            phases = ", ".join(f"{k} {v:.0f}" for k, v in job.result()["seconds"].items())
+            print(f"  {backend} {rule}: {phases} s")
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +144,7 @@ def runs():
     law_prompt = pair.tokenizer.encode(LAW_PROMPT)
     jobs = [(backend, rule) for rule in RULES for backend in ("hf", "vllm")]
     # the HF rules decode in parallel; the vLLM engines one after another (one core, ~3.5 GB)
+    started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=len(RULES)) as hf_pool:
         with ThreadPoolExecutor(max_workers=1) as vllm_pool:
             pending = {
@@ -141,6 +155,7 @@ def runs():
             }
             for job in pending.values():  # a failed job fails only the tests that read it
                 job.exception()
+    _print_phases(pending, started)
     return {"jobs": pending, "pair": pair, "law_prompt": law_prompt}
 
 
