@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cactus_bench.gpu_check import checks as gpu_checks
+from cactus_bench.gpu_check import measurements as gpu_checks
 from cactus_bench.gpu_check import suite as gpu_check
 
 REPO = Path(__file__).resolve().parents[1]

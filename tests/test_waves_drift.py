@@ -170,7 +170,7 @@ def test_gpu_state_reads_nvidia_smi_and_leaves_out_this_process(tmp_path, monkey
     import os
     import sys
 
-    from cactus_bench.store import machine
+    from cactus_bench.store import machine_state as machine
 
     fake = tmp_path / "nvidia-smi"
     fake.write_text(

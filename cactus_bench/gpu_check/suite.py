@@ -82,7 +82,7 @@ class Context:
 
 
 def run_check(name: str, ctx: Context) -> dict:
-    from cactus_bench.gpu_check import checks as g  # lazy: pulls in torch
+    from cactus_bench.gpu_check import measurements as g  # lazy: pulls in torch
     from cactus_bench.gpu_check.laws import NO_CPU_BF16, dtype_runs  # lazy: pulls in torch
 
     args, device, prompts = ctx.args, ctx.device, ctx.prompts
