@@ -10,7 +10,19 @@ from cactus_bench.engine import RequestRecord
 from cactus_bench.tasks import data as task_data
 
 
-class ScriptedDecoder:
+class OneAtATime:
+    """The `Decoder` protocol's generate_batch for a test decoder: its generate, request by
+    request, each reported to on_finish as it ends."""
+
+    def generate_batch(self, requests, batch=1, on_finish=None):
+        records = [self.generate(**vars(request)) for request in requests]
+        for index, record in enumerate(records):
+            if on_finish is not None:
+                on_finish(index, record)
+        return records
+
+
+class ScriptedDecoder(OneAtATime):
     """Answers each prompt with respond(prompt_text); logs its calls (in `log`, shared)."""
 
     num_draft_tokens = 0  # the rest of the engine's `Decoder` protocol
@@ -40,13 +52,6 @@ class ScriptedDecoder:
             stop_reason="eos",
             seed=seed,
         )
-
-    def generate_batch(self, requests, batch=1, on_finish=None):
-        records = [self.generate(**vars(request)) for request in requests]
-        for index, record in enumerate(records):
-            if on_finish is not None:
-                on_finish(index, record)
-        return records
 
 
 def write_jsonl(path, rows):

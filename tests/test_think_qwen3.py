@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_tasks_support import use_private_caches
+from test_tasks_support import OneAtATime, use_private_caches
 
 from cactus_bench.engine import RequestRecord
 from cactus_bench.tasks import evaluate_task
@@ -47,7 +47,7 @@ def gold_answers() -> list[str]:
     return [row["answer"].split("####")[-1].strip().replace(",", "") for row in rows]
 
 
-class Qwen3Thinker:
+class Qwen3Thinker(OneAtATime):
     """Answers like Qwen3 in thinking mode: the right number early in a long reasoning block,
     then `#### N`. Emits at most max_new_tokens of Qwen3's token ids and decodes them as the
     engine does (skip_special_tokens=True), so a short budget cuts the block open."""
