@@ -89,7 +89,7 @@ class VllmDecoder:
         seed: int | None = None,
         sampling: SamplingParams | None = None,
     ) -> RequestRecord:
-        """One request through `llm.generate` (engine.base.Decoder); the same argument
+        """One request through `llm.generate` (engine.decoder.Decoder); the same argument
         handling as the HF decoders (engine.requests.Request)."""
         request = Request.make(self, prompt_ids, max_new_tokens, stop, seed, sampling)
         params, stop = request.sampling, request.stop
