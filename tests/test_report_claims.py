@@ -217,6 +217,27 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
         write_requests(csv, [{}, {}], lambda document, text: score(document, "no"))
     assert "\n" not in str(caught.value)
 
+    # Another machine, without the records: r1's committed lines stay; r2 is re-scored from its
+    # records; a row with neither refuses; a committed line that contradicts its row refuses.
+    rows = [row, {**row, "run_id": "r2", "score_by_prompt": json.dumps([0.0, 1.0])}]
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    swapped = {"yes": "no", "no": "yes"}
+    moved = [{**r, "run_id": "r2", "text": swapped.get(r["text"], "")} for r in records]
+    path.write_text("".join(json.dumps(r) + "\n" for r in moved))
+    write_requests(csv, [{}, {}], score)
+    table = load_requests(csv)
+    assert table.run_id.tolist() == ["r1", "r1", "r2", "r2"]
+    assert table.prompt_strict.tolist() == [1, 0, 0, 1]
+    assert table.accepted.tolist() == [1, 2, 1, 2]
+    path.unlink()
+    third = {**row, "run_id": "r3"}
+    pd.DataFrame([*rows, third]).to_csv(csv, index=False)
+    with pytest.raises(ValueError, match="run r3 .* has 0 records for 2 prompts"):
+        write_requests(csv, [{}, {}], score)
+    pd.DataFrame([{**row, "score_by_prompt": json.dumps([0.0, 0.0])}]).to_csv(csv, index=False)
+    with pytest.raises(ValueError, match="run r1 .* prompt 0: the per-prompt table says 1"):
+        write_requests(csv, [{}, {}], score)
+
 
 def test_the_experiment_sweeps_exactly_the_reports_arms():
     """configs/experiment/paper_claims.yaml and report/claims.py's ARMS name the same arms, at

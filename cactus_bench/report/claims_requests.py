@@ -10,6 +10,11 @@ one line per (run_id, prompt), which is committed and from which `make tables pl
 claims page. Each answer is re-scored with lm-eval's own IFEval checker (`process_results`) on
 the task's documents in order; its prompt-level result must equal the row's `score_by_prompt`
 entry for every prompt, else this step refuses (the records and the row disagree).
+
+The sweep may span machines (its rows are resumable; its records are not committed), so a row
+whose records are absent here keeps its lines from the committed table, provided that table
+holds every prompt of the row and agrees with its `score_by_prompt`. Each line is thus scored
+once, on the machine whose records held the answer.
 """
 
 from __future__ import annotations
@@ -40,12 +45,10 @@ def requests_path(csv: Path) -> Path:
 
 
 def _records(csv: Path) -> dict[str, list[dict]]:
-    """{run_id: the run's own records in request order} from `<stem>.records.jsonl`."""
+    """{run_id: the run's own records in request order} from `<stem>.records.jsonl` ({} if none)."""
     path = csv.with_name(csv.stem + ".records.jsonl")
     if not path.is_file():
-        raise ValueError(
-            f"{path} is missing: the per-prompt table is built from the sweep's records"
-        )
+        return {}
     by_run: dict[str, dict[int, dict]] = {}
     with path.open(encoding="utf-8") as lines:
         for line in lines:
@@ -64,14 +67,21 @@ def write_requests(csv: Path, documents: list[dict], score) -> Path:
     if rows.empty:
         raise ValueError(f"{csv} has no finished IFEval rows: run the sweep first")
     records = _records(csv)
+    kept = load_requests(csv)
     lines = []
     for row in rows.itertuples():
         scores = json.loads(row.score_by_prompt)
         found = records.get(row.run_id, [])
+        if not found and kept is not None:
+            earlier = _committed_lines(kept, row, scores)
+            if earlier is not None:
+                lines.extend(earlier)
+                continue
         if len(found) != len(scores) or int(row.repeats) != 1:
             raise ValueError(
                 f"run {row.run_id} ({row.sampler}) has {len(found)} records for {len(scores)} "
-                "prompts (one repeat each expected): the records file lacks its run"
+                "prompts (one repeat each expected) and no complete lines in the per-prompt "
+                "table: run this step where the run's records are"
             )
         for index, (record, expected) in enumerate(zip(found, scores, strict=True)):
             result = score(documents[index], record["text"])
@@ -100,6 +110,24 @@ def write_requests(csv: Path, documents: list[dict], score) -> Path:
     table = pd.DataFrame(lines, columns=list(REQUEST_COLUMNS))
     table.astype({"accepted": "Int64", "steps": "Int64"}).to_csv(out, index=False)
     return out
+
+
+def _committed_lines(kept: pd.DataFrame, row, scores: list) -> list[dict] | None:
+    """The committed table's lines of `row`, when they cover every prompt once (else None);
+    a line whose prompt-level result differs from the row's refuses, as a re-score would."""
+    mine = kept[kept.run_id == row.run_id].sort_values("prompt")
+    if mine.prompt.tolist() != list(range(len(scores))):
+        return None
+    for index, strict, expected in zip(mine.prompt, mine.prompt_strict, scores, strict=True):
+        if not math.isclose(float(strict), float(expected)):
+            raise ValueError(
+                f"run {row.run_id} ({row.sampler}) prompt {index}: the per-prompt table says "
+                f"{strict:g}, the row says {expected}: the table and the CSV disagree"
+            )
+    return [
+        {column: (None if pd.isna(value) else value) for column, value in line.items()}
+        for line in mine[list(REQUEST_COLUMNS)].to_dict("records")
+    ]
 
 
 def load_requests(csv: Path) -> pd.DataFrame | None:
