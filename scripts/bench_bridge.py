@@ -7,7 +7,7 @@ One process of the vLLM environment, one thread, the same inputs for both sides:
                vllm.v1.sample.rejection_sampler.rejection_sample (its CPU kernels registered),
                given B requests of m drafts each: drafter probabilities [B m, V] and the
                verifier's processed logits [B m, V], both at the paper's sampling (top-k, top-p,
-               temperature of cactus_bench.bench.greedy.PAPER_SAMPLING)
+               temperature of cactus_bench.engine.sampling.PAPER_SAMPLING)
   draft_law    cactus_bench.vllm.patches.sample_processed_drafts against vLLM's
                compute_probs_and_sample_next_token, on one drafter step's logits [B, V]
                (each call gets a fresh copy: vLLM divides the logits in place)
@@ -28,8 +28,8 @@ from types import SimpleNamespace
 
 import torch
 
-from cactus_bench.bench.greedy import PAPER_SAMPLING
 from cactus_bench.bench.timing import spread
+from cactus_bench.engine.sampling import PAPER_SAMPLING
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 151_936  # Qwen's vocabulary, the largest of the paper's pairs

@@ -2,7 +2,7 @@
 
 Two phases, both resumable (rerun the same command after a stop):
 1. teacher data (cactus_bench/drafter_training/teacher.py): the verifier answers training prompts
-   (GSM8K train and templated instructions, data.py) in batches with a KV cache,
+   (GSM8K train and templated instructions, prompts.py) in batches with a KV cache,
    sampled at T 0.6, top-p 0.95, top-k 20; its top-64 raw logits at every generated position
    are cached in shards, until --gen-tokens tokens exist or --gen-minutes have passed;
 2. distillation (cactus_bench/drafter_training/distill.py): 3 decoder layers initialised from

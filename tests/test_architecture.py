@@ -293,3 +293,39 @@ def test_the_formatter_lays_out_the_code():
     marker = "# fmt" + ": skip"  # spelled in two parts so that this file does not count itself
     skips = {str(p.relative_to(repo)): p.read_text(encoding="utf-8").count(marker) for p in files}
     assert sum(skips.values()) <= 10, {path: n for path, n in skips.items() if n}
+
+
+def defined_names(path: Path) -> set[str] | None:
+    """The names a module defines at its top level (under `if`/`try` too), or None for a lazy
+    package front whose `__getattr__` resolves names at run time."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == "__getattr__" and node.col_offset == 0:
+                return None
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).partition(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_every_imported_name_exists():
+    """`from cactus_bench.x import name`, anywhere in the package, the scripts or the tests, names
+    something x defines or a submodule of x: a rename cannot leave a stale import behind in a
+    file no test runs (a bench script once imported a name from a module that had lost it)."""
+    files = [*MODULES.values(), *SCRIPTS.values(), *sorted(PACKAGE.parent.glob("tests/*.py"))]
+    stale = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.module not in MODULES:
+                continue
+            defined = defined_names(MODULES[node.module])
+            for alias in node.names:
+                if defined is None or alias.name in defined:
+                    continue
+                if f"{node.module}.{alias.name}" not in MODULES:
+                    stale.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
+    assert not stale, f"imported names that do not exist: {stale}"

@@ -100,9 +100,9 @@ def test_an_interrupted_batched_run_resumes_from_its_journal(tmp_path, monkeypat
     conf = tiny_conf(tmp_path, "sampler=sps", "limit=4", "batch=2", "baseline=none")
     real = batched.generate_batch
 
-    def killed_after_two(decoder, requests, batch_size, on_finish=None):
+    def killed_after_two(decoder, requests, batch, on_finish=None):
         if on_finish is None:  # the warm-up: not journaled, not killed
-            return real(decoder, requests, batch_size)
+            return real(decoder, requests, batch)
         finished = []
 
         def finish(index, record):
@@ -111,7 +111,7 @@ def test_an_interrupted_batched_run_resumes_from_its_journal(tmp_path, monkeypat
             if len(finished) == 2:
                 raise RuntimeError("killed")
 
-        return real(decoder, requests, batch_size, finish)
+        return real(decoder, requests, batch, finish)
 
     monkeypatch.setattr(batched, "generate_batch", killed_after_two)
     with pytest.raises(RuntimeError, match="killed"):

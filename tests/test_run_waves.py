@@ -24,10 +24,10 @@ def patch_generate_batch(monkeypatch, wrap):
 
     real = batched.generate_batch
 
-    def patched(decoder, requests, batch_size, on_finish=None):
+    def patched(decoder, requests, batch, on_finish=None):
         if on_finish is None:
-            return real(decoder, requests, batch_size)
-        return wrap(real, decoder, requests, batch_size, on_finish)
+            return real(decoder, requests, batch)
+        return wrap(real, decoder, requests, batch, on_finish)
 
     monkeypatch.setattr(batched, "generate_batch", patched)
 
@@ -35,7 +35,7 @@ def patch_generate_batch(monkeypatch, wrap):
 def test_a_baseline_slowed_halfway_marks_the_row_with_one_warning_line(tmp_path, monkeypatch):
     waves = []
 
-    def slow_baseline_late(real, decoder, requests, batch_size, on_finish):
+    def slow_baseline_late(real, decoder, requests, batch, on_finish):
         if decoder.num_draft_tokens == 0:
             waves.append(len(requests))
         slowed = decoder.num_draft_tokens == 0 and len(waves) > 1  # 3 waves: the last two
@@ -46,7 +46,7 @@ def test_a_baseline_slowed_halfway_marks_the_row_with_one_warning_line(tmp_path,
                 record.total_time_s *= 3
             on_finish(index, record)
 
-        return real(decoder, requests, batch_size, finish)
+        return real(decoder, requests, batch, finish)
 
     patch_generate_batch(monkeypatch, slow_baseline_late)
     outcome = run(tiny_conf(tmp_path, "sampler=cactus", *WAVED))
@@ -70,11 +70,11 @@ def test_a_run_killed_after_a_wave_resumes_to_the_same_row(tmp_path, monkeypatch
     (expected,) = csv_rows(whole.csv_path)
     done = []
 
-    def killed_after(real, decoder, requests, batch_size, on_finish):
+    def killed_after(real, decoder, requests, batch, on_finish):
         if len(done) == calls:
             raise RuntimeError("killed")
         done.append(len(requests))
-        return real(decoder, requests, batch_size, on_finish)
+        return real(decoder, requests, batch, on_finish)
 
     patch_generate_batch(monkeypatch, killed_after)
     conf = tiny_conf(tmp_path / "killed", "sampler=sps", *WAVED)

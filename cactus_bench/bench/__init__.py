@@ -2,7 +2,7 @@
 check (cactus_bench/gpu_check/) measure with, so that each script is an entry point (arguments,
 sections, output).
 
-- `sampling.py`: greedy decoding as SamplingParams (the paper's law is engine.sampling's
+- `greedy.py`: greedy decoding as SamplingParams (the paper's law is engine.sampling's
   `PAPER_SAMPLING`);
 - `timing.py`: CPU times of repeated calls and their spread (median and quartiles);
 - `machine.py`: the facts every benchmark row records about the CPU it ran on;

@@ -1,6 +1,6 @@
 """Drafter training: how the committed SmolLM2-135M drafter (models/drafter.py) was made.
 
-`data.py` (the prompt mix: GSM8K train and templated instructions, `templates.py`),
+`prompts.py` (the prompt mix: GSM8K train and templated instructions, `templates.py`),
 `teacher.py` (phase 1: the verifier's sampled answers and top logits, in resumable shards),
 `distill.py` (phase 2's losses and batches), `train.py` (the distillation, the export of the
 best held-out weights, and phase 3's logit-scale calibration). `shards.py` (shard files and the

@@ -1,4 +1,4 @@
-"""Word lists from which data.py writes its training prompts (one entry per line).
+"""Word lists from which prompts.py writes its training prompts (one entry per line).
 
 Everything here was written for this project in the style of chat instructions and of IFEval's
 verifiable constraints; no evaluation prompt (IFEval, GSM8K test, the demo task) is copied. Slots

@@ -4,7 +4,7 @@ Prompts (the demo task's, GSM8K questions) are chat-formatted as lm-eval formats
 tasks, then the verifier samples one answer per prompt under the run's sampling, batched
 (`engine.batch_generate`). When top_k is set, the law q_t each token was drawn from is kept too
 (its top_k entries are the whole law), so the statistics need no second verifier forward; with
-top_k = 0 q_t is recomputed by teacher forcing (`teacher.py`).
+top_k = 0 q_t is recomputed by teacher forcing (`teacher_forcing.py`).
 
 The cache (`<cache_dir>/<pair>-<key>.pt`, git-ignored) is keyed by everything that changes the
 tokens: verifier id, revision and dtype, device type, the prompts' token ids, sampling, seed,

@@ -4,9 +4,9 @@
     outcome = run_frontier(FrontierConf(pair="smollm2_135m", data_dir="../shared/data"))
     outcome.csv_path      # <out_dir>/<pair>.csv (long format, rows.py); <pair>.json: metadata
 
-Phases (each with a progress bar and its wall time recorded in the JSON): load the pair, sample
-or reuse the contexts (contexts.py), teacher-force and compute every arm's exact statistics chunk
-by chunk (teacher.py, stats.py), aggregate with bootstrap intervals and predicted AL (rows.py),
+Phases (each with a progress bar and its wall time recorded in the JSON): load the pair, sample or
+reuse the contexts (contexts.py), teacher-force and compute every arm's exact statistics chunk by
+chunk (teacher_forcing.py, stats.py), aggregate with bootstrap intervals and predicted AL (rows.py),
 optionally re-decode sampled positions with the engine (engine_check.py), draw the figures.
 """
 

@@ -1,7 +1,7 @@
 """Exact per-position statistics of every rule on the grid, vectorised over positions and grid.
 
 An arm is one rule at one parameter value (`arms.py`). For each arm and position t (p_t, q_t on
-their union support, `teacher.py`) this computes, with the rules' own exact functions
+their union support, `teacher_forcing.py`) this computes, with the rules' own exact functions
 (`acceptance_probability` / `emitted_law`, or for the delta grids the same `samplers.exact`
 functions fed gamma for all budgets at once):
 

@@ -2,7 +2,7 @@
 
 - `suite.py`: the checks' names and order (`CHECKS`), the CUDA precondition (`cuda_problem`),
   the shared pairs and prompts (`Context`), `run_checks` (timed, guarded, within a budget);
-- `checks.py`: on the embedded pair, greedy equality up to near-ties, compiled vs eager, the
+- `measurements.py`: on the embedded pair, greedy equality up to near-ties, compiled vs eager, the
   samplers' verify vs the naive path, verifier step costs, the pair's speedup;
 - `laws.py`: on random models, Qwen3's vocabulary and the first emitted token's law;
 - `vllm_check.py`: hands .venv-vllm's worker a job and judges its answer;

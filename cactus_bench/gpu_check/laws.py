@@ -3,7 +3,7 @@ the sampled first-token law of sps and cactus on the device (cactus_bench.models
 
 - qwen3_vocab: a random Qwen3-architecture pair at V = 151,936 (Qwen3's own vocabulary, so the
   logits, the softmax and the sampler run at the paper's width) in fp32, bf16 and fp16: greedy
-  speculative decoding equals greedy autoregressive decoding, up to near-ties (checks.py).
+  speculative decoding equals greedy autoregressive decoding, up to near-ties (measurements.py).
 - first_token_law: N seeded requests that stop after their first emitted token (every id is an
   EOS, m = 1), on the device; the counts against the rule's exact law `output_distribution(p, q)`
   (chi-square, expected counts >= 5, the rest pooled; p-value floor 1e-3 as the CPU tests), and,

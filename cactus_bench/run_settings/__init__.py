@@ -21,7 +21,7 @@ A `Setting` names one value of a run and everything about it:
 `run/identity.py` (hash, row, W&B, baseline key), `store/columns.py` (configuration columns),
 `report/load.py` (grouping), `run/conf.py` (fields) and `run/checks.py` (ranges) derive from this
 table (values.py reads it for the hash, row, baseline key and checks). A new run setting is one
-line of what_ran.py or how_it_ran.py. Torch-free and import-light: the results layer and the
+line of what_ran.py or how_it_ran.py. Torch-free and import-light: the store layer and the
 config checks read it.
 """
 

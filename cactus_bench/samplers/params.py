@@ -154,8 +154,8 @@ class RuleInfo:
 @dataclass(frozen=True)
 class RuleParams:
     """One rule's checked parameters: the base of each `RuleInfo.params_type`. A run parses it
-    once from its config (`RuleInfo.parse`), builds its rule from it (`build`) and records it
-    (`runs_with`, and the columns `catalogue.param_columns` gives)."""
+    once from its config (`RuleInfo.parse`), builds its rule from it (`registry.build_rule`) and
+    records it (`runs_with`, and the columns `catalogue.param_columns` gives)."""
 
     info: ClassVar[RuleInfo]
 

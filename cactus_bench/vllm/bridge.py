@@ -1,7 +1,7 @@
 """vLLM's rejection-sampler layouts -> one batched rule call, and back (pure torch).
 
 Imports without vLLM, so everything here is tested on CPU. All requests of vLLM's flattened,
-ragged batch go through one `batched.verify_step`: drafts padded to [B, M] with a mask, rows
+ragged batch go through one `padded_rows.verify_step`: drafts padded to [B, M] with a mask, rows
 restricted to their support (V1), the rule's hooks (those `rule.verify` runs, docs/architecture.md)
 called once, no Python loop over requests (only over the seeded ones, for their generators).
 

@@ -112,7 +112,7 @@ def rejection_sample_v2(
     is -inf everywhere; the bridge reads each row whole, so ignoring it changes nothing.
     Request b's rows are cu_num_logits[b] .. cu_num_logits[b + 1] - 1: one per draft slot,
     then its bonus row. No host read (the runner's CUDA-graph mode): full rows, no support
-    compaction (batched.Step.support_reads).
+    compaction (padded_rows.Step.support_reads).
     """
     for name in V2_IGNORED:
         options.pop(name, None)

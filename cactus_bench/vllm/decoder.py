@@ -52,7 +52,8 @@ from cactus_bench.vllm.runner import REPORT_METHOD
 
 # ---- the decoder ---------------------------------------------------------------------------------
 class VllmDecoder:
-    """`generate(...) -> RequestRecord` like the HF decoders, one request per call."""
+    """The `Decoder` protocol on vLLM: `generate(...) -> RequestRecord` one request per call,
+    `generate_batch(requests, batch)` every request submitted at once."""
 
     def __init__(
         self,

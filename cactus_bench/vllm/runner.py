@@ -11,7 +11,7 @@ Two lines (cactus_bench.vllm.lines), chosen by the installed version:
 - V2 (vllm >= 0.34). Runner V1 is gone and vLLM refuses VLLM_USE_V2_MODEL_RUNNER=0 at start
   (`Platform.validate_environ`), so nothing is pinned and a user's "0" is refused here in one
   line, before anything loads. The drafter's processed law comes from a registered
-  speculative method (cactus_bench.vllm.speculator_v2).
+  speculative method (cactus_bench.vllm.v2_speculator).
 
 At engine start, `check_workers` asks every worker, through the worker extension below
 (`vllm.LLM(worker_extension_cls=...)`, then `llm.collective_rpc`), which runner it built and
