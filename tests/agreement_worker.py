@@ -1,8 +1,8 @@
 """One backend with one acceptance rule, run as a subprocess of tests/test_vllm_agreement.py.
 
 Reads a JSON job on stdin, prints one line `RESULT <json>`.
-  backend "vllm": one engine; the pooled spec-decode counter deltas of decoding every
-    (prompt, seed) request in one batch, and optionally the first two tokens of many seeded
+  backend "vllm": one engine built for `batch` requests at once; the pooled spec-decode counts
+    of decoding every (prompt, seed) request, and optionally the first two tokens of many seeded
     requests of one prompt (the first-token law test). A subprocess per rule because vLLM reads
     the rule once per engine process and one process holds one engine's counters.
   backend "hf": this project's SpeculativeDecoder, HF_BATCH requests at a time (continuous
@@ -88,7 +88,7 @@ def vllm(job: dict) -> dict:
         m=job["m"],
         dtype="float32",
         seed=0,
-        options=VllmOptions(enforce_eager=True),
+        options=VllmOptions(enforce_eager=True, batch=job.get("batch", 1)),
     )
     seconds["engine_start"] = time.perf_counter() - clock
     sampling = job["sampling"]  # temperature, top_p, top_k
