@@ -117,7 +117,7 @@ def _steps(costs: StepCosts, noise: float, seed: int = 0) -> list[dict]:
 
 def test_the_cost_fit_recovers_known_costs_and_predicts_their_speedup():
     truth = StepCosts(verify=(0.02, 0.004, 0.001), draft=(0.005, 0.0008), rule=(0.001, 0.0002))
-    no_batch_one = pd.DataFrame(columns=["batch", "sampler", "num_steps"])
+    no_batch_one = pd.DataFrame(columns=["batch", "sampler", "num_steps", "verify_time_s"])
     fitted = fit_costs(no_batch_one, _steps(truth, noise=0.0))
     for got, want in ((fitted.verify, truth.verify), (fitted.draft, truth.draft)):
         assert np.allclose(got, want, rtol=1e-6)
@@ -168,3 +168,25 @@ def test_the_report_of_a_tiny_sweep(tmp_path):
     assert "Timed on CPU" in text and "crossover" in text and "Step-cost model" in text
     compared = pd.read_csv(tmp_path / "out" / "batch_cost.csv")
     assert len(compared) == 4 and compared.predicted.gt(0).all()
+
+
+VLLM_SWEEP = Path(__file__).resolve().parents[1] / "results/batch_vllm/batch_sweep.csv"
+
+
+def test_a_sweep_of_two_engines_is_refused_in_one_line():
+    """The committed vLLM-beside-HF sweep holds cactus rows of both engines (and vLLM's own
+    acceptance paths): one page would mix them in one cell, so it is refused, naming the fix."""
+    with pytest.raises(ValueError, match=r"mixes engines \(hf/rule, vllm/rule, vllm/vllm, "):
+        write_batch_report(VLLM_SWEEP, Path("unused"))
+
+
+def test_a_vllm_only_sweep_gets_its_page_without_a_cost_model(tmp_path):
+    """vLLM rows time no phase apart, so no cost model can be fitted: the page says so instead
+    of failing on the empty timings; the table still has both rules at both batches."""
+    rows = pd.read_csv(VLLM_SWEEP)
+    rows[(rows.backend == "vllm") & rows.acceptance.isna()].to_csv(tmp_path / "s.csv", index=False)
+    write_batch_report(tmp_path / "s.csv", tmp_path / "out", formats=("png",))
+    page = (tmp_path / "out/batch.md").read_text(encoding="utf-8")
+    assert "No step-cost model: these rows time no draft, verify or rule phase apart" in page
+    assert re.search(r"\| sps \| 1\.10x \[1\.02, 1\.20\] \(m=2\) \| 0\.92x", page)
+    assert not (tmp_path / "out/batch_cost.csv").exists()

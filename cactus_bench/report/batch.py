@@ -53,6 +53,15 @@ def sweep_rows(csv: Path) -> pd.DataFrame:
     """The sweep's finished rows with a `rule` label and the batch (1 where a row lacks it)."""
     rows = load_results([csv])
     rows = rows[rows["status"] == "ok"].copy()
+    unset = pd.Series(None, index=rows.index, dtype=object)  # columns older CSVs lack
+    backend = rows.get("backend", unset).fillna("hf")
+    acceptance = rows.get("acceptance", unset).fillna("rule")
+    engines = sorted({f"{b}/{a}" for b, a in zip(backend, acceptance, strict=True)})
+    if len(engines) > 1:  # one rule's rows of two engines would share a (task, rule, batch) cell
+        raise ValueError(
+            f"{csv} mixes engines ({', '.join(engines)}; backend/acceptance): the batch page "
+            "compares one engine's rules; give each engine its own results_dir"
+        )
     rows["batch"] = rows["batch"].fillna(1).astype(int)
     rows["rule"] = [
         rule_label(s, p) for s, p in zip(rows.sampler, rows.sampler_params, strict=True)

@@ -76,6 +76,7 @@ def step_points(rows: pd.DataFrame, steps: list[dict]) -> dict[str, tuple[list, 
             add("rule", [1.0, batch_rows], line["rule_s"][i])
             if line["drafts"][i] > 0:
                 add("draft", [1.0, batch_rows], line["draft_s"][i] / line["drafts"][i])
+    rows = rows[rows.verify_time_s.notna()]  # vLLM times no phase apart: no cost points
     alone = rows[(rows.batch == 1) & (rows.sampler == "verifier") & (rows.num_steps > 0)]
     for row in alone.itertuples():
         add("verify", [1.0, 1.0, 1.0], row.verify_time_s / float(row.num_steps))

@@ -75,6 +75,9 @@ def cost_section(rows: pd.DataFrame, chosen: pd.DataFrame, csv: Path, out: Path,
     cost table): (markdown, written paths)."""
     kept = set(rows.run_id)  # steps of rows no longer in the CSV (discarded runs) stay out
     steps = [s for s in load_steps(csv.with_name(csv.stem + ".steps.jsonl")) if s["run_id"] in kept]
+    if not steps and rows.verify_time_s.isna().all():
+        note = "No step-cost model: these rows time no draft, verify or rule phase apart (vLLM)."
+        return f"## Step-cost model (report/batch_cost.py)\n\n{note}", []
     costs = fit_costs(rows, steps)
     compared = predictions(rows, steps, costs)
     written = [out / "batch_cost.csv"]
