@@ -3,7 +3,8 @@
 541 prompts, every arm of the sweep, per-prompt scores and requests chosen by hand so that each
 claim lands on a known side: TAS loses 60 prompts SpS gets right (b holds), Cactus δ = 1 gets
 SpS's answers with more accepted drafts (a and c hold), Cactus δ = 2 loses 14 prompts and wins
-8 (a not resolved), FLy has Cactus δ = 1's AL and answers (d holds).
+8 (a not resolved), FLy has Cactus δ = 1's AL and answers (d holds), TAS has its AL but not
+its answers (e holds).
 """
 
 from __future__ import annotations
@@ -15,19 +16,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cactus_bench.report.claims import (
+from cactus_bench.report.claims import claim_arms, paired_ratio_difference
+from cactus_bench.report.claims_figure import write_claims_figure
+from cactus_bench.report.claims_page import claims_rows, write_claims_tables
+from cactus_bench.report.claims_verdicts import (
     FAILS,
     HOLDS,
     OPEN,
-    claim_arms,
     claim_verdicts,
-    gains_al,
+    exceeds,
     keeps_score,
     loses_score,
-    paired_ratio_difference,
 )
-from cactus_bench.report.claims_figure import write_claims_figure
-from cactus_bench.report.claims_page import claims_rows, write_claims_tables
 from cactus_bench.report.reference import load_reference
 
 N = 541
@@ -103,7 +103,7 @@ def test_the_verdict_rules_read_the_interval_against_the_mde():
     assert loses_score(-0.09, -0.01, mde=0.05) == HOLDS
     assert loses_score(-0.02, 0.03, mde=0.05) == FAILS
     assert loses_score(-0.09, 0.01, mde=0.05) == OPEN
-    assert (gains_al(0.1, 0.3), gains_al(-0.2, 0.0), gains_al(-0.1, 0.1)) == (HOLDS, FAILS, OPEN)
+    assert (exceeds(0.1, 0.3), exceeds(-0.2, 0.0), exceeds(-0.1, 0.1)) == (HOLDS, FAILS, OPEN)
 
 
 def test_the_paired_ratio_difference_is_the_difference_of_ratios_of_sums():
@@ -129,12 +129,23 @@ def test_each_claim_lands_where_the_fabricated_rows_put_it(tmp_path):
     assert by.loc["verifier"].prompt_diff_sps == pytest.approx(1 / N)
     assert math.isnan(by.loc["verifier"].get("al_diff_sps", math.nan))
     assert sps.ends_on_budget == pytest.approx(len(range(1, N, 10)) / N)
+    # the budget share pairs with SpS's: TAS ends on it at i % 10 == 2, SpS at i % 10 == 1
+    assert tas.budget_diff_sps == pytest.approx((len(range(2, N, 10)) - len(range(1, N, 10))) / N)
+    assert tas.budget_diff_sps_ci_low < tas.budget_diff_sps < tas.budget_diff_sps_ci_high
     assert 0 < mde["prompt"] < 0.1 and mde["n"] == N
-    verdicts = {(v.claim, v.statement): v.outcome for v in claim_verdicts(arms, mde, per_prompt)}
+    found = {(v.claim, v.statement): v for v in claim_verdicts(arms, mde, per_prompt)}
+    verdicts = {key: verdict.outcome for key, verdict in found.items()}
     assert verdicts[("a", "Cactus (δ = 1) keeps SpS's score")] == HOLDS
     assert verdicts[("b", "TAS loses score against SpS")] == HOLDS
     assert verdicts[("c", "Cactus (δ = 1)'s AL exceeds SpS's")] == HOLDS
     assert verdicts[("d", "Cactus (δ = 1) keeps FLy's score at matched AL")] == HOLDS
+    # (e): TAS lost 60 prompts Cactus δ = 1 keeps, at the same AL: +11 points on either metric
+    above_tas = found[("e", "Cactus (δ = 1) scores above TAS at matched AL")]
+    assert (above_tas.outcome, above_tas.inst_outcome) == (HOLDS, HOLDS)
+    assert "prompt level +11.1 points" in above_tas.evidence
+    # each score verdict reads both metrics, each against its own MDE
+    tas_loss = found[("b", "TAS loses score against SpS")]
+    assert tas_loss.inst_outcome == HOLDS and "instruction level -" in tas_loss.evidence
     loss = arms.set_index("arm").loc["Cactus (δ = 2)"]
     expected = keeps_score(loss.prompt_diff_sps_ci_low, loss.prompt_diff_sps_ci_high, mde["prompt"])
     assert verdicts[("a", "Cactus (δ = 2) keeps SpS's score")] == expected == OPEN
@@ -148,6 +159,7 @@ def test_the_page_writes_verdicts_only_for_a_finished_sweep_and_rebuilds_byte_fo
     text = page.read_text()
     assert "**holds**" in text and "Not written" not in text
     assert "| SpS | 0.50 [0.45, 0.55] | 20.0 [0.0, 100.0] | +0.0 [+0.0, +0.0] |" in text
+    assert "| 10.0 | +0.0 [+0.0, +0.0] |" in text  # SpS ends on the budget, against itself
     first = {path: path.read_bytes() for path in (table_csv, page)}
     csv = finished / "paper_claims.csv"
     figures = write_claims_figure(csv, claims_rows(csv), finished / "fig")
@@ -263,3 +275,51 @@ def test_the_experiment_sweeps_exactly_the_reports_arms():
             assert rule_params.divergence == "kl"
     assert len(set(ran)) == len(ran)
     assert sorted(ran, key=str) == sorted(((s, d) for _, s, d in REPORT_ARMS), key=str)
+
+
+def test_a_score_verdict_gives_each_metric_its_own_outcome():
+    """A loss inside the prompt level's MDE can be significant at the instruction level (more
+    instructions than prompts): the verdict carries both outcomes, not the first one only."""
+    from cactus_bench.report.claims_verdicts import _score_verdict
+
+    differences = {"prompt": (-0.006, -0.039, 0.028), "inst": (-0.032, -0.062, -0.002)}
+    verdict = _score_verdict("a", "X keeps SpS's score", differences, MDE_BOTH, keeps_score)
+    assert (verdict.outcome, verdict.inst_outcome) == (HOLDS, FAILS)
+    assert verdict.evidence == (
+        "prompt level -0.6 points [-3.9, +2.8], instruction level -3.2 points [-6.2, -0.2]; "
+        "MDE 4.5 / 4.1 points"
+    )
+    prompt_only = _score_verdict("a", "X", {"prompt": differences["prompt"]}, MDE_BOTH, keeps_score)
+    assert prompt_only.inst_outcome is None and prompt_only.evidence.endswith("MDE 4.5 points")
+
+
+MDE_BOTH = {"prompt": 0.045, "inst": 0.041, "n": 541}
+
+
+def test_an_unmatched_al_leaves_the_matched_claims_open_with_their_scores(tmp_path):
+    """(d) and (e) only judge a score at matched AL: FLy drafting far less than every Cactus
+    arm gets "not resolved", with the AL gap and the unmatched score difference as evidence."""
+    csv = fabricated(tmp_path)
+    rows, requests = claims_rows(csv), pd.read_csv(tmp_path / "paper_claims.requests.csv")
+    fly = rows.sampler == "fly"
+    rows.loc[fly, "al"] = 0.2
+    requests.loc[requests.run_id == "fly", "accepted"] = 2
+    arms, mde, per_prompt = claim_arms(rows, requests)
+    found = {v.claim: v for v in claim_verdicts(arms, mde, per_prompt) if v.claim == "d"}
+    assert found["d"].outcome == OPEN and found["d"].inst_outcome is None
+    assert "no Cactus δ of the sweep matches FLy's AL; score, unmatched: prompt level" in (
+        found["d"].evidence
+    )
+
+
+def test_the_page_quotes_the_committed_verdicts_word_for_word():
+    """docs/paper-claims-embedded.md quotes the verdicts of the committed table; a rebuilt table
+    with other verdicts must show here (one source: the table file)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    table = root / "results/paper_claims/tables/paper_claims.md"
+    verdicts = [line for line in table.read_text().splitlines() if line.startswith("- (")]
+    page = (root / "docs/paper-claims-embedded.md").read_text().splitlines()
+    quoted = [line for line in page if line.startswith("- (")]
+    assert len(verdicts) >= 5 and quoted == verdicts

@@ -2,8 +2,8 @@
 (`experiment=paper_claims`; report: `make tables plots CSV=results/paper_claims/paper_claims.csv
 OUT=results/paper_claims`).
 
-    arms = claim_arms(rows, requests)     # one line per arm: AL, both IFEval metrics, intervals
-    verdicts = claim_verdicts(arms, mde)  # (a)-(d), each holds / does not hold / not resolved
+    arms, mde, per_prompt = claim_arms(rows, requests)  # a line per arm, the MDE, per prompt
+    verdicts = claim_verdicts(arms, mde, per_prompt)  # claims_verdicts.py
 
 Per arm: AL with the row's 95 % interval; IFEval's prompt-level strict accuracy (the row's
 `score_by_prompt`) and instruction-level strict accuracy (instructions followed / instructions,
@@ -13,24 +13,16 @@ resamples, numpy default_rng(0), the same resamples for every arm). The instruct
 difference is a ratio of sums over one denominator (the prompts' instructions), so it is the mean
 of the per-prompt d_i = (followed_arm - followed_ref) / mean(instructions) and takes the same
 bootstrap. The AL difference (claim c) resamples both arms' accepted drafts and steps together.
+The share of answers that end on the token budget gets the same paired difference from SpS.
 
 The minimum detectable difference (MDE) is leaderboard_power's: (z_0.975 + z_0.8) sd / sqrt(n),
-sd pooled over the per-prompt differences from SpS of every arm but SpS. Verdicts (CLAIMS), with
-the paired 95 % interval [low, high] of a difference and the MDE as the margin:
-- a score claim "X keeps Y's score" holds when low > -MDE (any loss is below what the run can
-  detect), does not hold when high < 0, and is not resolved at this power otherwise;
-- "X loses score against Y" holds when high < 0, does not hold when low > -MDE;
-- "X's AL exceeds Y's" holds when low > 0, does not hold when high <= 0;
-- (d) pairs FLy with the Cactus arm of the nearest AL; the AL is matched when their paired AL
-  interval contains 0, and then Cactus keeps FLy's score by the first rule. Unmatched: not
-  resolved at this power (the sweep has no Cactus δ at FLy's AL).
-Each verdict is on the prompt-level metric, with the instruction level beside it.
+sd pooled over the per-prompt differences from SpS of every arm but SpS, one per metric. The
+verdicts read these lines: claims_verdicts.py.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -55,7 +47,6 @@ ARMS = (
     ("FLy", "fly", None),
 )
 CACTUS = ("Cactus (δ = 0.5)", "Cactus (δ = 1)", "Cactus (δ = 2)", "Cactus-exact (KL, δ = 1)")
-HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this power"
 
 
 def arm_rows(rows: pd.DataFrame) -> list[tuple[str, pd.Series]]:
@@ -144,8 +135,13 @@ def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
                 counts @ table.inst_total.to_numpy(float)
             )
             line["inst_acc_ci_low"], line["inst_acc_ci_high"] = percentile_interval(ratio)
-            line["ends_on_budget"] = float((table.stop_reason == "length").mean())
+            on_budget = (table.stop_reason == "length").to_numpy(float)  # [n]
+            line["ends_on_budget"] = float(on_budget.mean())
             sps = tables["SpS"]
+            if sps is not None:  # a rule that runs on longer than SpS is a finding: pair it
+                keys = ("budget_diff_sps", "budget_diff_sps_ci_low", "budget_diff_sps_ci_high")
+                sps_on_budget = (sps.stop_reason == "length").to_numpy(float)
+                line.update(zip(keys, paired_difference(on_budget, sps_on_budget), strict=True))
             speculative = label not in ("SpS", "verifier alone") and table.steps.notna().all()
             if speculative and sps is not None:
                 al_diff = paired_ratio_difference(
@@ -166,102 +162,3 @@ def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
         if differences and n >= 2:
             mde[metric] = minimum_detectable_difference(pooled_sd(differences), n)
     return frame, mde, {label: (scores[label], tables[label]) for label, _ in arms}
-
-
-@dataclass(frozen=True)
-class Verdict:
-    claim: str  # "a".."d"
-    statement: str  # the claim as tested
-    outcome: str  # HOLDS | FAILS | OPEN
-    evidence: str  # the numbers behind it, one sentence
-
-
-def _interval(value, low, high) -> str:
-    return f"{100 * value:+.1f} points [{100 * low:+.1f}, {100 * high:+.1f}]"
-
-
-def keeps_score(low: float, high: float, mde: float) -> str:
-    return HOLDS if low > -mde else FAILS if high < 0 else OPEN
-
-
-def loses_score(low: float, high: float, mde: float) -> str:
-    return HOLDS if high < 0 else FAILS if low > -mde else OPEN
-
-
-def gains_al(low: float, high: float) -> str:
-    return HOLDS if low > 0 else FAILS if high <= 0 else OPEN
-
-
-def _score_evidence(line: pd.Series, versus: str) -> str:
-    text = f"prompt level {_interval(*_diff(line, 'prompt', versus))}"
-    if not pd.isna(line.get(f"inst_diff_{versus}", np.nan)):
-        text += f", instruction level {_interval(*_diff(line, 'inst', versus))}"
-    return text
-
-
-def _diff(line: pd.Series, metric: str, versus: str) -> tuple[float, float, float]:
-    name = f"{metric}_diff_{versus}"
-    return line[name], line[f"{name}_ci_low"], line[f"{name}_ci_high"]
-
-
-def claim_verdicts(arms: pd.DataFrame, mde: dict, per_prompt: dict) -> list[Verdict]:
-    """(a)-(d) as module doc says, on the prompt-level metric; all three from claim_arms."""
-    by = arms.set_index("arm")
-    margin = mde["prompt"]
-    out = []
-    for label in [c for c in CACTUS if c in by.index]:
-        line = by.loc[label]
-        low, high = line.prompt_diff_sps_ci_low, line.prompt_diff_sps_ci_high
-        evidence = f"{_score_evidence(line, 'sps')}; MDE {100 * margin:.1f} points"
-        statement = f"{label} keeps SpS's score"
-        out.append(Verdict("a", statement, keeps_score(low, high, margin), evidence))
-    if "TAS" in by.index:
-        line = by.loc["TAS"]
-        low, high = line.prompt_diff_sps_ci_low, line.prompt_diff_sps_ci_high
-        evidence = f"{_score_evidence(line, 'sps')}; MDE {100 * margin:.1f} points"
-        statement = "TAS loses score against SpS"
-        out.append(Verdict("b", statement, loses_score(low, high, margin), evidence))
-    for label in [c for c in CACTUS if c in by.index]:
-        line = by.loc[label]
-        low, high = line.get("al_diff_sps_ci_low"), line.get("al_diff_sps_ci_high")
-        if low is None or pd.isna(low):
-            continue
-        out.append(
-            Verdict(
-                "c",
-                f"{label}'s AL exceeds SpS's",
-                gains_al(low, high),
-                f"AL {line.al:.3f} against SpS's {by.loc['SpS'].al:.3f}: difference "
-                f"{line.al_diff_sps:+.3f} [{low:+.3f}, {high:+.3f}]",
-            )
-        )
-    fly = "FLy"
-    cactus = [c for c in CACTUS if c in by.index]
-    if fly in by.index and cactus:
-        nearest = min(cactus, key=lambda c: abs(by.loc[c].al - by.loc[fly].al))
-        out.append(_matched(by, nearest, fly, per_prompt, margin))
-    return out
-
-
-def _matched(by: pd.DataFrame, label: str, fly: str, per_prompt: dict, margin: float) -> Verdict:
-    """(d): the Cactus arm of the nearest AL against FLy (module doc)."""
-    statement = f"{label} keeps FLy's score at matched AL"
-    (ours, our_table), (theirs, their_table) = per_prompt[label], per_prompt[fly]
-    if our_table is None or their_table is None:
-        return Verdict("d", statement, OPEN, "no per-prompt table to pair the two arms' AL")
-    al = paired_ratio_difference(
-        our_table.accepted, our_table.steps, their_table.accepted, their_table.steps
-    )
-    text = (
-        f"AL {by.loc[label].al:.3f} against FLy's {by.loc[fly].al:.3f}: difference "
-        f"{al[0]:+.3f} [{al[1]:+.3f}, {al[2]:+.3f}]"
-    )
-    if not al[1] <= 0 <= al[2]:
-        return Verdict("d", statement, OPEN, f"{text}: no Cactus δ of the sweep matches FLy's AL")
-    estimate, low, high = paired_difference(ours, theirs)
-    return Verdict(
-        "d",
-        statement,
-        keeps_score(low, high, margin),
-        f"{text}; prompt level {_interval(estimate, low, high)}; MDE {100 * margin:.1f} points",
-    )

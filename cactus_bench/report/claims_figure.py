@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from cactus_bench.report.claims import claim_arms
@@ -18,11 +19,20 @@ from cactus_bench.report.figure_parts import MARKERS, clipped_errors, sampler_co
 
 PANELS = (("prompt", "(a) prompt-level strict accuracy"), ("inst", "(b) instruction-level"))
 FIGURE_STEM = "paper_claims_score_vs_al"
-# the Cactus budgets share the rule's colour; the marker tells them apart
+# the Cactus budgets share the rule's hue, lighter for a smaller δ, and a marker of their own
 ARM_MARKERS = {"Cactus (δ = 0.5)": "<", "Cactus (δ = 1)": "^", "Cactus (δ = 2)": ">"}
+ARM_SHADES = {"Cactus (δ = 0.5)": 0.5, "Cactus (δ = 2)": -0.25}  # + towards white, - black
 
 
-def claims_figure(arms: pd.DataFrame, mde: dict, m: int) -> Figure:
+def arm_color(arm: str, rule: str) -> tuple[float, float, float]:
+    base = np.array(to_rgb(sampler_color(rule)))
+    shade = ARM_SHADES.get(arm, 0.0)
+    toward = np.ones(3) if shade > 0 else np.zeros(3)
+    return tuple(float(x) for x in base + abs(shade) * (toward - base))
+
+
+def claims_figure(arms: pd.DataFrame, mde: dict, m: int, where: str) -> Figure:
+    """`where`: the pair and the machine that decoded, a line under the title."""
     figure = Figure(figsize=(10.5, 4.2), layout="constrained")
     axes = figure.subplots(1, 2, sharex=True)
     for ax, (metric, title) in zip(axes, PANELS, strict=True):
@@ -54,7 +64,7 @@ def claims_figure(arms: pd.DataFrame, mde: dict, m: int) -> Figure:
                     xerr=np.nan_to_num(xerr),
                     yerr=100 * yerr,
                     fmt=marker,
-                    color=sampler_color(line["rule"]),
+                    color=arm_color(line["arm"], line["rule"]),
                     markersize=6,
                     elinewidth=1.2,
                     capsize=2.5,
@@ -62,14 +72,10 @@ def claims_figure(arms: pd.DataFrame, mde: dict, m: int) -> Figure:
                 )
         margin = mde.get(metric, math.nan)
         if not math.isnan(margin):
-            ax.axhspan(
-                -100 * margin,
-                100 * margin,
-                color="0.9",
-                zorder=0,
-                lw=0,
-                label=f"±MDE at 80 % power ({100 * margin:.1f} points)",
-            )
+            band = "±MDE at 80 % power (its value in each panel)"
+            ax.axhspan(-100 * margin, 100 * margin, color="0.9", zorder=0, lw=0, label=band)
+            here = f"MDE {100 * margin:.1f} points"
+            ax.text(0.01, 0.98, here, transform=ax.transAxes, va="top", fontsize=7, color="0.35")
         ax.axhline(0.0, color="0.25", linewidth=1, zorder=1)
         ax.set_title(title, fontsize=10, loc="left")
         ax.set_xlabel(f"AL: accepted drafts per step (m = {m}, 95 % interval)")
@@ -77,7 +83,8 @@ def claims_figure(arms: pd.DataFrame, mde: dict, m: int) -> Figure:
     axes[0].set_ylabel("score − SpS's, same prompts (points, paired 95 %)")
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
-    figure.suptitle(f"IFEval, {mde['n']} prompts: score against SpS per rule", fontsize=11)
+    title = f"IFEval, {mde['n']} prompts: score against SpS per rule\n{where}"
+    figure.suptitle(title, fontsize=10)
     return figure
 
 
@@ -86,9 +93,10 @@ def write_claims_figure(csv: Path, rows: pd.DataFrame, out: Path) -> list[Path]:
     arms, mde, _ = claim_arms(rows, load_requests(csv))
     speculative = rows[rows.sampler != "verifier"]
     m = int(speculative.m.iloc[0]) if len(speculative) else 0
-    figure = claims_figure(arms, mde, m)
     pairs = sorted(set(rows.model_pair.astype(str))) if "model_pair" in rows else []
     devices = sorted(set(rows.device_name.dropna().astype(str)))
-    figure.set_label(f"{', '.join(pairs)}; timed on {' / '.join(devices) or 'device unknown'}")
+    where = f"pair {', '.join(pairs)}; decoded on {' / '.join(devices) or 'device unknown'}"
+    figure = claims_figure(arms, mde, m, where)
+    figure.set_label(where)
     out.mkdir(parents=True, exist_ok=True)
     return save_figure(figure, out / FIGURE_STEM, ("png", "pdf"))

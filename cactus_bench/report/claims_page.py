@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from cactus_bench.report.claims import ARMS, arm_rows, claim_arms, claim_verdicts
+from cactus_bench.report.claims import ARMS, arm_rows, claim_arms
 from cactus_bench.report.claims_requests import load_requests
+from cactus_bench.report.claims_verdicts import claim_verdicts
 from cactus_bench.report.reference import Reference
 from cactus_bench.store.schema import RENAMED_COLUMNS
 
@@ -79,8 +80,9 @@ def table_markdown(arms: pd.DataFrame, mde: dict, reference: Reference) -> str:
     lines = [
         "| rule | AL [95 %] | prompt-level % [95 %] | − SpS [paired] | − verifier [paired] "
         "| instruction-level % [95 %] | − SpS [paired] | − verifier [paired] "
-        "| ends on budget % | paper AL (another pair) | paper IFEval % (another pair) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ends on budget % | − SpS [paired] | paper AL (another pair) "
+        "| paper IFEval % (another pair) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for line in arms.itertuples():
         get = line._asdict().get
@@ -98,6 +100,7 @@ def table_markdown(arms: pd.DataFrame, mde: dict, reference: Reference) -> str:
             diff("inst_diff_sps"),
             diff("inst_diff_verifier"),
             _pct(get("ends_on_budget")),
+            diff("budget_diff_sps"),
             _paper(reference, line.arm, "al"),
             _paper(reference, line.arm, "score"),
         ]
@@ -159,10 +162,10 @@ def write_claims_tables(csv: Path, out: Path, reference: Reference | None) -> li
         )
     else:
         for verdict in claim_verdicts(arms, mde, per_prompt):
-            parts.append(
-                f"- ({verdict.claim}) {verdict.statement}: **{verdict.outcome}**. "
-                f"{verdict.evidence}."
-            )
+            outcome = f"**{verdict.outcome}**"
+            if verdict.inst_outcome is not None:
+                outcome += f" (prompt level), **{verdict.inst_outcome}** (instruction level)"
+            parts.append(f"- ({verdict.claim}) {verdict.statement}: {outcome}. {verdict.evidence}.")
         parts.append("")
     page = out / f"{EXPERIMENT}.md"
     page.write_text("\n".join(parts))
