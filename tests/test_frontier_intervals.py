@@ -16,7 +16,7 @@ import pytest
 from matplotlib.collections import PathCollection
 
 from cactus_bench.frontier.plots import make_figures
-from cactus_bench.report.figure_parts import EXCLUDED_NOTE, clipped_errors
+from cactus_bench.report.error_bars import EXCLUDED_NOTE, clipped_errors
 
 REPO = Path(__file__).resolve().parents[1]
 FRONTIER_CSV = REPO / "results" / "frontier" / "smollm2_135m__drafter_train.csv"

@@ -1,6 +1,7 @@
 """`make tables plots`, `make frontier-figures` and `make rules-report` rebuild the committed
 outputs byte for byte from the committed CSVs, so a fresh clone can check (and a reviewer can
-trust) every table and figure under results/demo, results/frontier and results/rules."""
+trust) every table and figure under results/demo, results/paper_claims, results/frontier and
+results/rules."""
 
 from __future__ import annotations
 
@@ -38,6 +39,15 @@ def test_make_tables_plots_rebuild_the_committed_demo_outputs(tmp_path):
     _make("tables", "plots", f"OUT={tmp_path}")
     for part in ("tables", "figures"):
         _same_files(tmp_path / part, REPO / "results" / "demo" / part)
+
+
+@pytest.mark.slow
+def test_make_tables_plots_rebuild_the_committed_paper_claims(tmp_path):
+    """The claims' table, verdicts and figure from the 8 rows and the per-prompt table beside
+    them (results/paper_claims/paper_claims.requests.csv)."""
+    _make("tables", "plots", "CSV=results/paper_claims/paper_claims.csv", f"OUT={tmp_path}")
+    for part in ("tables", "figures"):
+        _same_files(tmp_path / part, REPO / "results" / "paper_claims" / part)
 
 
 @pytest.mark.slow

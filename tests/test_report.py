@@ -30,6 +30,7 @@ from cactus_bench.report import (
     write_tables,
 )
 from cactus_bench.report.__main__ import main
+from cactus_bench.report.error_bars import DRIFT_NOTE
 from cactus_bench.report.plots import DELTA_FIGURES, FIGURES
 from cactus_bench.report.reference import model_key
 from cactus_bench.store import COLUMNS
@@ -362,7 +363,7 @@ def test_rows_written_by_the_store_feed_the_report(tmp_path):
 
 
 def test_score_error_bars_are_the_binomial_standard_error():
-    from cactus_bench.report.figure_parts import score_stderr
+    from cactus_bench.report.error_bars import score_stderr
 
     rows = pd.DataFrame({"score": [0.5, 0.9], "n_prompts": [100, 400]})
     assert score_stderr(rows, 100.0) == pytest.approx([5.0, 1.5])  # 100 sqrt(p (1 - p) / n)
@@ -421,3 +422,24 @@ def test_speedup_vs_m_draws_each_method_across_m(tmp_path, agg):
     assert [p.name for p in written if p.name.startswith("speedup_vs_m")] == [
         "speedup_vs_m__qwen3-14b__gsm8k.png"
     ]
+
+
+def test_every_figure_names_its_machine_and_crosses_drifted_timings(agg):
+    """The title's second line names the machine (the CPU kind changes between sessions); a
+    timing figure counts the drift_marked rows and crosses their points, a figure of AL or
+    score (no timing in it) does neither."""
+    pair, m, rows = [b for b in blocks(agg) if b[0] == "qwen3_14b"][0]
+    for kind, build in FIGURES.items():
+        machine = build(rows, pair, m).get_suptitle().split("\n", 1)[1]
+        verb = "timed" if kind.startswith("speedup") else "decoded"
+        assert machine.startswith(f"{verb} on ") and "NVIDIA A100" in machine, (kind, machine)
+        assert "drift_marked" not in machine, kind  # no row of the fixture drifted
+    drifted = rows.assign(drift_marked=(rows["sampler"] == "cactus") & (rows["task"] == "gsm8k"))
+    figure = FIGURES["speedup_vs_delta"](drifted, pair, m)
+    assert f"2 of {len(rows)} rows drift_marked" in figure.get_suptitle().replace("\n", " ")
+    crosses = [c for ax in figure.axes for c in ax.collections if c.get_label() == DRIFT_NOTE]
+    assert [len(c.get_offsets()) for c in crosses] == [2]  # GSM8K's two δ, not GPQA's
+    assert DRIFT_NOTE in [t.get_text() for t in figure.legends[0].get_texts()]
+    untimed = FIGURES["al_vs_delta"](drifted, pair, m)
+    assert "drift_marked" not in untimed.get_suptitle()
+    assert not [c for ax in untimed.axes for c in ax.collections if c.get_label() == DRIFT_NOTE]

@@ -25,7 +25,8 @@ from matplotlib.ticker import MaxNLocator
 from cactus_bench.frontier.plot_style import HEADLINE, add_title, rule_label, rule_style, stat_rows
 from cactus_bench.frontier.plots_divergence import frontier_figure, gamma_figure
 from cactus_bench.frontier.plots_matched import matched_figure
-from cactus_bench.report.figure_parts import clipped_errors, mark_excluded, save_figure
+from cactus_bench.report.error_bars import clipped_errors, mark_excluded
+from cactus_bench.report.figure_parts import save_figure
 
 
 def _versus_delta(ax: Axes, frame: pd.DataFrame, statistic: str, rules) -> None:

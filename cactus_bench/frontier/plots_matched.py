@@ -21,7 +21,7 @@ from cactus_bench.frontier.plot_style import (
     stat_rows,
 )
 from cactus_bench.frontier.plots_divergence import FRONTIER_AXES
-from cactus_bench.report.figure_parts import EXCLUDED_NOTE, clipped_errors, mark_excluded
+from cactus_bench.report.error_bars import EXCLUDED_NOTE, clipped_errors, mark_excluded
 
 REFERENCE = "cactus"  # the curve every other rule is matched against in this figure
 LINEAR = 0.01  # the y axis is linear within +-LINEAR

@@ -6,12 +6,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from cactus_bench.report.batch import how_m_was_chosen
-from cactus_bench.report.figure_parts import (
-    clipped_errors,
-    figure_legend,
-    mark_excluded,
-    sampler_color,
-)
+from cactus_bench.report.error_bars import clipped_errors, mark_excluded
+from cactus_bench.report.figure_parts import figure_legend, sampler_color
 
 
 def labels(ax) -> list[str]:

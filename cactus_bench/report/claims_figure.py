@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 
 from cactus_bench.report.claims import claim_arms
 from cactus_bench.report.claims_requests import load_requests
-from cactus_bench.report.figure_parts import MARKERS, clipped_errors, sampler_color, save_figure
+from cactus_bench.report.error_bars import clipped_errors
+from cactus_bench.report.figure_parts import MARKERS, sampler_color, save_figure
 
 PANELS = (("prompt", "(a) prompt-level strict accuracy"), ("inst", "(b) instruction-level"))
 FIGURE_STEM = "paper_claims_score_vs_al"

@@ -14,13 +14,19 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from cactus_bench.report.error_bars import (
+    bars,
+    drifted_points,
+    excluded_points,
+    mark_drifted,
+    mark_excluded,
+)
 from cactus_bench.report.figure_parts import (
     MARKERS,
-    bars,
     describe,
-    excluded_points,
     figure_legend,
-    mark_excluded,
+    figure_title,
+    machine_line,
     sampler_color,
     save_figure,
 )
@@ -43,7 +49,7 @@ def m_sweeps(agg: pd.DataFrame):
 def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
     figure = Figure(figsize=(10.0, 4.2), layout="constrained")
     axes = figure.subplots(1, len(PANELS), squeeze=False)[0]
-    figure.suptitle(f"Draft length m: {pair}, {task_title(task)}", fontsize=11)
+    figure_title(figure, f"Draft length m: {pair}, {task_title(task)}", machine_line(rows, True))
     describe(figure, rows, pair)
     methods = rows.assign(_label=[method_label(r) for _, r in rows.iterrows()])
     for ax, (column, ylabel) in zip(axes, PANELS, strict=True):
@@ -64,13 +70,10 @@ def versus_m(rows: pd.DataFrame, pair: str, task: str) -> Figure:
                 color=sampler_color(sampler),
                 label=label,
             )
-            mark_excluded(
-                ax,
-                line["m"].astype(int),
-                line[column].astype(float),
-                excluded_points(line, column),
-                sampler_color(sampler),
-            )
+            x, y, color = line["m"].astype(int), line[column].astype(float), sampler_color(sampler)
+            mark_excluded(ax, x, y, excluded_points(line, column), color)
+            if column == "speedup_tokens":  # a timing: a cross where the machine's speed moved
+                mark_drifted(ax, x, y, drifted_points(line), color)
         if column == "speedup_tokens":
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
         kinds = sorted(kind for kind in bar_kinds if kind)

@@ -3,13 +3,14 @@ with their interval bands, and error bars from the rows' 95% intervals (see plot
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from cactus_bench.report.error_bars import drifted_points
 from cactus_bench.report.tables import (
     is_missing,
     method_label,
@@ -85,12 +86,34 @@ def cell_value(row, column: str, scale: float = 1.0) -> float | None:
 def describe(figure: Figure, rows: pd.DataFrame, pair: str) -> None:
     """What the short title leaves out, kept in the saved files' metadata (save_figure): the
     checkpoints (drafter -> verifier) and the machine the timings come from."""
-    devices = " / ".join(sorted(set(rows["device_name"].dropna()))) or "device unknown"
-    figure.set_label(f"{pair_title(rows, pair)}; timed on {devices}")
+    figure.set_label(f"{pair_title(rows, pair)}; timed on {devices(rows)}")
 
 
-def new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, list[Axes], list]:
-    """One panel per task under a short title (what, the pair's short name, m).
+def devices(rows: pd.DataFrame) -> str:
+    return " / ".join(sorted(set(rows["device_name"].dropna().astype(str)))) or "device unknown"
+
+
+def machine_line(rows: pd.DataFrame, timed: bool) -> str:
+    """The title's second line: the machine (the CPU kind changes between sessions, and a number
+    means little without it) and, on a figure of timings, how many rows are drift_marked."""
+    line = f"{'timed' if timed else 'decoded'} on {devices(rows)}"
+    drifted = drifted_points(rows)
+    if timed and drifted.any():
+        line += f"; {int(drifted.sum())} of {len(rows)} rows drift_marked: timings suspect"
+    return line
+
+
+def figure_title(figure: Figure, first: str, machine: str) -> None:
+    """A short first line and the machine line (machine_line), wrapped to the figure's width."""
+    wrapped = textwrap.fill(machine, width=int(12.5 * figure.get_figwidth()))
+    figure.suptitle(f"{first}\n{wrapped}", fontsize=10)
+
+
+def new_figure(
+    rows: pd.DataFrame, pair: str, m, what: str, timed: bool = False
+) -> tuple[Figure, list[Axes], list]:
+    """One panel per task under a short title (what, the pair's short name, m) and the machine
+    (`timed`: the figure shows timings, so the line also counts drift_marked rows).
 
     A task with only verifier rows in this block (the verifier joins every m of its pair, so a
     task swept at one m alone has nothing else at the others) gets no panel: every figure here
@@ -102,7 +125,7 @@ def new_figure(rows: pd.DataFrame, pair: str, m, what: str) -> tuple[Figure, lis
     width = 4.6 * len(tasks) + 0.6
     figure = Figure(figsize=(width, 4.2), layout="constrained")
     axes = figure.subplots(1, len(tasks), squeeze=False)[0]
-    figure.suptitle(f"{what}: {pair}, m = {m if m else '—'}", fontsize=11)
+    figure_title(figure, f"{what}: {pair}, m = {m if m else '—'}", machine_line(rows, timed))
     describe(figure, rows, pair)
     return figure, list(axes), tasks
 
@@ -153,73 +176,6 @@ def readable_score_axis(ax: Axes, scores: pd.Series, scale: float) -> None:
         ax.set_ylim(values.iloc[0] - 5.0, values.iloc[0] + 5.0)
 
 
-# A percentile (bootstrap) interval need not contain its point estimate: the estimate of a ratio
-# or of a difference at matched divergence can sit beside the resamples' 2.5-97.5 % range.
-# matplotlib refuses a negative bar length ("'yerr' must not contain negative values"), so such
-# an interval is drawn clipped at the estimate (only its part on the far side shows) and the
-# point gets an open diamond, explained once in the legend.
-EXCLUDED_NOTE = "open diamond: the 95 % interval excludes the estimate (bar clipped at it)"
-
-
-def clipped_errors(value, low, high) -> tuple[np.ndarray, np.ndarray]:
-    """([2, n] distances from each estimate down to `low` and up to `high`, never negative: the
-    asymmetric yerr / xerr; [n] bool: the interval lies wholly beside its estimate)."""
-    value, low, high = (np.asarray(x, dtype=float) for x in (value, low, high))
-    errors = np.vstack([value - low, high - value])
-    excluded = (errors < 0).any(axis=0)  # NaN (no interval) compares False: not marked
-    return np.clip(errors, 0.0, None), excluded
-
-
-def mark_excluded(ax: Axes, x, y, excluded: np.ndarray, color) -> object | None:
-    """Open diamonds on the points whose interval excludes them (none: nothing is drawn, so a
-    figure without such a point is byte-identical to one drawn before this mark existed). The
-    legend label is given once per axes; returns the artist, for legends built by hand."""
-    if not excluded.any():
-        return None
-    labels = [artist.get_label() for artist in ax.collections]
-    return ax.scatter(
-        np.asarray(x, dtype=float)[excluded],
-        np.asarray(y, dtype=float)[excluded],
-        marker="D",
-        s=64,
-        facecolors="none",
-        edgecolors=color,
-        linewidths=1.2,
-        zorder=6,
-        label="_nolegend_" if EXCLUDED_NOTE in labels else EXCLUDED_NOTE,
-    )
-
-
-def interval_errors(rows: pd.DataFrame, column: str, scale: float = 1.0) -> np.ndarray | None:
-    """[2, n] distances from each point down and up to its 95% interval's ends (matplotlib's
-    asymmetric yerr / xerr, clipped at the estimate: `clipped_errors`), or None unless every row
-    has an interval for `column`. `excluded_points` says which points to mark."""
-    low, high = f"{column}_ci_low", f"{column}_ci_high"
-    if low not in rows or high not in rows or rows[[low, high]].isna().any().any():
-        return None
-    value = rows[column].astype(float).to_numpy() * scale
-    return clipped_errors(
-        value, rows[low].astype(float).to_numpy() * scale, rows[high].astype(float) * scale
-    )[0]
-
-
-def excluded_points(rows: pd.DataFrame, column: str) -> np.ndarray:
-    """[n] bool: the rows whose 95% interval for `column` lies beside the estimate."""
-    low, high = f"{column}_ci_low", f"{column}_ci_high"
-    if column not in rows or low not in rows or high not in rows:
-        return np.zeros(len(rows), dtype=bool)
-    values = (pd.to_numeric(rows[name], errors="coerce") for name in (column, low, high))
-    return clipped_errors(*values)[1]
-
-
-def score_stderr(rows: pd.DataFrame, scale: float) -> list[float] | None:
-    """Binomial standard error sqrt(p (1 - p) / n) of each accuracy (n = prompts scored)."""
-    if "n_prompts" not in rows or rows["n_prompts"].isna().any():
-        return None
-    p = rows["score"].astype(float)
-    return list(scale * (p * (1 - p) / rows["n_prompts"].astype(float)) ** 0.5)
-
-
 def draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1.0) -> None:
     """Horizontal lines for the reference methods, each in a faint band of its 95% interval."""
     for sampler in samplers:
@@ -238,16 +194,6 @@ def draw_references(ax: Axes, rows: pd.DataFrame, column: str, samplers, scale=1
                 low, high = (row.get(f"{column}_ci_{end}") for end in ("low", "high"))
                 if not (low is None or high is None or is_missing(low) or is_missing(high)):
                     ax.axhspan(float(low) * scale, float(high) * scale, color=color, alpha=0.1)
-
-
-def bars(sweep: pd.DataFrame, column: str, scale: float) -> tuple[object, str]:
-    """(yerr, what the bars are) for one sweep: intervals, else the score's s.e., else none."""
-    errors = interval_errors(sweep, column, scale)
-    if errors is not None:
-        return errors, "bars: 95% bootstrap interval"
-    if column == "score":
-        return score_stderr(sweep, scale), "bars: ±1 binomial s.e."
-    return None, ""
 
 
 def save_figure(figure: Figure, stem: Path, formats) -> list[Path]:

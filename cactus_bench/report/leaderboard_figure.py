@@ -10,14 +10,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from cactus_bench.report.figure_parts import (
-    MARKERS,
-    clipped_errors,
-    describe,
-    figure_legend,
-    mark_excluded,
-    sampler_color,
-)
+from cactus_bench.report.error_bars import clipped_errors, mark_excluded
+from cactus_bench.report.figure_parts import MARKERS, describe, figure_legend, sampler_color
 
 
 def leaderboard_figure(

@@ -23,16 +23,20 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from cactus_bench.report.draft_length import write_m_figures
+from cactus_bench.report.error_bars import (
+    bars,
+    drifted_points,
+    excluded_points,
+    mark_drifted,
+    mark_excluded,
+)
 from cactus_bench.report.figure_parts import (
     DELTA_LABEL,
     MARKERS,
     SWEEP_SAMPLERS,
-    bars,
     draw_references,
-    excluded_points,
     figure_legend,
     has_delta_sweep,
-    mark_excluded,
     new_figure,
     readable_score_axis,
     sampler_color,
@@ -48,8 +52,10 @@ from cactus_bench.report.tradeoff_figure import score_vs_al
 DODGE = {"cactus": 0.985, "cactus_exact": 1.015}
 
 
-def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, unity=False):
-    figure, axes, tasks = new_figure(rows, pair, m, what)
+def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, timed=False):
+    """`timed`: the column is a timing (a speedup): drifted points get a cross, the verifier's
+    1x a line, and the title counts the drift_marked rows."""
+    figure, axes, tasks = new_figure(rows, pair, m, what, timed)
     for ax, task in zip(axes, tasks, strict=True):
         task_rows = rows[rows["task"] == task]
         ax.set_title(task_title(task), fontsize=10)
@@ -72,13 +78,11 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
                     color=sampler_color(sampler),
                     label="Cactus" if sampler == "cactus" else "Cactus-exact",
                 )
-                mark_excluded(
-                    ax,
-                    sweep["delta"].astype(float) * DODGE[sampler],
-                    sweep[column].astype(float) * scale,
-                    excluded_points(sweep, column),
-                    sampler_color(sampler),
-                )
+                x, y = sweep["delta"].astype(float) * DODGE[sampler], sweep[column].astype(float)
+                color = sampler_color(sampler)
+                mark_excluded(ax, x, y * scale, excluded_points(sweep, column), color)
+                if timed:
+                    mark_drifted(ax, x, y * scale, drifted_points(sweep), color)
                 drew, max_delta = True, max(max_delta, float(sweep["delta"].max()))
         if not drew:
             say_missing(
@@ -90,7 +94,7 @@ def _versus_delta(rows, pair, m, what, column, ylabel, references, scale=1.0, un
         draw_references(ax, task_rows, column, references, scale)
         if column == "score":
             readable_score_axis(ax, task_rows["score"], scale)
-        if unity:
+        if timed:
             ax.axhline(1.0, color="0.6", linewidth=0.8, label="verifier alone (1x)")
         ax.set_xlim(0, 1.08 * max_delta)  # δ = 0 is SpS: the references meet the sweep there
         ax.set_xlabel(DELTA_LABEL)
@@ -135,7 +139,7 @@ def speedup_vs_delta(rows, pair, m) -> Figure:
         "speedup_tokens",
         "speedup (tokens/s ratio, x)",
         ("sps", "tas"),
-        unity=True,
+        timed=True,
     )
 
 

@@ -11,11 +11,10 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from cactus_bench.report.error_bars import clipped_errors, mark_excluded
 from cactus_bench.report.figure_parts import (
     SWEEP_SAMPLERS,
-    clipped_errors,
     figure_legend,
-    mark_excluded,
     new_figure,
     sampler_color,
     say_missing,

@@ -9,14 +9,12 @@ from __future__ import annotations
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from cactus_bench.report.error_bars import excluded_points, interval_errors, mark_excluded
 from cactus_bench.report.figure_parts import (
     MARKERS,
     SWEEP_SAMPLERS,
     draw_references,
-    excluded_points,
     figure_legend,
-    interval_errors,
-    mark_excluded,
     new_figure,
     readable_score_axis,
     sampler_color,
