@@ -1,5 +1,6 @@
-"""What the figures share: one color and marker per sampler, the figure frame, reference lines
-with their interval bands, and error bars from the rows' 95% intervals (see plots.py)."""
+"""What the figures share: one color and marker per sampler, the figure frame with its machine
+line, and reference lines with their interval bands (see plots.py); the error bars and the
+point marks are in error_bars.py."""
 
 from __future__ import annotations
 
