@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 from cactus_bench.report.batch import how_m_was_chosen
 from cactus_bench.report.error_bars import clipped_errors, mark_excluded
 from cactus_bench.report.figure_parts import figure_legend, sampler_color
+from cactus_bench.report.load import device_names
 
 
 def labels(ax) -> list[str]:
@@ -18,7 +19,7 @@ def figure(rows: pd.DataFrame, chosen: pd.DataFrame) -> Figure:
     """Per task: speedup against batch per rule (best m, 95 % intervals, 1x line) and, beside
     it, each rule's score at batch 1 with its interval."""
     tasks = sorted(chosen.task.unique())
-    devices = " / ".join(sorted(set(rows.device_name.dropna()))) or "device unknown"
+    devices = device_names(rows)
     fig = Figure(figsize=(11, 4.2 * len(tasks) + 0.8), layout="constrained")
     axes = fig.subplots(len(tasks), 2, squeeze=False, width_ratios=(2.2, 1))
     fig.suptitle(f"Speedup against batch size, embedded pair; timed on {devices}", fontsize=10)

@@ -26,6 +26,7 @@ from cactus_bench.report.batch_cost import (
 )
 from cactus_bench.report.batch_figure import figure
 from cactus_bench.report.figure_parts import save_figure
+from cactus_bench.report.load import device_names
 from cactus_bench.report.speedup import DRIFT_NOTE, drift_mark
 
 
@@ -41,7 +42,7 @@ def markdown_table(rows: pd.DataFrame, chosen: pd.DataFrame, crossing: pd.DataFr
     """Per task: the verifier's throughput per batch, then each rule's speedup (best m) per
     batch, its score at batch 1 and its crossover batch."""
     batches = sorted(rows.batch.unique())
-    devices = " / ".join(sorted(set(rows.device_name.dropna()))) or "device unknown"
+    devices = device_names(rows)
     lines = [f"Timed on {devices}; speedup = throughput / the verifier's at the same batch.", ""]
     for task, part in chosen.groupby("task", sort=True):
         # the verifier's throughput as each rule's paired baseline measured it (median over the

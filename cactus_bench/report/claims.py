@@ -86,6 +86,14 @@ def paired_ratio_difference(top_a, bottom_a, top_b, bottom_b) -> tuple[float, fl
     return float(estimate), low, high
 
 
+def instruction_terms(tables: dict) -> dict:
+    """{label: [n] instructions followed per prompt / mean instructions per prompt}: the terms
+    whose paired differences are the instruction-level differences (module doc). The arms
+    scored the same prompts, so any arm's instruction counts give the mean."""
+    mean_total = float(next(iter(tables.values())).inst_total.mean())
+    return {label: t.inst_followed.to_numpy(float) / mean_total for label, t in tables.items()}
+
+
 def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
     """(one line per arm (module doc), the MDE per metric {"prompt", "inst": mde, "n": n},
     per arm its per-prompt scores and table {label: (scores [n], table or None)})."""
@@ -102,10 +110,7 @@ def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
     n = len(scores["SpS"])
     tables = {label: _per_prompt(requests, row.run_id, n) for label, row in arms}
     have_inst = all(table is not None for table in tables.values())
-    inst = {}
-    if have_inst:
-        mean_total = float(tables["SpS"].inst_total.mean())
-        inst = {label: t.inst_followed.to_numpy(float) / mean_total for label, t in tables.items()}
+    inst = instruction_terms(tables) if have_inst else {}
     lines = []
     for label, row in arms:
         line = {

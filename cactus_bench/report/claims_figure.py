@@ -17,6 +17,7 @@ from cactus_bench.report.claims import claim_arms
 from cactus_bench.report.claims_requests import load_requests
 from cactus_bench.report.error_bars import clipped_errors
 from cactus_bench.report.figure_parts import MARKERS, sampler_color, save_figure
+from cactus_bench.report.load import device_names
 
 PANELS = (("prompt", "(a) prompt-level strict accuracy"), ("inst", "(b) instruction-level"))
 FIGURE_STEM = "paper_claims_score_vs_al"
@@ -95,8 +96,7 @@ def write_claims_figure(csv: Path, rows: pd.DataFrame, out: Path) -> list[Path]:
     speculative = rows[rows.sampler != "verifier"]
     m = int(speculative.m.iloc[0]) if len(speculative) else 0
     pairs = sorted(set(rows.model_pair.astype(str))) if "model_pair" in rows else []
-    devices = sorted(set(rows.device_name.dropna().astype(str)))
-    where = f"pair {', '.join(pairs)}; decoded on {' / '.join(devices) or 'device unknown'}"
+    where = f"pair {', '.join(pairs)}; decoded on {device_names(rows)}"
     figure = claims_figure(arms, mde, m, where)
     figure.set_label(where)
     out.mkdir(parents=True, exist_ok=True)

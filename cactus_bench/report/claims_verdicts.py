@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from cactus_bench.report.claims import CACTUS, paired_ratio_difference
+from cactus_bench.report.claims import CACTUS, instruction_terms, paired_ratio_difference
 from cactus_bench.report.leaderboard_power import paired_difference
 
 HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this power"
@@ -127,12 +127,10 @@ def _matched(claim, statement, pair, by, per_prompt, mde, rule) -> Verdict:
     al = paired_ratio_difference(
         our_table.accepted, our_table.steps, their_table.accepted, their_table.steps
     )
-    instructions = our_table.inst_total.mean()  # the same prompts: the same instructions
+    inst = instruction_terms({label: our_table, other: their_table})
     differences = {
         "prompt": paired_difference(ours, theirs),
-        "inst": paired_difference(
-            our_table.inst_followed / instructions, their_table.inst_followed / instructions
-        ),
+        "inst": paired_difference(inst[label], inst[other]),
     }
     verdict = _score_verdict(claim, statement, differences, mde, rule)
     text = (

@@ -12,6 +12,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from cactus_bench.report.error_bars import drifted_points
+from cactus_bench.report.load import device_names
 from cactus_bench.report.tables import (
     is_missing,
     method_label,
@@ -87,17 +88,13 @@ def cell_value(row, column: str, scale: float = 1.0) -> float | None:
 def describe(figure: Figure, rows: pd.DataFrame, pair: str) -> None:
     """What the short title leaves out, kept in the saved files' metadata (save_figure): the
     checkpoints (drafter -> verifier) and the machine the timings come from."""
-    figure.set_label(f"{pair_title(rows, pair)}; timed on {devices(rows)}")
-
-
-def devices(rows: pd.DataFrame) -> str:
-    return " / ".join(sorted(set(rows["device_name"].dropna().astype(str)))) or "device unknown"
+    figure.set_label(f"{pair_title(rows, pair)}; timed on {device_names(rows)}")
 
 
 def machine_line(rows: pd.DataFrame, timed: bool) -> str:
     """The title's second line: the machine (the CPU kind changes between sessions, and a number
     means little without it) and, on a figure of timings, how many rows are drift_marked."""
-    line = f"{'timed' if timed else 'decoded'} on {devices(rows)}"
+    line = f"{'timed' if timed else 'decoded'} on {device_names(rows)}"
     drifted = drifted_points(rows)
     if timed and drifted.any():
         line += f"; {int(drifted.sum())} of {len(rows)} rows drift_marked: timings suspect"

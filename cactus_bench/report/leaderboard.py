@@ -35,7 +35,7 @@ from cactus_bench.report.leaderboard_power import (
     paired_columns,
     power_sentence,
 )
-from cactus_bench.report.load import normalise_device_name
+from cactus_bench.report.load import device_names, normalise_device_name
 from cactus_bench.store.schema import RENAMED_COLUMNS
 
 # The frontier's parameter label of an arm (frontier/arms.py), to join its exact statistics;
@@ -236,7 +236,7 @@ def leaderboard_markdown(rows: pd.DataFrame, board: pd.DataFrame, power: dict) -
     """leaderboard.md: per task its figure (or, at the floor, its table instead), its arms'
     table and its power; then every column of leaderboard.csv."""
     pair = ", ".join(sorted(set(rows.model_pair.astype(str))))
-    machines = " / ".join(sorted(set(rows.device_name.dropna().astype(str)))) or "device unknown"
+    machines = device_names(rows)
     parts = [
         "# Rules leaderboard",
         "",

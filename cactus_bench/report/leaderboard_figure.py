@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 
 from cactus_bench.report.error_bars import clipped_errors, mark_excluded
 from cactus_bench.report.figure_parts import MARKERS, describe, figure_legend, sampler_color
+from cactus_bench.report.load import device_names
 
 
 def leaderboard_figure(
@@ -82,7 +83,7 @@ def leaderboard_figure(
     for ax in (al_ax, diff_ax):
         ax.grid(axis="x", alpha=0.3)
     figure_legend(figure, [al_ax, diff_ax])
-    machines = " / ".join(sorted(set(rows.device_name.dropna().astype(str)))) or "device unknown"
+    machines = device_names(rows)
     pair = ", ".join(sorted(set(rows.model_pair.astype(str))))
     figure.suptitle(
         f"Rules leaderboard on {task}: {pair} pair, {int(part.n_prompts.max())} prompts\n"

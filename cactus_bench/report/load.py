@@ -97,6 +97,11 @@ OPTIONAL_COLUMNS = (
 )
 
 
+def device_names(rows: pd.DataFrame) -> str:
+    """The machines `rows` ran on, for a title or a page: "A / B", or "device unknown"."""
+    return " / ".join(sorted(set(rows["device_name"].dropna().astype(str)))) or "device unknown"
+
+
 def normalise_device_name(name):
     """A row's device name as today's runs write it: rows written before store/metadata.py
     said "1 torch thread" read "(2 cores, 1 torch threads)"; other values pass through."""
