@@ -1,5 +1,5 @@
-"""The GPU proxies of `make bench`, counted on a CPU: aten ops and host reads per forward, per
-rule `verify`, and per engine step (results/bench/step_ops.csv).
+"""The GPU proxies of `make bench`, counted on a CPU: aten ops and stalls per forward, per rule
+`verify`, and per engine step (results/bench/step_ops.csv).
 
 An eager aten op costs ~19 us of launch on the lent H200 whatever its size, and a host read is a
 synchronisation (bench/op_count.py), so these counts say what a step costs a GPU before any GPU
@@ -8,8 +8,13 @@ except that a forward's ops grow with its layers: per-layer counts are given too
 - forward: one batched forward of B rows, eager (`BatchRunner.forward`) and static (what a CUDA
   graph captures, `static_forward`);
 - verify: each catalogue rule's `verify` as the engine calls it (`uniforms=`, `check=False`);
-- step: one decode step of the batched engine (the verifier alone, SpS, Cactus) at batch B,
-  a middle step of a run (not the first nor the last).
+- step: one decode step of the batched engine (the verifier alone, SpS, Cactus) at batch B and
+  m drafts, a middle step of a run (not the first nor the last): its stalls by kind (host_reads,
+  host_writes, syncs; `stalls` their sum, one is the step's result), its forwards (each one
+  graph replay when CUDA graphs are on) and `eager_ops_outside_forwards`, the aten ops between
+  them (draws, laws, the rule, bookkeeping: eager launches on a GPU unless captured).
+
+Columns come from `_row` plus each kind's extras: a new column is one more key in a row.
 """
 
 from __future__ import annotations
@@ -80,8 +85,16 @@ def step_counts(drafter, verifier, tokenizer, arm: str, batch: int, m: int) -> d
     counters: list[OpCounter] = []
 
     def counting_step(run, rows):
-        with OpCounter() as counter:
-            emitted = step(decoder, run, rows)
+        counter = OpCounter()
+        saved = {name: getattr(BatchRunner, name) for name in ("forward", "static_forward")}
+        for name, method in saved.items():
+            setattr(BatchRunner, name, counter.forwards(method))
+        try:
+            with counter:
+                emitted = step(decoder, run, rows)
+        finally:
+            for name, method in saved.items():
+                setattr(BatchRunner, name, method)
         counters.append(counter)
         return emitted
 
@@ -89,7 +102,15 @@ def step_counts(drafter, verifier, tokenizer, arm: str, batch: int, m: int) -> d
     requests = [BatchRequest(PROMPT, 4 * (m + 1), seed=i) for i in range(batch)]
     decoder.generate_batch(requests, batch=batch)
     counter = counters[len(counters) // 2]
-    return _row("step", arm, batch, m if arm != "verifier" else 0, counter)
+    return _row(
+        "step",
+        arm,
+        batch,
+        m if arm != "verifier" else 0,
+        counter,
+        forwards=counter.forward_calls,
+        eager_ops_outside_forwards=counter.ops_outside_forwards,
+    )
 
 
 def _row(kind: str, name: str, batch: int, size: int, counter: OpCounter, **extra) -> dict:
@@ -101,5 +122,9 @@ def _row(kind: str, name: str, batch: int, size: int, counter: OpCounter, **extr
         "aten_ops": counter.ops,
         "host_reads": counter.host_reads,
         "reads_by_op": ";".join(f"{op}={n}" for op, n in sorted(counter.reads_by_op.items())),
+        "host_writes": counter.host_writes,
+        "syncs": counter.syncs,
+        "stalls": counter.stalls,
+        "stalls_by_kind": ";".join(f"{k}={n}" for k, n in sorted(counter.stalls_by_kind.items())),
         **extra,
     }

@@ -76,16 +76,14 @@ class BatchKVCache:
         self.lengths[row] = length
         self.host_lengths[row] = length
 
-    def set_lengths(self, lengths: list[tuple[int, int]]) -> None:
-        """Rolls rows back: (row, length) pairs, every length <= the row's; one copy to the
-        device for all of them."""
-        if not lengths:
-            return
+    def set_host_lengths(self, lengths: list[tuple[int, int]]) -> None:
+        """The host copy follows a roll-back the step made on the device (`lengths`, by
+        `SlotState.advance`): (row, length) pairs, every length <= the row's. Host only: a
+        step builds nothing from host data."""
         for row, length in lengths:
             if not 0 <= length <= self.host_lengths[row]:
                 raise RuntimeError(f"cannot crop row {row} of {self.host_lengths[row]} to {length}")
             self.host_lengths[row] = length
-        self.lengths.copy_(torch.tensor(self.host_lengths, dtype=torch.long))
 
     def advance(self, counts: list[int]) -> None:
         """The host copy follows a forward that fed counts[b] tokens to row b."""

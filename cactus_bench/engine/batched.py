@@ -33,6 +33,7 @@ step-cost model."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -42,6 +43,8 @@ from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.requests import Request, as_request
 from cactus_bench.engine.runtime import Clock
 from cactus_bench.engine.sampling import SamplingParams
+from cactus_bench.engine.slot_state import SlotState
+from cactus_bench.engine.step_graphs import StepGraphs
 from cactus_bench.engine.stopping import OutputTracker
 
 
@@ -63,6 +66,7 @@ class BatchStep:
     verify_s: float = 0.0
     rule_s: float = 0.0
     prefill_s: float = 0.0
+    step_s: float = 0.0  # decode: the step's wall time, phases and host bookkeeping
 
     @property
     def rows(self) -> int:
@@ -91,18 +95,37 @@ class Row:
 @dataclass
 class BatchRun:
     """What a decoder's `batch_step` works on: runners and caches by model name ("drafter",
-    "verifier"), the run's clock and its step log."""
+    "verifier"), the slots' device state, the run's clock and its step log."""
 
     runners: dict
     caches: dict
     clock: Clock
-    origin: float  # clock() at the start of the run
+    origin: float  # perf_counter() at the start of the run
     log: list[BatchStep]
     graphs: dict | None = None  # {model name: cuda_graphs.GraphedRunner} when captured
     graph_sizes: dict = field(default_factory=dict)  # {model name: [(n, all_logits)]}
+    slots: SlotState | None = None
+    step_graphs: StepGraphs | None = None  # captured draft loops (graphs on, a drafter)
+    forwards: int = 0  # batched forwards the steps ran (replayed or eager)
+    replays: int = 0  # graphs the steps replayed (forwards and captured step functions)
+    step_replays: int = 0  # of which captured step functions (their forwards are inside)
+    unsettled: list = field(default_factory=list)  # (start mark, end mark, setter) to read
 
     def since(self, moment: float) -> float:
         return moment - self.origin
+
+    def span(self, rows: list[Row]) -> tuple[int, int]:
+        """The slots a step runs on: every slot under CUDA graphs (one captured shape), else
+        the first to the last occupied one (an empty slot inside is fed nothing)."""
+        if self.graphs is not None:
+            return 0, self.caches["verifier"].lengths.shape[0]
+        return rows[0].slot, rows[-1].slot + 1
+
+    def settle(self) -> None:
+        """Reads the marks queued since the last step's read (valid now: Clock)."""
+        for start, end, setter in self.unsettled:
+            setter(self.clock.seconds(start, end))
+        self.unsettled.clear()
 
     def graph_width(self, name: str, width: int, all_logits: bool) -> int:
         """The smallest captured input width >= width (else width: that forward runs eagerly)."""
@@ -132,32 +155,76 @@ def generate_batch(decoder, requests, batch: int, on_finish=None) -> list[Reques
         decoder.graph_capture_s = sum(
             graphs[name].capture(caches[name], sizes[name]) for name in (graphs or {})
         )
-        run = BatchRun(runners, caches, clock, clock(), [], graphs, sizes)
+        slots = decoder.slot_state(batch)
+        run = BatchRun(runners, caches, clock, time.perf_counter(), [], graphs, sizes, slots)
+        run.step_graphs = decoder.step_graphs(caches, slots) if graphs is not None else None
+        capture_s = run.step_graphs.capture_s if run.step_graphs is not None else 0.0
+        replayed = _replays(graphs)
         decoder.step_log = run.log
         records: list[RequestRecord | None] = [None] * len(requests)
         queue = deque(enumerate(requests))
         occupied: list[Row | None] = [None] * batch
         while queue or any(occupied):
-            began = clock()
+            began = time.perf_counter()
             for slot in range(batch):
                 if occupied[slot] is None and queue:
                     occupied[slot] = _start_row(decoder, run, slot, *queue.popleft())
             rows = [row for row in occupied if row is not None]
             emitted_by_row = decoder.batch_step(run, rows)
+            run.settle()  # the step read its result: the prefills' marks have run
             # The iteration's whole time (prefills, the step, the scheduler) split evenly over
             # its rows: each request's share of the machine; the shares sum to the run's time.
-            share = (clock() - began) / len(rows)
+            # Wall time without a wait: the step's one read waited for the device.
+            share = (time.perf_counter() - began) / len(rows)
             for row, emitted in zip(rows, emitted_by_row, strict=True):
                 row.record.share_time_s += share
                 row.tracker.extend(emitted)
                 if row.tracker.done:
                     records[row.index] = _finish_row(decoder, run, row, batch)
                     occupied[row.slot] = None
+                    slots.stop(row.slot)
                     for cache in caches.values():
                         cache.crop(row.slot, 0)  # an empty slot costs no (eager) attention
                     if on_finish is not None:
                         on_finish(row.index, records[row.index])
+        run.replays += _replays(graphs) - replayed
+        if run.step_graphs is not None:  # draft loops captured during the run's steps
+            decoder.graph_capture_s += run.step_graphs.capture_s - capture_s
+    decoder.last_device_stats = device_stats(run)  # the counters only: the run's caches go
     return records
+
+
+def _replays(graphs: dict | None) -> int:
+    """Graph replays the runners made over their lives (cuda_graphs.GraphedRunner.replays)."""
+    return sum(getattr(runner, "replays", 0) for runner in (graphs or {}).values())
+
+
+def device_stats(run: BatchRun) -> dict:
+    """Per-run counters of a batched run (the decoders' `device_stats`): graph_replays,
+    eager_forwards (forwards that ran eagerly: graphs off, a shape not captured, a failed
+    capture), capture_failed, and phase_ms: mean milliseconds per decode step of its draft,
+    verify and rule phases (CUDA events on a GPU, perf_counter on a CPU) and of the rest of the
+    step ("other": host bookkeeping and the read)."""
+    steps = [step for step in run.log if step.kind == "decode"]
+    count = max(len(steps), 1)
+
+    def mean_ms(seconds) -> float:
+        return 1000.0 * sum(seconds) / count
+
+    forward_replays = run.replays - run.step_replays
+    return {
+        "graph_replays": run.replays,
+        "eager_forwards": run.forwards - forward_replays,
+        "capture_failed": any(
+            r.failed is not None for r in [*(run.graphs or {}).values(), run.step_graphs] if r
+        ),
+        "phase_ms": {
+            "draft": mean_ms(s.draft_s for s in steps),
+            "verify": mean_ms(s.verify_s for s in steps),
+            "rule": mean_ms(s.rule_s for s in steps),
+            "other": mean_ms(s.step_s - s.draft_s - s.verify_s - s.rule_s for s in steps),
+        },
+    }
 
 
 def _start_row(decoder, run: BatchRun, slot: int, index: int, request: Request) -> Row:
@@ -181,24 +248,28 @@ def _start_row(decoder, run: BatchRun, slot: int, index: int, request: Request) 
         tracker=tracker,
         seq_len=len(request.prompt_ids),
     )
-    start = run.clock()
+    started, start = time.perf_counter(), run.clock.mark()
     for name, runner in run.runners.items():
         runner.prefill(run.caches[name], slot, request.prompt_ids[:-1])
         row.pending[name] = request.prompt_ids[-1:]
-    end = run.clock()
-    record.started_s = run.since(start)
-    record.prefill_time_s = end - start
+    prompt = request.prompt_ids
+    run.slots.start(slot, request.seed, params, len(prompt), request.max_new_tokens, prompt[-1])
+    record.started_s = run.since(started)
     fed = [len(request.prompt_ids) - 1]
-    run.log.append(
-        BatchStep("prefill", run.since(start), [slot], [index], fed, prefill_s=end - start)
-    )
+    step = BatchStep("prefill", run.since(started), [slot], [index], fed)
+    run.log.append(step)
+
+    def prefilled(seconds: float) -> None:
+        record.prefill_time_s = step.prefill_s = seconds
+
+    run.unsettled.append((start, run.clock.mark(), prefilled))
     return row
 
 
 def _finish_row(decoder, run: BatchRun, row: Row, batch: int) -> RequestRecord:
     record = row.record
     record.output_ids, record.text, record.stop_reason = row.tracker.finish()
-    record.finished_s = run.since(run.clock())
+    record.finished_s = run.since(time.perf_counter())
     record.total_time_s = record.finished_s - record.started_s
     record.batch_size = batch
     return record

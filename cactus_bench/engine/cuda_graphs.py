@@ -73,6 +73,7 @@ class GraphedRunner:
         self._pool = None  # one memory pool for every graph of this runner
         self.failed: str | None = None  # why capture stopped; forwards then run eagerly
         self.capture_s = 0.0  # seconds spent capturing, over the runner's life
+        self.replays = 0  # graphs replayed, over the runner's life (the engine's device_stats)
 
     def capture(self, cache: BatchKVCache, sizes: list[tuple[int, bool]]) -> float:
         """Captures (n, all_logits) for every size on all of the cache's rows; returns the
@@ -101,6 +102,7 @@ class GraphedRunner:
             return self.runner.static_forward(input_ids, counts, cache, all_logits)
         captured.input_ids.copy_(input_ids)
         captured.counts.copy_(counts)
+        self.replays += 1
         captured.graph.replay()
         return captured.logits
 

@@ -21,6 +21,8 @@ from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.requests import Request, as_request, check_batch
 from cactus_bench.engine.runtime import Clock, resolve_eos_ids
 from cactus_bench.engine.sampling import BAD_LAW, SamplingParams, bad_rows, draw_tokens
+from cactus_bench.engine.slot_state import SlotState
+from cactus_bench.engine.step_graphs import StepGraphs
 from cactus_bench.engine.stopping import OutputTracker
 
 
@@ -83,6 +85,7 @@ class BaseDecoder:
     cuda_graphs = False  # batched forwards as CUDA graphs (cuda_graphs.resolve_cuda_graphs)
     graph_capture_s = 0.0  # seconds the last generate_batch spent capturing them
     step_log: list = []  # the last generate_batch's steps (batched.BatchStep); set per run
+    last_device_stats: dict | None = None  # the last batched run's counters (device_stats)
 
     def __init__(
         self, tokenizer, sampling: SamplingParams | None, eos_token_ids, device, eos_model=None
@@ -143,6 +146,41 @@ class BaseDecoder:
         if batch == 1 and self._batch_refusal() is not None:
             return self._generate_each(requests, on_finish)
         return batched.generate_batch(self, requests, batch, on_finish)
+
+    def device_stats(self) -> dict:
+        """The last batched run's counters (`batched.device_stats`): graph_replays (int),
+        eager_forwards (int), capture_failed (bool), phase_ms ({draft, verify, rule, other}:
+        mean ms per decode step; CUDA events on a GPU, perf_counter on a CPU). Zeros and an
+        empty phase_ms before any batched run (a batch-1 run on HF's forward has none)."""
+        if self.last_device_stats is None:
+            return {
+                "graph_replays": 0,
+                "eager_forwards": 0,
+                "capture_failed": False,
+                "phase_ms": {},
+            }
+        return dict(self.last_device_stats)
+
+    def slot_state(self, batch: int) -> SlotState:
+        """The per-slot device state of a batched run (slot_state.py), reset; kept for the
+        decoder's life under CUDA graphs, whose captured draft loops read its buffers."""
+        kept = getattr(self, "_slot_state", None)
+        if not self.cuda_graphs or kept is None or kept.seeds.shape[0] != batch:
+            kept = SlotState(batch, self.device)
+            self._slot_state = kept if self.cuda_graphs else None
+        kept.reset()
+        return kept
+
+    def step_graphs(self, caches: dict, slots: SlotState) -> StepGraphs | None:
+        """The captured draft loops (step_graphs.py) of a speculative decoder under CUDA
+        graphs, bound to this run's drafter cache and slot state; None without a drafter."""
+        if "drafter" not in caches:
+            return None
+        graphs = getattr(self, "_step_graphs", None)
+        if graphs is None:
+            graphs = self._step_graphs = StepGraphs(self.device)
+        graphs.bind(caches["drafter"], slots)
+        return graphs
 
     def batch_runners(self, batch: int) -> dict:
         """{model name: `BatchRunner`} for a batched run; a clear error where one cannot run."""

@@ -176,7 +176,14 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
 
 
 class Clock:
-    """perf_counter that first waits for queued CUDA work, so phases are timed honestly."""
+    """The engine's clocks.
+
+    `clock()`: perf_counter that first waits for queued CUDA work (the batch-1 HF path, whose
+    steps read the host anyway). `clock.mark()` / `clock.seconds(a, b)`: phase timing without a
+    wait, for the batched steps: on CUDA a mark records an event in the stream and `seconds`
+    reads two events' elapsed time, which is only valid once both have run, i.e. after a host
+    read that followed them (a step reads its result once: its marks are read after that); on a
+    CPU a mark is perf_counter."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -186,6 +193,19 @@ class Clock:
         if self.sync:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
+
+    def mark(self):
+        if not self.sync:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        """Seconds from mark `start` to mark `end` (both passed by the device: class doc)."""
+        if not self.sync:
+            return end - start
+        return start.elapsed_time(end) / 1000.0
 
 
 def check_model_device(model: torch.nn.Module, device: torch.device) -> None:

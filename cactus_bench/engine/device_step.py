@@ -1,0 +1,102 @@
+"""The tensor-only parts of a batched speculative step: the drafter's m-step loop, and the rule
+over the verifier's laws. Each takes and returns tensors of the step's S slots only (the host
+passes shapes and settings, never data), reads nothing back and builds nothing from host data,
+so it traces whole (`torch.compile(fullgraph=True, dynamic=False)`, tests/test_device_step.py)
+and a CUDA graph can capture it.
+
+- `draft_loop`: m' times: the drafter's forward, its processed law p_j, the draw n_j ~ p_j from
+  the step's uniforms, and n_j as the next input (rows done drafting are fed nothing).
+- `apply_rules`: each row's rule on (drafts, p, q) with its own uniforms, or the bonus token
+  drawn from q where a row made no draft, into the step's emitted tokens [S, m + 1].
+
+A slot with no request (budget 0) takes part with junk values; its flags are masked and its
+emitted tokens stay -1. batch_steps.py runs them with the engine's forwards; the uniforms'
+layout is draws.step_uniforms (columns: m DRAFT, m ACCEPT, 1 LAST).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cactus_bench.engine.sampling import bad_rows, draw_tokens
+
+
+@dataclass
+class Drafts:
+    """The drafter loop's outputs for S slots and m' drafts."""
+
+    ids: torch.Tensor  # [S, m'] sampler-space ids (junk past a row's m_b)
+    probs: list[torch.Tensor]  # m' x [S, K] processed laws p_j
+    unscaled: list[torch.Tensor]  # m' x [S, K] temperature-1 laws (rules that read them), or []
+    bad: torch.Tensor  # [S] bool: a drafting row's law could not be sampled
+
+
+def draft_loop(forward, process, to_vocab, ids, counts, drafts, draws, greedy, steps, unscaled):
+    """forward(j, ids [S, w], counts [S]) -> logits [S, 1, K] at each row's last real token;
+    process: logits [S, K] -> laws [S, K]; ids/counts: the first forward's inputs (what each
+    drafter has still to read); drafts [S] m_b; draws [S, >= steps] the DRAFT uniforms; greedy
+    [S] bool; steps m' = max m_b (host int); unscaled: keep the temperature-1 laws too."""
+    tokens, laws, unscaled_laws = [], [], []
+    bad = torch.zeros_like(greedy)
+    for j in range(steps):
+        logits = forward(j, ids, counts)[:, -1]  # [S, K]
+        probs = process(logits)  # [S, K] each drafting row's p_j
+        token = draw_tokens(probs, draws[:, j], greedy)  # [S] n_j ~ p_j
+        bad = bad | (bad_rows(probs) & (drafts > j))
+        tokens.append(token)
+        laws.append(probs)
+        if unscaled:
+            unscaled_laws.append(logits.float().softmax(-1))
+        ids = to_vocab(token)[:, None]  # [S, 1] fed to the rows still drafting
+        counts = (drafts > j + 1).long()
+    if tokens:
+        stacked = torch.stack(tokens, 1)
+    else:
+        stacked = torch.zeros((greedy.shape[0], 0), dtype=torch.long, device=greedy.device)
+    return Drafts(stacked, laws, unscaled_laws, bad)
+
+
+@dataclass
+class RuleGroup:
+    """Rows of a step that share a rule and a draft count (host values)."""
+
+    rule: object
+    count: int  # m_b of its rows
+    mask: torch.Tensor | None  # [S] bool: its rows; None when it holds every slot
+    support_width: int | None  # `verify`'s support_width for its rows
+    greedy_bonus: bool  # its bonus token is the argmax (the rule's `bonus_is_argmax`)
+
+
+def apply_rules(groups, drafts: Drafts, target, logits, draws, greedy, m: int) -> torch.Tensor:
+    """The step's emitted tokens [S, m + 1]: per row, its accepted drafts then the recovered or
+    bonus token, -1 after. target [S, m' + 1, K] the processed q; logits the verifier's
+    restricted logits (for rules that read unscaled laws); draws [S, 2m + 1] (step_uniforms)."""
+    rows = target.shape[0]
+    accept_u, last_u = draws[:, m : 2 * m], draws[:, 2 * m]  # [S, m], [S]
+    emitted = torch.full((rows, m + 1), -1, dtype=torch.long, device=target.device)
+    for group in groups:
+        count = group.count
+        if count == 0:  # one token left: the verifier's token is the bonus, drawn from q
+            out = draw_tokens(target[:, 0], last_u, greedy | group.greedy_bonus)[:, None]
+        else:
+            extra = {}
+            if getattr(group.rule, "reads_unscaled", False):
+                extra["unscaled_draft_probs"] = torch.stack(drafts.unscaled[:count], 1)
+                extra["unscaled_target_probs"] = logits[:, : count + 1].float().softmax(-1)
+            out = group.rule.verify(
+                drafts.ids[:, :count],  # [S, m_b]
+                torch.stack(drafts.probs[:count], 1),  # [S, m_b, K]
+                target[:, : count + 1],  # [S, m_b + 1, K]
+                uniforms=torch.cat([accept_u[:, :count], last_u[:, None]], dim=1),
+                check=False,
+                support_width=group.support_width,
+                **extra,
+            ).token_ids  # [S, m_b + 1]
+        if group.mask is None:
+            emitted[:, : count + 1] = out
+        else:
+            kept = emitted[:, : count + 1]
+            emitted[:, : count + 1] = torch.where(group.mask[:, None], out, kept)
+    return emitted

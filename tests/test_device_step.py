@@ -1,0 +1,127 @@
+"""The speculative step's device part (engine/device_step.py, slot_state.py) is tensor-only: the
+drafter loop, the verifier's forward, the rule and the roll-back trace into one graph with no
+host read or data-dependent shape (the CPU proof that a CUDA graph can capture them); the step's
+draws come from one call with the keys of the per-stream calls; and the decoders report the
+counters the GPU records read (`device_stats`)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cactus_bench.bench.op_count import OpCounter, compiles_fullgraph
+from cactus_bench.engine import BatchRequest, SpeculativeDecoder
+from cactus_bench.engine.device_step import RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, step_uniforms, uniforms
+from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits
+from cactus_bench.engine.slot_state import SlotState
+from cactus_bench.samplers import make_sampler
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+PROMPTS = ([5, 6, 7, 8, 9], [11, 12, 13])
+
+
+def _device_step(tiny_pair, rule_name: str, m: int):
+    """(step, its runners' caches): one speculative step over two prefilled slots, as the
+    engine runs it but on the static forwards (what a CUDA graph captures)."""
+    drafter, verifier, tokenizer = tiny_pair
+    rule = make_sampler(rule_name)
+    decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, m, PAPER_SAMPLING, [])
+    runners = decoder.batch_runners(len(PROMPTS))
+    caches = {name: runner.new_cache(len(PROMPTS), 64) for name, runner in runners.items()}
+    slots = SlotState(len(PROMPTS), torch.device("cpu"))
+    for slot, prompt in enumerate(PROMPTS):
+        for name, runner in runners.items():
+            runner.prefill(caches[name], slot, prompt[:-1])
+        slots.start(slot, 7 + slot, PAPER_SAMPLING, len(prompt), 20, prompt[-1])
+    state = slots.view(0, len(PROMPTS))
+
+    def same(indices):
+        return indices
+
+    def process(logits):
+        return process_logits(logits, PAPER_SAMPLING)
+
+    def drafter_forward(j, ids, counts):
+        return runners["drafter"].static_forward(ids, counts, caches["drafter"], False)
+
+    def step():
+        drafts, draws = state.drafts(m), state.uniforms(m)
+        out = draft_loop(
+            drafter_forward,
+            process,
+            same,
+            state.drafter_ids[:, :1],
+            state.drafter_count * (drafts > 0),
+            drafts,
+            draws,
+            state.greedy,
+            m,
+            False,
+        )
+        ids = torch.cat([state.verifier_id[:, None], out.ids], dim=1)
+        logits = runners["verifier"].static_forward(ids, 1 + drafts, caches["verifier"], True)
+        target = process(logits)
+        groups = [RuleGroup(rule, m, None, None, False)]
+        emitted = apply_rules(groups, out, target, logits, draws, state.greedy, m)
+        state.advance(emitted, drafts, same, caches)
+        return emitted, out.bad
+
+    return step, caches
+
+
+@pytest.mark.parametrize("rule", ["sps", "cactus"])
+def test_the_device_step_traces_whole(tiny_pair, rule):
+    step, _ = _device_step(tiny_pair, rule, m=3)
+    with torch.inference_mode():
+        traced, reason = compiles_fullgraph(step)
+    assert traced, reason
+
+
+def test_the_device_step_stalls_never_and_emits_each_row_s_tokens(tiny_pair):
+    step, caches = _device_step(tiny_pair, "sps", m=3)
+    with torch.inference_mode(), OpCounter() as counter:
+        emitted, bad = step()
+    assert counter.stalls == 0, dict(counter.stalls_by_kind)
+    rows = emitted.tolist()
+    for tokens in rows:  # 1..m + 1 tokens, then -1
+        count = sum(token >= 0 for token in tokens)
+        assert 1 <= count <= 4 and all(token < 0 for token in tokens[count:])
+    assert not bad.any()
+    # the verifier rolled back to L + accepted, the sequence length moved by the emitted count
+    accepted = torch.tensor([sum(t >= 0 for t in row) - 1 for row in rows])
+    lengths = torch.tensor([len(p) for p in PROMPTS])
+    assert torch.equal(caches["verifier"].lengths, lengths + accepted)
+
+
+def test_one_call_draws_what_each_stream_draws_alone():
+    seeds = torch.tensor([0, 7, -3, 2**40])
+    lengths = torch.tensor([5, 9, 0, 123])
+    m = 4
+    together = step_uniforms(seeds, lengths, m)  # [R, 2m + 1]
+    offsets = torch.arange(m)
+    assert torch.equal(together[:, :m], uniforms(seeds, lengths[:, None] + offsets, DRAFT))
+    assert torch.equal(together[:, m : 2 * m], uniforms(seeds, lengths[:, None] + offsets, ACCEPT))
+    assert torch.equal(together[:, 2 * m], uniforms(seeds, lengths, LAST))
+    assert step_uniforms(seeds, lengths, 0).shape == (4, 1)
+
+
+def test_decoders_report_their_device_counters(tiny_pair):
+    drafter, verifier, tokenizer = tiny_pair
+    rule = make_sampler("sps")
+    decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
+    assert decoder.device_stats()["graph_replays"] == 0  # before any run
+    requests = [BatchRequest(list(p), 9, seed=i) for i, p in enumerate(PROMPTS)]
+    decoder.generate_batch(requests, batch=2)
+    stats = decoder.device_stats()
+    steps = [s for s in decoder.step_log if s.kind == "decode"]
+    assert set(stats) == {"graph_replays", "eager_forwards", "capture_failed", "phase_ms"}
+    assert stats["graph_replays"] == 0 and stats["capture_failed"] is False  # a CPU: no graphs
+    # every step: m drafter forwards (fewer near a request's end) and one verifier forward
+    drafter_forwards = sum(max(step.drafts) for step in steps)
+    assert stats["eager_forwards"] == drafter_forwards + len(steps)
+    phases = stats["phase_ms"]
+    assert set(phases) == {"draft", "verify", "rule", "other"}
+    assert all(value >= 0 for value in phases.values()) and phases["draft"] > 0
+    step_ms = 1000 * sum(step.step_s for step in steps) / len(steps)
+    assert sum(phases.values()) == pytest.approx(step_ms)
