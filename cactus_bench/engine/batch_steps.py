@@ -1,5 +1,5 @@
 """The decode steps of a batched run (`batched.generate_batch`): one step over every occupied slot,
-vectorised over rows, with ONE host read.
+vectorised over rows, with ONE stall: its result's read.
 
 A step runs on the device from its inputs to its emitted tokens: the drafter's m forwards (each
 drafted token feeds the next forward as a tensor), the verifier's one forward, the rule, and
@@ -7,20 +7,27 @@ every random draw. The only value read back is the step's result, each row's emi
 (accepted drafts, then the recovered or bonus token; -1 pads the tail) with a flag for rows
 whose laws could not be sampled, in one copy: the host needs them for EOS and stop strings and
 for the next step's bookkeeping. On a GPU every other host read is a synchronisation that
-idles the device, and a step without them can replay captured graphs back to back.
+idles the device, and a step without them can replay captured graphs back to back. Nor does a
+step build a tensor from host data (a blocking copy on CUDA) or synchronise to time itself:
+what it needs per row lives in the slots' device buffers (slot_state.py), and its phases are
+timed by `Clock.mark` (CUDA events read after the step's read).
 
-Draws: each row's uniforms are counter-based (draws.py), keyed on its seed and the sequence
-positions of the step, so a row's tokens depend on its own seed alone, never on its neighbours,
+The device part is tensor-only (device_step.py): the drafter's loop, and the rule with the
+bonus draw; under CUDA graphs the loop is one captured graph (step_graphs.py), so a step is
+two replays (the loop, the verifier's forward), eager rule work and one read.
+
+Draws: each row's uniforms are counter-based (draws.py), all of a step's in one call, keyed on
+its seed and the sequence positions of the step, so a row's tokens depend on its own seed alone, never on its neighbours,
 the batch size or the schedule (batch 1 draws the same numbers). A row's law is its rule's law:
 the drafts are drawn from p by inverting its CDF, the rule's acceptance tests and last token
 read the row's own uniforms (`verify(uniforms=...)`).
 
 Rows advance raggedly. Row b drafts m_b = min(m, remaining_b - 1) tokens (0: a bonus step, its
 one token drawn from q as in `SpeculativeDecoder._bonus_step`); a forward feeds each row its own
-number of real tokens (`counts`) padded to the widest, rows done drafting are fed nothing, and
-afterwards each row's caches are set back to its own accepted prefix (lengths as in the
-speculative module docstring), all rows in one copy. Rows are grouped by (rule, m_b) for the
-rule's call: one call per group, usually one per step.
+number of real tokens (`counts`) padded to the widest, rows done drafting and empty slots are
+fed nothing, and afterwards each row's caches are set back to its own accepted prefix (lengths
+as in the speculative module docstring) on the device. Rows are grouped by (rule, m_b) for the
+rule's call: one call per group over the span, masked to its rows, usually one per step.
 """
 
 from __future__ import annotations
