@@ -125,3 +125,76 @@ def test_decoders_report_their_device_counters(tiny_pair):
     assert all(value >= 0 for value in phases.values()) and phases["draft"] > 0
     step_ms = 1000 * sum(step.step_s for step in steps) / len(steps)
     assert sum(phases.values()) == pytest.approx(step_ms)
+
+
+class _ReplayedGraph:
+    """A stand-in for a captured CUDA graph on a CPU: replay re-runs the function and writes
+    its results into the outputs the capture returned, as a graph writes its static outputs."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def replay(self):
+        for static, fresh in zip(_tensors(self.outputs), _tensors(self.fn()), strict=True):
+            static.copy_(fresh)
+
+
+def _tensors(outputs) -> list[torch.Tensor]:
+    drafts, draws, out = outputs
+    return [drafts, draws, out.ids, *out.probs, *out.unscaled, out.bad]
+
+
+def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch):
+    """The captured path's host side (keys, the host's cache lengths, static outputs read after
+    each replay, the counters) on a CPU, with a graph that re-runs the loop on replay."""
+    from cactus_bench.engine.step_graphs import StepGraphs
+
+    def fake_capture(self, fn, state):
+        saved = [tensor.clone() for tensor in state]
+        graph = _ReplayedGraph(fn)
+        graph.outputs = fn()  # capture allocates the static outputs; the state is put back
+        for tensor, value in zip(state, saved, strict=True):
+            tensor.copy_(value)
+        return graph, graph.outputs
+
+    drafter, verifier, tokenizer = tiny_pair
+    requests = [BatchRequest([5, 6, 7, 8][: 2 + i % 3], 11, seed=i) for i in range(5)]
+    sampled = {}
+    for captured in (False, True):
+        rule = make_sampler("cactus", delta=1.0)
+        decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
+        if captured:
+            graphs = StepGraphs(torch.device("cpu"))
+            monkeypatch.setattr(StepGraphs, "_capture", fake_capture)
+            monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots: graphs)
+        records = decoder.generate_batch(requests, batch=3)
+        sampled[captured] = [record.output_ids for record in records]
+        steps = [s for s in decoder.step_log if s.kind == "decode"]
+    assert sampled[True] == sampled[False]
+    stats = decoder.device_stats()
+    drafting = sum(max(step.drafts) > 0 for step in steps)
+    assert stats["graph_replays"] == drafting > 0  # one replay a drafting step
+    assert stats["eager_forwards"] == len(steps)  # the verifier's (no forward graphs here)
+    assert len(graphs._graphs) >= 1 and graphs.capture_s > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_with_graphs_a_step_is_two_replays(tiny_pair):
+    """CPU proxies: test_the_device_step_traces_whole, test_a_replayed_draft_loop_..."""
+    drafter, verifier, tokenizer = tiny_pair
+    models = []
+    for model in (drafter, verifier):
+        copy = type(model)(model.config).cuda().eval()
+        copy.load_state_dict(model.state_dict())
+        models.append(copy)
+    rule = make_sampler("sps")
+    decoder = SpeculativeDecoder(
+        *models, tokenizer, rule, 3, PAPER_SAMPLING, [], device="cuda", cuda_graphs="on"
+    )
+    requests = [BatchRequest(list(p), 12, seed=i) for i, p in enumerate(PROMPTS * 2)]
+    decoder.generate_batch(requests, batch=4)
+    stats = decoder.device_stats()
+    steps = [s for s in decoder.step_log if s.kind == "decode"]
+    assert stats["capture_failed"] is False and stats["eager_forwards"] == 0
+    assert stats["graph_replays"] == sum(1 + (max(s.drafts) > 0) for s in steps)
+    assert stats["phase_ms"]["draft"] > 0 and stats["phase_ms"]["verify"] > 0

@@ -157,7 +157,7 @@ def generate_batch(decoder, requests, batch: int, on_finish=None) -> list[Reques
         )
         slots = decoder.slot_state(batch)
         run = BatchRun(runners, caches, clock, time.perf_counter(), [], graphs, sizes, slots)
-        run.step_graphs = decoder.step_graphs(caches, slots) if graphs is not None else None
+        run.step_graphs = decoder.step_graphs(caches, slots)
         capture_s = run.step_graphs.capture_s if run.step_graphs is not None else 0.0
         replayed = _replays(graphs)
         decoder.step_log = run.log

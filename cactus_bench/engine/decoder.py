@@ -174,7 +174,7 @@ class BaseDecoder:
     def step_graphs(self, caches: dict, slots: SlotState) -> StepGraphs | None:
         """The captured draft loops (step_graphs.py) of a speculative decoder under CUDA
         graphs, bound to this run's drafter cache and slot state; None without a drafter."""
-        if "drafter" not in caches:
+        if not self.cuda_graphs or "drafter" not in caches:
             return None
         graphs = getattr(self, "_step_graphs", None)
         if graphs is None:

@@ -60,8 +60,8 @@ class StepForward:
     def static(self, ids, counts) -> torch.Tensor:
         """The same forward on `BatchRunner.static_forward` over every slot (what a captured
         step function runs inside its graph; the host follows with `follow`)."""
-        runner = self.run.runners[self.name]
-        logits = runner.static_forward(ids, counts, self.run.caches[self.name], False)
+        runner, cache = self.run.runners[self.name], self.run.caches[self.name]
+        logits = runner.static_forward(ids, counts, cache.rows(self.first, self.stop), False)
         token_map = self.decoder.token_map
         return logits if token_map is None else logits.index_select(-1, token_map)
 
