@@ -12,7 +12,7 @@ import torch
 from cactus_bench.bench.op_count import OpCounter, compiles_fullgraph
 from cactus_bench.engine import BatchRequest, SpeculativeDecoder
 from cactus_bench.engine.device_step import RuleGroup, apply_rules, draft_loop
-from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, step_uniforms, uniforms
+from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, request_keys, step_uniforms, uniforms
 from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits
 from cactus_bench.engine.slot_state import SlotState
 from cactus_bench.samplers import make_sampler
@@ -98,12 +98,12 @@ def test_one_call_draws_what_each_stream_draws_alone():
     seeds = torch.tensor([0, 7, -3, 2**40])
     lengths = torch.tensor([5, 9, 0, 123])
     m = 4
-    together = step_uniforms(seeds, lengths, m)  # [R, 2m + 1]
+    together = step_uniforms(request_keys(seeds), lengths, m)  # [R, 2m + 1]
     offsets = torch.arange(m)
     assert torch.equal(together[:, :m], uniforms(seeds, lengths[:, None] + offsets, DRAFT))
     assert torch.equal(together[:, m : 2 * m], uniforms(seeds, lengths[:, None] + offsets, ACCEPT))
     assert torch.equal(together[:, 2 * m], uniforms(seeds, lengths, LAST))
-    assert step_uniforms(seeds, lengths, 0).shape == (4, 1)
+    assert step_uniforms(request_keys(seeds), lengths, 0).shape == (4, 1)
 
 
 def test_decoders_report_their_device_counters(tiny_pair):
@@ -166,7 +166,7 @@ def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch):
         if captured:
             graphs = StepGraphs(torch.device("cpu"))
             monkeypatch.setattr(StepGraphs, "_capture", fake_capture)
-            monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots: graphs)
+            monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots, graphs=graphs: graphs)
         records = decoder.generate_batch(requests, batch=3)
         sampled[captured] = [record.output_ids for record in records]
         steps = [s for s in decoder.step_log if s.kind == "decode"]

@@ -17,10 +17,10 @@ bonus draw; under CUDA graphs the loop is one captured graph (step_graphs.py), s
 two replays (the loop, the verifier's forward), eager rule work and one read.
 
 Draws: each row's uniforms are counter-based (draws.py), all of a step's in one call, keyed on
-its seed and the sequence positions of the step, so a row's tokens depend on its own seed alone, never on its neighbours,
-the batch size or the schedule (batch 1 draws the same numbers). A row's law is its rule's law:
-the drafts are drawn from p by inverting its CDF, the rule's acceptance tests and last token
-read the row's own uniforms (`verify(uniforms=...)`).
+its seed and the sequence positions of the step, so a row's tokens depend on its own seed alone,
+never on its neighbours, the batch size or the schedule (batch 1 draws the same numbers). A row's
+law is its rule's law: the drafts are drawn from p by inverting its CDF, the rule's acceptance
+tests and last token read the row's own uniforms (`verify(uniforms=...)`).
 
 Rows advance raggedly. Row b drafts m_b = min(m, remaining_b - 1) tokens (0: a bonus step, its
 one token drawn from q as in `SpeculativeDecoder._bonus_step`); a forward feeds each row its own
@@ -53,11 +53,9 @@ def autoregressive_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[in
     logits = forward(state.verifier_id[:, None], active.long(), [1] * len(rows), False)
     probs = processor(rows, state)(logits[:, -1])  # [S', K]
     forwarded = clock.mark()
-    last_u = state.uniforms(0)[:, 0]  # [S'] LAST at L
+    last_u = state.last_uniforms()  # [S'] LAST at L
     tokens = torch.where(active, draw_tokens(probs, last_u, state.greedy), -1)  # [S']
-    state.advance(
-        tokens[:, None], state.drafts(0), _to_vocab_fn(decoder), span_caches(run, first, stop)
-    )
+    state.advance_one(tokens, _to_vocab_fn(decoder))
     ruled = clock.mark()
     result = _read(tokens[:, None], bad_rows(probs) & active)
     emitted = []

@@ -165,7 +165,7 @@ class BaseDecoder:
         """The per-slot device state of a batched run (slot_state.py), reset; kept for the
         decoder's life under CUDA graphs, whose captured draft loops read its buffers."""
         kept = getattr(self, "_slot_state", None)
-        if not self.cuda_graphs or kept is None or kept.seeds.shape[0] != batch:
+        if not self.cuda_graphs or kept is None or kept.keys.shape[0] != batch:
             kept = SlotState(batch, self.device)
             self._slot_state = kept if self.cuda_graphs else None
         kept.reset()

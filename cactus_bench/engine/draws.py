@@ -52,11 +52,24 @@ def uniforms(
     seeds: [R] int64 (any value a request's seed takes); positions: [R] or [R, k] int64 sequence
     positions (>= 0); stream: DRAFT, ACCEPT or LAST, or an int64 tensor of them broadcast with
     positions ([k]: one per column). Same key, same number, on any device."""
+    return keyed_uniforms(request_keys(seeds), positions, stream)
+
+
+def request_keys(seeds: torch.Tensor) -> torch.Tensor:
+    """[R] int64 seeds -> [R] the requests' own 32-bit keys: the part of the hash that depends
+    on the seed alone (the batched engine keeps it per slot, computed once a request)."""
     seeds = seeds.to(torch.int64)
-    while seeds.dim() < positions.dim():
-        seeds = seeds.unsqueeze(-1)
     seed_low, seed_high = seeds & _MASK32, (seeds >> 32) & _MASK32
-    key = fmix32(seed_high ^ fmix32(seed_low ^ _GOLDEN))  # the request's own key
+    return fmix32(seed_high ^ fmix32(seed_low ^ _GOLDEN))
+
+
+def keyed_uniforms(
+    keys: torch.Tensor, positions: torch.Tensor, stream: int | torch.Tensor
+) -> torch.Tensor:
+    """`uniforms` from the requests' keys [R] (`request_keys`) instead of their seeds."""
+    key = keys
+    while key.dim() < positions.dim():
+        key = key.unsqueeze(-1)
     key = fmix32(key ^ _mul32((positions & _MASK32) + 1, _GOLDEN))
     streams = torch.full_like(key, stream) if isinstance(stream, int) else stream.expand_as(key)
     key = fmix32(key ^ _mul32(streams, 0x7FEB352D))
@@ -65,15 +78,15 @@ def uniforms(
     return (high * 67108864 + low).to(torch.float64) / 9007199254740992.0  # / 2^53
 
 
-def step_uniforms(seeds: torch.Tensor, lengths: torch.Tensor, m: int) -> torch.Tensor:
-    """[R, 2m + 1] float64: every draw of one speculative step in one call, for rows at sequence
-    lengths L [R]: columns 0..m-1 DRAFT at L + j, m..2m-1 ACCEPT at L + j, 2m LAST at L (the
-    numbers `uniforms` gives each key alone, so batch 1 and batch B draw the same). One call
-    a step instead of m + 2: the hash is ~140 element-wise ops whatever its width, each an
-    eager launch on a GPU."""
+def step_uniforms(keys: torch.Tensor, lengths: torch.Tensor, m: int) -> torch.Tensor:
+    """[R, 2m + 1] float64: every draw of one speculative step in one call, for rows of keys
+    [R] (`request_keys`) at sequence lengths L [R]: columns 0..m-1 DRAFT at L + j, m..2m-1
+    ACCEPT at L + j, 2m LAST at L (the numbers `uniforms` gives each key alone, so batch 1 and
+    batch B draw the same). One call a step instead of m + 2: the hash is ~140 element-wise ops
+    whatever its width (~95 from a key), each an eager launch on a GPU."""
     draft = torch.arange(m, device=lengths.device)  # [m] offsets j
     offsets = torch.cat([draft, draft, draft.new_zeros(1)])  # [2m + 1]
     streams = torch.cat(
         [torch.full_like(draft, DRAFT), torch.full_like(draft, ACCEPT), draft.new_full((1,), LAST)]
     )
-    return uniforms(seeds, lengths[:, None] + offsets, streams)
+    return keyed_uniforms(keys, lengths[:, None] + offsets, streams)

@@ -9,7 +9,7 @@ The host keeps its own copies (`Row`) for the scheduler: both follow the same ru
 (batch_steps.py `_advance`), so they agree without a read.
 
 Per slot s:
-- seeds [S] int64: the request's seed (the key of its draws, draws.py);
+- keys [S] int64: the request's key, from its seed (draws.request_keys: its draws' key);
 - seq_len [S] int64: prompt + emitted tokens, L at the start of a step;
 - budget [S] int64: tokens the request may still emit (`OutputTracker.remaining`); 0 for an
   empty slot, so a slot is active iff budget > 0;
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.engine.draws import step_uniforms
+from cactus_bench.engine.draws import LAST, keyed_uniforms, request_keys, step_uniforms
 
 
 class SlotState:
@@ -34,7 +34,7 @@ class SlotState:
     def __init__(self, slots: int, device):
         self.device = device
         zeros = torch.zeros(slots, dtype=torch.long, device=device)
-        self.seeds, self.seq_len, self.budget, self.group = (zeros.clone() for _ in range(4))
+        self.keys, self.seq_len, self.budget, self.group = (zeros.clone() for _ in range(4))
         self.greedy = torch.zeros(slots, dtype=torch.bool, device=device)
         self.drafter_ids = torch.zeros((slots, 2), dtype=torch.long, device=device)
         self.drafter_count = zeros.clone()
@@ -51,7 +51,8 @@ class SlotState:
         group = self.groups.setdefault(params, len(self.groups))
         values = [seed, prompt_len, budget, group, int(params.is_greedy), last, 1, last]
         row = torch.tensor(values, dtype=torch.long, device=self.device)
-        self.seeds[slot], self.seq_len[slot], self.budget[slot], self.group[slot] = row[:4]
+        self.keys[slot] = request_keys(row[:1])[0]
+        self.seq_len[slot], self.budget[slot], self.group[slot] = row[1:4]
         self.greedy[slot] = row[4].bool()
         self.drafter_ids[slot, 0], self.drafter_count[slot], self.verifier_id[slot] = row[5:]
 
@@ -68,7 +69,7 @@ class SlotView:
 
     def __init__(self, state: SlotState, first: int, stop: int):
         window = slice(first, stop)
-        self.seeds, self.seq_len = state.seeds[window], state.seq_len[window]
+        self.keys, self.seq_len = state.keys[window], state.seq_len[window]
         self.budget, self.group = state.budget[window], state.group[window]
         self.greedy = state.greedy[window]
         self.drafter_ids, self.drafter_count = (
@@ -88,7 +89,22 @@ class SlotView:
 
     def uniforms(self, m: int) -> torch.Tensor:
         """[S', 2m + 1] float64: the step's draws in one call (draws.step_uniforms)."""
-        return step_uniforms(self.seeds, self.seq_len, m)
+        return step_uniforms(self.keys, self.seq_len, m)
+
+    def last_uniforms(self) -> torch.Tensor:
+        """[S'] float64: the LAST draw at L (a verifier-only step's one draw)."""
+        return keyed_uniforms(self.keys, self.seq_len, LAST)
+
+    def advance_one(self, tokens: torch.Tensor, to_vocab) -> None:
+        """After a verifier-only step that emitted tokens [S'] (-1 in an empty slot): the
+        verifier reads the token next, the length and budget move by one. Its cache already
+        holds L positions (the forward fed the pending token), so nothing rolls back."""
+        emitted = tokens >= 0
+        self.verifier_id.copy_(
+            torch.where(emitted, to_vocab(tokens.clamp(min=0)), self.verifier_id)
+        )
+        self.seq_len.add_(emitted)
+        self.budget.sub_(emitted.long())
 
     def advance(self, emitted: torch.Tensor, drafts: torch.Tensor, to_vocab, caches: dict):
         """After a step that emitted `emitted` [S', m + 1] (sampler indices, -1 past each row's
