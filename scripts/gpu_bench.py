@@ -297,9 +297,21 @@ def forecast_lines(costs_dir: Path, out: Path, large: str = LARGE) -> list[str]:
         print(f"gpu-bench: no forecast: {type(error).__name__}: {error}")
         return []
     Plan._write_rows(out / "gpu_forecast.csv", rows)
+    add_overheads(costs_dir / "gpu_step_costs.csv", fc.cost_table_rows(forwards, verifies, engines))
     lines = fc.report_lines(costs, checks, rows)
     print("\n".join(lines))
     return lines
+
+
+def add_overheads(table: Path, rows: list[dict]) -> None:
+    """Puts the rule and overhead rows into the `report batch --cost-table` table (replacing
+    any earlier ones), so that its forecast pays them too."""
+    if not table.exists() or not rows:
+        return
+    from cactus_bench.bench.gpu_forecast import read_rows
+
+    kept = [r for r in read_rows(table) if r["model"] in ("drafter", "verifier")]
+    Plan._write_rows(table, kept + rows)
 
 
 def paper_acceptances():

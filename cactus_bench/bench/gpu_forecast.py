@@ -78,9 +78,12 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def costs_from_rows(forwards, verifies, engines, fit_arm: str = "sps", fit_m: int = 4) -> Costs:
-    """Costs from gpu_forward.csv, gpu_verify.csv and gpu_engine.csv rows (csv.DictReader)."""
-    measured = [r for r in forwards if r["seconds"] and int(r["batch"]) == 1]
+def costs_from_rows(
+    forwards, verifies, engines, fit_arm: str = "sps", fit_m: int = 4, batch: int = 1
+) -> Costs:
+    """Costs at `batch` rows from gpu_forward.csv, gpu_verify.csv and gpu_engine.csv rows
+    (csv.DictReader)."""
+    measured = [r for r in forwards if r["seconds"] and int(r["batch"]) == batch]
     path = "graph" if any(r["path"] == "graph" for r in measured) else "eager"
     by_role: dict[str, list] = {}
     for row in measured:
@@ -88,23 +91,40 @@ def costs_from_rows(forwards, verifies, engines, fit_arm: str = "sps", fit_m: in
             by_role.setdefault(row["role"], []).append((int(row["tokens_per_row"]), _f(row)))
     rules: dict[str, list] = {}
     for row in verifies:
-        if row["path"] == "eager" and row["seconds"] and int(row["batch"]) == 1:
+        if row["path"] == "eager" and row["seconds"] and int(row["batch"]) == batch:
             rules.setdefault(row["rule"], []).append((int(row["m"]), _f(row)))
     forwards_by_role = {role: sorted(points) for role, points in by_role.items()}
     drafter_s = interpolate(forwards_by_role["drafter"], 1)[0]
-    verifier = [r for r in engines if r["arm"] == "verifier" and int(r["batch"]) == 1]
-    fit = [r for r in engines if _is(r, fit_arm, fit_m, 1)]
+    verifier = [r for r in engines if r["arm"] == "verifier" and int(r["batch"]) == batch]
+    fit = [r for r in engines if _is(r, fit_arm, fit_m, batch)]
     if not verifier or not fit:
-        raise ValueError(f"gpu_engine.csv lacks the verifier or {fit_arm} m = {fit_m} at batch 1")
+        raise ValueError(f"gpu_engine.csv lacks the verifier or {fit_arm} m = {fit_m} at {batch}")
     verifier_forward_s = interpolate(forwards_by_role["verifier"], 1)[0]
     step_overhead = float(verifier[0]["mean_step_s"]) - verifier_forward_s
     rules_by_name = {name: sorted(points) for name, points in rules.items()}
     device = verifier[0].get("device", "")
     partial = Costs(device, drafter_s, forwards_by_role, rules_by_name, step_overhead, 0.0, "")
     rest = float(fit[0]["mean_step_s"]) - partial.spec_step_s("verifier", fit_arm, fit_m)
-    fitted_on = f"{path} forwards; engine verifier and {fit_arm} m = {fit_m}, batch 1"
+    fitted_on = f"{path} forwards; engine verifier and {fit_arm} m = {fit_m}, batch {batch}"
     costs = (device, drafter_s, forwards_by_role, rules_by_name, step_overhead)
     return Costs(*costs, rest / fit_m, fitted_on)
+
+
+def cost_table_rows(forwards, verifies, engines, rule: str = "cactus", m: int = 4) -> list[dict]:
+    """The rule and overhead rows of a `report batch --cost-table` table (report/batch_cost.py)
+    at every batch the engine ran: step_overhead, draft_overhead (per draft) and `rule`'s
+    verify at m drafts, in seconds."""
+    out = []
+    for batch in sorted({int(r["batch"]) for r in engines}):
+        try:
+            costs = costs_from_rows(forwards, verifies, engines, batch=batch)
+            parts = (costs.step_overhead_s, costs.draft_overhead_s, costs.rule_s(rule, m))
+        except (KeyError, ValueError, IndexError):  # a part not measured at this batch
+            continue
+        for model, seconds in zip(("step_overhead", "draft_overhead", "rule"), parts, strict=True):
+            entry = {"device": costs.device, "model": model, "batch": batch, "tokens_per_row": m}
+            out.append({**entry, "seconds": seconds})
+    return out
 
 
 def _f(row: dict) -> float:
