@@ -185,6 +185,8 @@ def test_embedded_acceptance_names_its_sweep(tmp_path):
 
 def test_attention_backend_from_names():
     assert attention_backend(["aten::_scaled_dot_product_flash_attention"]) == "flash"
+    cpu = "aten::_scaled_dot_product_flash_attention_for_cpu"
+    assert attention_backend(["aten::scaled_dot_product_attention", cpu]) == "flash (CPU kernel)"
     assert attention_backend(["aten::_scaled_dot_product_efficient_attention"]) == "efficient"
     assert attention_backend(["void cudnn_sdpa_fwd_kernel<...>"]) == "cudnn"
     assert attention_backend(["aten::_scaled_dot_product_attention_math"]) == "math"

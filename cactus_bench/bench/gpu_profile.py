@@ -6,7 +6,8 @@ engine's static forward, eager and (on CUDA) replayed as a CUDA graph:
   (`aten::_scaled_dot_product_{flash,efficient,cudnn}_attention`, or the math fallback, which
   repeats K/V and upcasts them over the whole capacity);
 - replay: the device kernels of one graph launch, and their count per decoder layer (embedding
-  and head kernels included, so a little over a layer's own), with the most frequent names.
+  and head kernels included, so a little over a layer's own), with the most frequent names
+  (where the profiler sees none inside the launch, it says so rather than report 0).
 On a CPU (the dry run) there are no kernels: only the eager ops and the backend.
 """
 
@@ -23,6 +24,7 @@ from cactus_bench.engine.fast_runner import FastRunner
 
 # Backend -> fragments of its aten op or kernel names (checked in this order).
 ATTENTION_NAMES = {
+    "flash (CPU kernel)": ("_flash_attention_for_cpu",),
     "cudnn": ("_cudnn_attention", "cudnn_sdpa", "cudnn_fmha"),
     "flash": ("_flash_attention", "flash_fwd", "pytorch_flash"),
     "efficient": ("_efficient_attention", "fmha_cutlass", "cutlassf", "mem_eff"),
@@ -72,11 +74,13 @@ def forward_profile(model, device: torch.device, context: int, graphs: bool) -> 
     with torch.inference_mode():
         eager = profiled(at_context(runner.static_forward, inputs, context), device)
         ops = [e.name for e in eager if e.name.startswith("aten::")]
+        eager_kernels = len(kernel_names(eager))
         out = {
             "layers": layers,
             "context": context,
             "eager_aten_ops": len(ops),
-            "eager_kernels": len(kernel_names(eager)),
+            "eager_kernels": eager_kernels,
+            "eager_kernels_per_layer": round(eager_kernels / layers, 1) if eager_kernels else None,
             "attention_backend": attention_backend(ops + kernel_names(eager)),
             "attention_ops": sorted({name for name in ops if "attention" in name}),
         }
@@ -85,6 +89,8 @@ def forward_profile(model, device: torch.device, context: int, graphs: bool) -> 
             if graphed.failed is not None:
                 return {**out, "replay": f"capture failed: {graphed.failed}"}
             kernels = kernel_names(profiled(at_context(graphed.forward, inputs, context), device))
+            if not kernels:  # this profiler does not trace inside a graph launch: say so
+                return {**out, "replay": "the profiler saw no kernel inside the graph launch"}
             out.update(
                 replay_kernels=len(kernels),
                 replay_kernels_per_layer=round(len(kernels) / layers, 1),
