@@ -336,9 +336,10 @@ def paper_acceptances():
 
 
 def tree_state() -> str:
-    """ "clean" / "dirty" (code or configs differ from the commit; results/ excluded) /
-    "unknown", each with the commit (store.metadata.git_state; its env pins win where the tree
-    travelled without its history)."""
+    """The tree's state, with the commit: clean, dirty (code or configs differ from the commit;
+    results/ excluded) or unknown (store.metadata.git_state). Where the tree travelled without
+    its history (a lent GPU machine), the sending checkout pins both:
+    CACTUS_BENCH_GIT_SHA=<sha> CACTUS_BENCH_GIT_DIRTY=false|true."""
     from cactus_bench.store.metadata import git_state
 
     sha, dirty = git_state()
