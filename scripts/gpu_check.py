@@ -22,10 +22,14 @@ On the embedded pair (SmolLM2-135M-Instruct and its distilled drafter, `make set
 6. sampler_bench: every rule's verify vs the naive path at V = 151,936;
 7. verify_cost / 8. speedup: verifier step costs, the pair's Cactus speedup for m = 1..4.
 Each check is timed and guarded: an error is recorded in the JSON (written after every check)
-and the run goes on. Exit status 0 when every check ran and passed (a --skip'ed one counts as
-passed: it was asked for), 1 when one failed (loudly: the failed checks are listed), 3
-(INCOMPLETE) when none failed but a check did not run because the time budget was spent (never
-a pass), 2 without a usable GPU (one line naming the fix). `--dry` runs on the CPU with the
+and the run goes on. Each check's `status` is passed, failed, skipped (--skip, or a part this
+machine cannot run) or incomplete (the time budget was spent first); only a check that ran
+passes. The JSON's first field, `tree`, says whether the code was committed (clean) or not
+(dirty); its `passed` is true only when every check ran and passed, and `skipped` names those
+skipped. Exit status 0 when none failed and none was left out by the budget (skips were asked
+for; the summary prints them as skipped, never ok), 1 when one failed (loudly: the failed checks
+are listed), 3 (INCOMPLETE) when none failed but a check did not run because the time budget was
+spent, 2 without a usable GPU (one line naming the fix). `--dry` runs on the CPU with the
 tiny random pair and small sizes: the script and every check's logic, not the GPU. The checks
 and their order live in cactus_bench/gpu_check/ (suite.py); this script takes the flags, writes
 and summarises.
@@ -92,15 +96,17 @@ def main() -> int:
     for name, result in run_checks(ctx, skip, args.budget_s, started):
         report["checks"][name] = result
         report["elapsed_s"] = round(time.perf_counter() - started, 1)
-        report["passed"] = all(check["passed"] for check in report["checks"].values())
-        report["complete"] = not any(c.get("incomplete") for c in report["checks"].values())
+        statuses = {name: check["status"] for name, check in report["checks"].items()}
+        report["passed"] = all(status == "passed" for status in statuses.values())
+        report["complete"] = "incomplete" not in statuses.values()
+        report["skipped"] = [name for name, status in statuses.items() if status == "skipped"]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(summary(report))
     print(f"gpu-check: wrote {args.out}")
     checks = report["checks"]
-    failed = [name for name, c in checks.items() if not c["passed"] and not c.get("incomplete")]
-    missing = [name for name, check in checks.items() if check.get("incomplete")]
+    failed = [name for name, check in checks.items() if check["status"] == "failed"]
+    missing = [name for name, check in checks.items() if check["status"] == "incomplete"]
     if failed:
         print(f"gpu-check: FAILED: {', '.join(failed)} (details in {args.out})", file=sys.stderr)
         return 1
@@ -117,18 +123,11 @@ def main() -> int:
 def summary(report: dict) -> str:
     lines = [
         f"gpu-check on {report['device']} (torch {report['torch']}, CUDA {report['cuda']}), "
-        f"{report['elapsed_s']:.0f} s"
+        f"{report['elapsed_s']:.0f} s; tree {report['tree']}"
     ]
+    shown = {"passed": "ok", "failed": "FAILED", "skipped": "skipped", "incomplete": "INCOMPLETE"}
     for name, check in report["checks"].items():
-        status = (
-            "INCOMPLETE"
-            if check.get("incomplete")
-            else "skipped"
-            if "skipped" in check
-            else "ok"
-            if check["passed"]
-            else "FAILED"
-        )
+        status = shown[check["status"]]
         detail = check.get("skipped") or check.get("error") or headline(name, check)
         lines.append(f"  {name:<16} {status:<8} {detail}")
     return "\n".join(lines)

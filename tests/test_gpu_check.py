@@ -85,24 +85,33 @@ def test_dry_run_writes_the_report(tmp_path):
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert report["passed"] and list(report["checks"]) == list(gpu_check.CHECKS)
+    assert next(iter(report)) == "tree" and report["tree"].split()[0] in {"clean", "dirty"}
+    assert list(report["checks"]) == list(gpu_check.CHECKS)
+    # Skipped checks never pass: the report does not either, though nothing failed (exit 0).
+    assert not report["passed"] and report["complete"]
+    assert report["skipped"] == [name for name in gpu_check.CHECKS if name in skip.split(",")]
+    ran = [c for name, c in report["checks"].items() if name not in report["skipped"]]
+    assert all(check["status"] == "passed" and check["passed"] for check in ran)
     assert report["checks"]["greedy_float32"]["identical"] == 2  # exact on the CPU in fp32
     assert report["checks"]["greedy_float16"]["identical"] == 2
     assert len(report["checks"]["speedup"]["rows"]) == 4
-    assert report["checks"]["vllm"]["skipped"] == "--skip"
+    vllm = report["checks"]["vllm"]
+    assert (vllm["status"], vllm["skipped"], vllm["passed"]) == ("skipped", "--skip", False)
     assert "gpu-check on CPU" in done.stdout
+    (vllm_line,) = [line for line in done.stdout.splitlines() if line.strip().startswith("vllm")]
+    assert vllm_line.split()[1] == "skipped"
 
 
 def test_a_check_the_budget_left_out_is_incomplete_never_passed(tmp_path):
     """Budget 0: no check runs; each is marked incomplete, the run exits INCOMPLETE (3), not 0;
-    --skip'ed checks (asked for) still pass."""
+    --skip'ed checks are skipped, never passed."""
     import time
 
     results = dict(gpu_check.run_checks(None, {"speedup"}, -1.0, time.perf_counter()))
     assert list(results) == list(gpu_check.CHECKS) and list(results)[0] == "vllm"
-    assert results["speedup"] == {"skipped": "--skip", "passed": True}
+    assert results["speedup"] == {"status": "skipped", "skipped": "--skip", "passed": False}
     left_out = [r for name, r in results.items() if name != "speedup"]
-    assert all(r["incomplete"] and not r["passed"] for r in left_out)
+    assert all(r["status"] == "incomplete" and not r["passed"] for r in left_out)
     out = tmp_path / "gpu_check.json"
     done = subprocess.run(
         [sys.executable, "scripts/gpu_check.py", "--dry", "--budget-s", "0", "--out", str(out)],

@@ -145,10 +145,23 @@ def test_a_cost_table_from_another_device_gives_a_labelled_forecast():
     chosen = pd.DataFrame(
         [dict(task="demo", rule="cactus", m=2, batch=1, accept_rate_by_pos="[0.6, 0.4]")]
     )
-    ahead = forecast(chosen, costs, [1, 8, 32, 64])
+    ahead = forecast(chosen, costs, [1, 8, 32, 64], "sweep.csv")
     assert set(ahead.kind) == {"forecast"} and set(ahead.device) == {"FABRICATED gpu"}
     speedups = ahead.sort_values("batch").forecast_speedup.to_numpy()
     assert speedups[0] > 1 and np.all(np.diff(speedups) < 0)
+    # Without rule and overhead rows the table says they count 0; each row names its acceptance.
+    assert set(ahead.costs_note) == {costs.note} and "rule" in costs.note
+    assert ahead.acceptance_source.str.startswith("sweep.csv: ").all()
+    # With them, a speculative step pays the rule and m draft overheads, both arms o_step.
+    parts = {"step_overhead": 0.002, "draft_overhead": 0.001, "rule": 0.001}
+    extra = [("FABRICATED gpu", model, 1, 2, seconds) for model, seconds in parts.items()]
+    full = costs_from_table(pd.concat([table, pd.DataFrame(extra, columns=table.columns)]))
+    assert full.note == "" and full.spec_rule_s(1) == pytest.approx(0.001)
+    assert full.draft_s(1) == pytest.approx(costs.draft_s(1) + 0.001)
+    spec = 2 * full.draft_s(1) + full.verify_s(1, 3) + 0.002 + 0.001
+    base = full.verify_s(1, 1) + 0.002
+    each = tokens_per_row_step("[0.6, 0.4]")
+    assert predicted_speedup(full, 2, 1, each, (0, 0)) == pytest.approx(each * base / spec)
 
 
 @pytest.mark.slow

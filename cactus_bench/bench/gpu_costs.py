@@ -1,17 +1,19 @@
-"""What `make gpu-bench` measures on one GPU: forwards, rules and engine steps beside their floors.
+"""What `make gpu-bench` measures on one GPU: forwards and rules beside their floors.
 
 Model shapes are the paper's (Qwen3-0.6B, 8B, 14B) built from their configs with random weights:
 a step's cost depends on shapes, not values. Each figure is a median over timed repeats (CUDA
-events) with its quartiles, beside its floor: the bytes the step must stream (weights, or the
-laws a rule reads) over the card's measured copy bandwidth.
+events) with its quartiles, beside its floor (`floor_s`): the bytes the step must stream (the
+weights a decode step reads, `decode_bytes`, or the laws a rule reads) over the card's measured
+copy bandwidth, the same bandwidth for both.
 
 - `copy_bandwidth`: device-to-device copy of a 2 GiB buffer, bytes read + written per second.
 - `forward_costs`: one batched forward (`BatchRunner.static_forward`) per rows B and new tokens
   n at a context of `context` tokens, eager and replayed as a CUDA graph (`GraphedRunner`), with
   the capture time.
-- `verify_costs`: each rule's `verify` at V = 151,936 on the paper's processed laws.
-- `engine_costs`: the engine end to end (`generate_batch`): the verifier alone, SpS and Cactus at
-  batch B, tokens per second and the mean decode step, with the graphs' capture time.
+- `verify_costs`: each rule's `verify` at V = 151,936 on the paper's processed laws, eager and
+  (some settings) compiled by inductor, the compile refused when its graph keeps no op
+  (gpu_compiled.py).
+The engine end to end is gpu_engine.py; the forecast from these costs, gpu_forecast.py.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 
 import torch
 
-from cactus_bench.engine import AutoregressiveDecoder, BatchRequest, SpeculativeDecoder
+from cactus_bench.bench.gpu_compiled import compile_checked
 from cactus_bench.engine.batch_cache import BatchRunner
 from cactus_bench.engine.cuda_graphs import GraphedRunner
 from cactus_bench.engine.fast_runner import FastRunner
@@ -60,14 +62,25 @@ def copy_bandwidth(device: torch.device, gib: float = 2.0, repeats: int = 10) ->
     return 2 * source.numel() / median
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes a forward streams: every parameter once (a tied head counted once)."""
-    seen, total = set(), 0
+def decode_bytes(model: torch.nn.Module) -> int:
+    """Bytes a decode step streams: every parameter once (a tied head counted once), less an
+    untied input embedding, of which a step reads one row per token (Qwen3-8B: 1.2 GB of its
+    16.4 GB; a tied embedding is the output head, read whole)."""
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight.data_ptr() == embedding.data_ptr()
+    seen, total = set() if tied else {embedding.data_ptr()}, 0
     for param in model.parameters():
         if param.data_ptr() not in seen:
             seen.add(param.data_ptr())
             total += param.numel() * param.element_size()
     return total
+
+
+def floor_s(streamed_bytes: int, bandwidth: float) -> float:
+    """Seconds to stream `streamed_bytes` once at `bandwidth` (copy_bandwidth's bytes a second):
+    the floor of a forward (its decode_bytes) and of a rule (the laws it reads) alike."""
+    return streamed_bytes / bandwidth
 
 
 def forward_costs(
@@ -90,7 +103,7 @@ def forward_costs(
             ids = torch.randint(vocab, (rows, num_new), device=device)
             counts = torch.full((rows,), num_new, dtype=torch.long, device=device)
             inputs = (ids, counts, cache, num_new > 1)
-            eager = _at_context(runner.static_forward, inputs, context)
+            eager = at_context(runner.static_forward, inputs, context)
             out.append(_forward_row("eager", rows, num_new, timed(eager, repeats, device), 0.0))
             if graphed is None:
                 continue
@@ -99,7 +112,7 @@ def forward_costs(
                 row = _forward_row("graph", rows, num_new, (None, None, None), capture_s)
                 out.append({**row, "note": graphed.failed})
                 continue
-            replay = _at_context(graphed.forward, inputs, context)
+            replay = at_context(graphed.forward, inputs, context)
             spread = timed(replay, repeats, device)
             out.append(_forward_row("graph", rows, num_new, spread, capture_s))
             if rows in fused_rows and num_new == 1:  # each compile takes ~a minute
@@ -127,11 +140,11 @@ def _fused_row(runner, inputs, rows: int, num_new: int, context: int, repeats: i
     if fused.failed is not None:
         row = _forward_row("fused+graph", rows, num_new, (None, None, None), capture_s)
         return {**row, "note": fused.failed}
-    spread = timed(_at_context(fused.forward, inputs, context), repeats, runner.device)
+    spread = timed(at_context(fused.forward, inputs, context), repeats, runner.device)
     return _forward_row("fused+graph", rows, num_new, spread, capture_s)
 
 
-def _at_context(forward, inputs, context: int):
+def at_context(forward, inputs, context: int):
     """A call of forward(*inputs) that puts the cache back at `context` tokens after it."""
 
     def call():
@@ -165,7 +178,8 @@ def verify_costs(rules, device, vocab, batches, ms, repeats: int, compiled=()):
     """Rows of each rule's `verify` time per (batch, m), called as the engine calls it
     (`uniforms=`, `check=False`), with the bytes of p and q it reads. `compiled`: (rule, batch,
     m) settings also timed under `torch.compile(fullgraph=True, dynamic=False)` (inductor fuses
-    the rule into a few kernels), with the compile seconds."""
+    the rule into a few kernels), with the compile seconds and the ops the compiled graph kept
+    (a graph with none is refused, its row left without a time: gpu_compiled.py)."""
     generator = torch.Generator(device=device).manual_seed(0)
     out = []
     for batch in batches:
@@ -181,13 +195,19 @@ def verify_costs(rules, device, vocab, batches, ms, repeats: int, compiled=()):
                 row = {"rule": name, **params, "batch": batch, "m": m, "law_bytes": law_bytes}
                 out.append({**row, "path": "eager", **_timed_row(call, repeats, device)})
                 if (name, batch, m) in compiled:
-                    began = time.perf_counter()
-                    fused = torch.compile(call, fullgraph=True, dynamic=False)
-                    with torch.inference_mode():  # as verify runs: compiled under the same mode
-                        timing = _timed_row(fused, repeats, device)  # the first call compiles
-                    timing["compile_s"] = time.perf_counter() - began
-                    out.append({**row, "path": "compiled", **timing})
+                    out.append({**row, "path": "compiled", **_compiled_row(call, repeats, device)})
     return out
+
+
+def _compiled_row(call, repeats: int, device) -> dict:
+    try:
+        fused, ops, compile_s = compile_checked(call)
+    except Exception as error:  # noqa: BLE001 - an empty graph or a failed compile: no time
+        note = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        return {"seconds": None, "q25_s": None, "q75_s": None, "note": note}
+    with torch.inference_mode():  # as verify runs: compiled under the same mode
+        timing = _timed_row(fused, repeats, device)
+    return {**timing, "compile_s": compile_s, "compiled_ops": ops}
 
 
 def _timed_row(call, repeats: int, device) -> dict:
@@ -204,61 +224,8 @@ def _verify_call(rule, ids, draft, target, draws):
     if getattr(rule, "reads_unscaled", False):  # the same laws stand in for temperature 1
         extra = {"unscaled_draft_probs": draft, "unscaled_target_probs": target}
 
-    def call():
-        rule.verify(ids, draft, target, uniforms=draws, check=False, **extra)
+    def call():  # returns its outputs: a compiled call that returned None would keep no op
+        out = rule.verify(ids, draft, target, uniforms=draws, check=False, **extra)
+        return out.token_ids, out.num_accepted
 
     return call
-
-
-def engine_costs(drafter, verifier, tokenizer, device, arms, batches, m, context, new_tokens):
-    """Rows of the engine end to end per (arm, batch): tokens/s, mean step, capture seconds (of
-    the warm-up run; the timed run reuses its graphs).
-    Requests are `batch` random prompts of `context` tokens each, decoded at the paper's law."""
-    vocab = verifier.config.vocab_size
-    generator = torch.Generator().manual_seed(1)
-    out = []
-    for arm in arms:
-        if arm == "verifier":
-            decoder = AutoregressiveDecoder(verifier, tokenizer, PAPER_SAMPLING, [vocab], device)
-        else:
-            params = {"delta": 1.0} if arm == "cactus" else {}
-            rule = make_sampler(arm, **params)
-            decoder = SpeculativeDecoder(
-                drafter, verifier, tokenizer, rule, m, PAPER_SAMPLING, [vocab], device
-            )
-        for batch in batches:
-            prompts = torch.randint(vocab, (batch, context), generator=generator).tolist()
-            requests = [BatchRequest(p, new_tokens, seed=i) for i, p in enumerate(prompts)]
-            # Warm-up on the same slots and cache size: kernels, allocator, graph captures
-            # (kept with the caches, so the timed run replays them and captures nothing).
-            warm = [BatchRequest(p, 4, seed=i) for i, p in enumerate(prompts)]
-            decoder.generate_batch(warm, batch=batch)
-            capture_s = decoder.graph_capture_s
-            start = time.perf_counter()
-            records = decoder.generate_batch(requests, batch=batch)
-            wall = time.perf_counter() - start
-            steps = [s for s in decoder.step_log if s.kind == "decode"]
-            tokens = sum(len(r.output_ids) for r in records)
-            accepted = [sum(step.accepted) / max(1, len(step.accepted)) for step in steps]
-            out.append(
-                {
-                    "arm": arm,
-                    "batch": batch,
-                    "m": m if arm != "verifier" else 0,
-                    "tokens": tokens,
-                    "wall_s": wall,
-                    "tokens_per_s": tokens / wall,
-                    "mean_step_s": statistics.mean(_step_s(steps)),
-                    "accepted_per_step": statistics.mean(accepted),
-                    "capture_s": capture_s,
-                    "recaptured_s": decoder.graph_capture_s,  # 0: the timed run replayed only
-                    "cuda_graphs": decoder.cuda_graphs,
-                }
-            )
-    return out
-
-
-def _step_s(steps) -> list[float]:
-    """Each decode step's seconds: its draft, verify and rule phases (each timed on a clock that
-    waits for the device)."""
-    return [step.draft_s + step.verify_s + step.rule_s for step in steps]

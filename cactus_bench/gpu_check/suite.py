@@ -2,11 +2,13 @@
 
 `run_checks` runs every check in CHECKS (measurements.py, laws.py, vllm_check.py) against a
 `Context` (each dtype's pair loaded once, the demo prompts) and yields each one's JSON-ready result
-as it finishes: timed, an error recorded instead of raised (the other checks still run), skipped
-when named (--skip: passes) or when the time budget is spent. A check skipped for the budget did not
-run, so it cannot pass: it is marked `incomplete` (passed False), and scripts/gpu_check.py exits
-with its own INCOMPLETE status. vLLM's check runs first: it is the one a GPU node is needed for, and
-the slowest to start. scripts/gpu_check.py writes and summarises them.
+as it finishes: timed, an error recorded instead of raised (the other checks still run). Every
+result has a `status`: "passed", "failed", "skipped" (named in --skip, or a part this machine
+cannot run, such as bf16 on a CPU without it) or "incomplete" (the time budget was spent before
+it started; scripts/gpu_check.py then exits with its own INCOMPLETE status). Only a check that ran
+can pass: a skipped or incomplete one has `passed` false. vLLM's check runs first: it is the one
+a GPU node is needed for, and the slowest to start. scripts/gpu_check.py writes and summarises
+them.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def run_check(name: str, ctx: Context) -> dict:
     if name.startswith("greedy_"):
         dtype = name.removeprefix("greedy_")
         if not dtype_runs(device, dtype):
-            return {"skipped": NO_CPU_BF16, "passed": True}
+            return skipped(NO_CPU_BF16)
         return g.greedy_equality(ctx.pair(dtype), prompts, args.new_tokens, args.m, dtype, device)
     if name == "qwen3_vocab":
         from cactus_bench.gpu_check.laws import qwen3_vocab  # lazy: pulls in torch
@@ -122,12 +124,38 @@ def run_check(name: str, ctx: Context) -> dict:
     raise ValueError(f"unknown check {name!r}; known: {', '.join(CHECKS)}")
 
 
+def skipped(why: str) -> dict:
+    """A check that did not run because it was not asked for (or cannot run here): never a pass."""
+    return {"status": "skipped", "skipped": why, "passed": False}
+
+
+def incomplete(why: str) -> dict:
+    """A check the time budget left out: it did not run, so it cannot pass."""
+    return {"status": "incomplete", "skipped": why, "incomplete": True, "passed": False}
+
+
+def with_status(result: dict) -> dict:
+    """The result with its `status` (module doc) set from what it says."""
+    if "status" not in result:
+        result["status"] = "passed" if result["passed"] else "failed"
+    return result
+
+
+def tree_field() -> str:
+    """ "clean" / "dirty" / "unknown" at the commit: a report's first field, so one from a tree
+    with uncommitted code says so at once (results/ does not count: store.metadata.git_state)."""
+    sha, dirty = git_state()
+    state = {True: "dirty", False: "clean"}.get(dirty, "unknown")
+    return f"{state} at {(sha or 'no commit')[:12]}"
+
+
 def environment(device: str) -> dict:
     import torch  # lazy: keeps torch out of the command's start-up
     import transformers  # lazy: keeps torch out of the command's start-up
 
     sha, dirty = git_state()
     return {
+        "tree": tree_field(),
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": device_name(device),
         "torch": torch.__version__,
@@ -143,15 +171,15 @@ def run_checks(
     ctx: Context, skip: set[str], budget_s: float, started: float
 ) -> Iterator[tuple[str, dict]]:
     """(name, result) for every check in CHECKS, in order, each as soon as it is done; a check
-    in `skip` is skipped (and passes: asked for); one that would start `budget_s` seconds after
-    `started` (perf_counter) is skipped, incomplete and not passed."""
+    in `skip` is skipped (status "skipped", not passed); one that would start `budget_s` seconds
+    after `started` (perf_counter) is incomplete (not passed)."""
     for name in CHECKS:
         if name in skip:
-            yield name, {"skipped": "--skip", "passed": True}
+            yield name, skipped("--skip")
             continue
         if time.perf_counter() - started > budget_s:
             why = f"time budget ({budget_s:.0f} s) spent; rerun with a larger --budget-s"
-            yield name, {"skipped": why, "incomplete": True, "passed": False}
+            yield name, incomplete(why)
             continue
         print(f"gpu-check: {name} ...", flush=True)
         check_start = time.perf_counter()
@@ -161,4 +189,4 @@ def run_checks(
             lines = traceback.format_exception_only(error)
             result = {"error": lines[-1].strip(), "passed": False}
         result["seconds"] = round(time.perf_counter() - check_start, 1)
-        yield name, result
+        yield name, with_status(result)

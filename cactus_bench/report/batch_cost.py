@@ -19,8 +19,13 @@ no steps were kept); each request also pays its prefill (the run's measured mean
     predicted speedup = (tokens / spec time) / (tokens / verifier time)
 
 A cost table measured on another device (CSV: device, model, batch, tokens_per_row, seconds;
-model "drafter" or "verifier", seconds per forward of `batch` rows of `tokens_per_row` tokens)
-gives a FORECAST for that device from the same acceptance, labelled as such.
+model "drafter" or "verifier", seconds per forward of `batch` rows of `tokens_per_row` tokens;
+and, where `make gpu-bench` measured them, "step_overhead" (a step's work besides the forwards
+and the rule, per step: also the verifier's), "draft_overhead" (the same, per draft) and "rule"
+(the acceptance rule's verify, per speculative step), each in seconds at `batch` rows) gives a
+FORECAST for that device from the same acceptance, labelled as such, with the acceptance's
+source and whether the table carried the rule and the overhead (where not, they count 0 and
+the step is a lower bound).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class StepCosts:
     draft: tuple[float, float]
     rule: tuple[float, float]
     device: str = ""
+    spec_rule: tuple[float, float] = (0.0, 0.0)  # paid by speculative steps only (a cost table)
+    note: str = ""  # what the costs include, where not every part was measured
 
     def verify_s(self, rows: float, fed: float) -> float:
         return self.verify[0] + self.verify[1] * rows + self.verify[2] * fed
@@ -50,6 +57,9 @@ class StepCosts:
 
     def rule_s(self, rows: float) -> float:
         return self.rule[0] + self.rule[1] * rows
+
+    def spec_rule_s(self, rows: float) -> float:
+        return self.spec_rule[0] + self.spec_rule[1] * rows
 
 
 def _fit(design: list[list[float]], target: list[float]) -> tuple[float, ...]:
@@ -114,7 +124,7 @@ def predicted_speedup(
     spec_step = m * costs.draft_s(rows_per_step) + costs.verify_s(
         rows_per_step, rows_per_step * (m + 1)
     )
-    spec_step += costs.rule_s(rows_per_step)
+    spec_step += costs.rule_s(rows_per_step) + costs.spec_rule_s(rows_per_step)
     base_step = costs.verify_s(rows_per_step, rows_per_step) + costs.rule_s(rows_per_step)
     spec_per_token = spec_step / (rows_per_step * tokens_each) + prefill[0]
     base_per_token = base_step / rows_per_step + prefill[1]
@@ -177,25 +187,50 @@ def load_steps(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
+OVERHEADS = ("step_overhead", "draft_overhead", "rule")  # a cost table's optional models
+
+
 def costs_from_table(table: pd.DataFrame) -> StepCosts:
-    """StepCosts from another device's cost table (module docstring); no rule cost is measured
-    there, so it is taken as zero (on a GPU the rule is a small share of a step)."""
+    """StepCosts from another device's cost table (module docstring): the drafter's forward
+    plus its per-draft overhead make a draft, the per-step overhead is paid by both arms (as
+    `rule_s`), the rule by speculative steps; a part the table lacks counts 0, named in `note`."""
     verifier = table[table.model == "verifier"]
-    drafter = table[table.model == "drafter"]
     design = [[1.0, b, b * t] for b, t in zip(verifier.batch, verifier.tokens_per_row, strict=True)]
     verify = _fit(design, list(verifier.seconds))
-    draft = _fit([[1.0, b] for b in drafter.batch], list(drafter.seconds))
+    draft = _batch_fit(table[table.model == "drafter"])
+    parts = {name: _batch_fit(table[table.model == name]) for name in OVERHEADS}
+    draft = (draft[0] + parts["draft_overhead"][0], draft[1] + parts["draft_overhead"][1])
+    missing = [name for name in OVERHEADS if not (table.model == name).any()]
+    note = f"not in the cost table, counted 0: {', '.join(missing)}" if missing else ""
     device = " / ".join(sorted(set(table.device.astype(str))))
-    return StepCosts(verify, draft, (0.0, 0.0), device)  # type: ignore[arg-type]
+    return StepCosts(verify, draft, parts["step_overhead"], device, parts["rule"], note)
 
 
-def forecast(chosen: pd.DataFrame, costs: StepCosts, batches: list[int]) -> pd.DataFrame:
+def _batch_fit(rows: pd.DataFrame) -> tuple[float, float]:
+    """(a, b) of seconds = a + b batch over the rows: (0, 0) without rows, a constant from one
+    batch."""
+    if rows.empty:
+        return 0.0, 0.0
+    if rows.batch.nunique() == 1:
+        return float(rows.seconds.mean()), 0.0
+    a, b = _fit([[1.0, batch] for batch in rows.batch], list(rows.seconds))
+    return a, b
+
+
+def forecast(
+    chosen: pd.DataFrame, costs: StepCosts, batches: list[int], source: str = ""
+) -> pd.DataFrame:
     """FORECAST speedups on the cost table's device, from each rule's measured acceptance at
-    batch 1 (acceptance is a property of the laws, not of the device); prefill left out."""
+    its smallest batch (acceptance is a property of the laws, not of the device); prefill left
+    out. Each row names its acceptance's source (`source`: the sweep it came from) and what
+    the step costs leave out (`costs.note`)."""
     out = []
     first = chosen.sort_values("batch").drop_duplicates(["task", "rule", "m"])
     for row in first.itertuples():
         each = tokens_per_row_step(row.accept_rate_by_pos)
+        pair = f"{getattr(row, 'drafter_id', '?')} -> {getattr(row, 'verifier_id', '?')}"
+        setting = f"task {row.task}, m = {row.m}, batch {row.batch}"
+        accepted = f"{source or 'the sweep'}: {pair}, {setting}"
         for batch in batches:
             out.append(
                 {
@@ -206,6 +241,8 @@ def forecast(chosen: pd.DataFrame, costs: StepCosts, batches: list[int]) -> pd.D
                     "m": int(row.m),
                     "batch": batch,
                     "forecast_speedup": predicted_speedup(costs, int(row.m), batch, each, (0, 0)),
+                    "acceptance_source": accepted,
+                    "costs_note": costs.note or "forwards, rule and overhead measured",
                 }
             )
     return pd.DataFrame(out)

@@ -107,10 +107,17 @@ def cost_section(rows: pd.DataFrame, chosen: pd.DataFrame, csv: Path, out: Path,
         )
     if table is not None:
         other = costs_from_table(pd.read_csv(table))
-        ahead = forecast(chosen, other, sorted(pd.read_csv(table).batch.unique()))
+        ahead = forecast(chosen, other, sorted(pd.read_csv(table).batch.unique()), str(csv))
         written.append(out / "batch_forecast.csv")
         ahead.to_csv(written[-1], index=False)
-        lines += ["", f"FORECAST on {other.device} from {table} (not measured):", ""]
+        lines += [
+            "",
+            f"FORECAST on {other.device} from {table} (not measured). Acceptance: each rule's "
+            f"as measured in {csv} at its smallest batch, on that sweep's pair and machine "
+            f"(batch_forecast.csv names each). Step costs: "
+            f"{other.note or 'forwards, rule and overhead, all from the table'}.",
+            "",
+        ]
         pivot = ahead.pivot_table("forecast_speedup", ["task", "rule", "m"], "batch")
         lines.append(pivot.round(2).to_markdown())
     return "\n".join(lines), written
