@@ -48,6 +48,7 @@ class AcceptanceRule:
     verifies_target: bool = False  # in the target family: the guards compose with it
     guards: Guards = NO_GUARDS  # set with `with_guards` (samplers/guards.py)
     stop_ids: torch.Tensor | None = None  # [S] long, sampler-space stop ids (stop=exact)
+    vocab_stop_set = None  # the pair's stop set (tasks/stop_set.py), set by the run; engine binds
 
     def with_guards(self, guards: Guards, stop_ids: torch.Tensor | None = None):
         """This rule with `guards` (and the stop ids stop=exact needs; the engine may set

@@ -138,3 +138,53 @@ def relax_mask(
             return torch.zeros_like(relax)
         relax = relax & think_states(in_think, drafts, think_open, think_close)
     return relax
+
+
+# ---- binding to a pair's vocabulary (once per decoder, not per step) ----------------------------
+@dataclass(frozen=True)
+class ThinkIds:
+    """<think> and </think>: vocabulary ids (the prompt's) and sampler-space ids (the drafts')."""
+
+    vocab_open: int
+    vocab_close: int
+    open: int
+    close: int
+
+    def prompt_in_think(self, prompt_ids: list[int]) -> bool:
+        """Inside <think> at the prompt's end: its last think marker opens (host, once)."""
+        for token in reversed(prompt_ids):
+            if token in (self.vocab_open, self.vocab_close):
+                return token == self.vocab_open
+        return False
+
+
+def _sampler_space(vocab_ids, token_map: torch.Tensor | None) -> list[int]:
+    """Sampler-space indices of vocabulary ids (their place in token_map; absent ones dropped)."""
+    if token_map is None:
+        return [int(i) for i in vocab_ids]
+    place = {int(v): k for k, v in enumerate(token_map.tolist())}
+    return [place[int(i)] for i in vocab_ids if int(i) in place]
+
+
+def bind_guards(rule, eos_ids, token_map=None, device="cpu") -> ThinkIds | None:
+    """Gives a guarded rule its stop ids in sampler space (`rule.stop_ids`) and returns the think
+    ids where relax_in = think: from the pair's stop set when the run set one
+    (`rule.vocab_stop_set`: stop_ids, think_open, think_close as tasks/stop_set.py gives them),
+    else the engine's EOS ids. One line when relax_in = think finds no think ids."""
+    guards = getattr(rule, "guards", NO_GUARDS)
+    if guards == NO_GUARDS:
+        return None
+    stop_set = getattr(rule, "vocab_stop_set", None)
+    stop_ids = stop_set.stop_ids if stop_set is not None else sorted(eos_ids)
+    if guards.stop_exact and rule.stop_ids is None:
+        rule.stop_ids = torch.tensor(_sampler_space(stop_ids, token_map), device=device)
+    if guards.relax_in != "think":
+        return None
+    marks = (None, None) if stop_set is None else (stop_set.think_open, stop_set.think_close)
+    mapped = _sampler_space([m for m in marks if m is not None], token_map)
+    if None in marks or len(mapped) != 2:
+        raise ValueError(
+            "relax_in=think needs the pair's <think> and </think> token ids (tasks/stop_set.py: "
+            "rule.vocab_stop_set); this pair or caller has none: drop sampler.relax_in"
+        )
+    return ThinkIds(marks[0], marks[1], mapped[0], mapped[1])

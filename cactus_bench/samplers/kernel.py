@@ -166,6 +166,8 @@ class PlanRule(AcceptanceRule):
         relax and the rule's guards: `_guarded` (samplers/guards.py)."""
         batch, m, vocab = check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
         check_unscaled_names(unscaled)
+        if relax is not None or self.guards != NO_GUARDS:
+            self.check_guardable()  # one line outside the target family, before anything runs
         ids = draft_token_ids.long()
         draft_stats(ids, draft_probs, target_probs, check)  # the input checks, one line each
         laws = (draft_probs, target_probs[:, :m])  # [B, m, V] each

@@ -61,13 +61,22 @@ class TargetRule(AcceptanceRule):
         draft (SpS, interp), the kernel's chain on this rule's plan (`_PlanView`)."""
         guarded = self.guards != NO_GUARDS or kwargs.get("relax") is not None
         if guarded and (self.guards.stop_exact or not self.target_moves_with_draft):
-            from cactus_bench.samplers.kernel import PlanRule  # lazy: kernel imports base
-
-            view = PlanRule(_PlanView(self))  # its plan applies stop=exact, the chain the rest
-            view.verifies_target = True
-            view.guards = dataclasses.replace(self.guards, stop="off")
+            view = self._plan_view or self.with_guards(self.guards)._plan_view
             return view.verify(draft_token_ids, draft_probs, target_probs, generator, **kwargs)
         return super().verify(draft_token_ids, draft_probs, target_probs, generator, **kwargs)
+
+    _plan_view = None
+
+    def with_guards(self, guards, stop_ids=None):
+        """As the base's; also builds the plan view the guarded chain runs (not while traced)."""
+        from cactus_bench.samplers.kernel import PlanRule  # lazy: kernel imports base
+
+        super().with_guards(guards, stop_ids)
+        view = PlanRule(_PlanView(self))  # its plan applies stop=exact, the chain the rest
+        view.verifies_target = True
+        view.guards = dataclasses.replace(guards, stop="off")
+        self._plan_view = view
+        return self
 
     def guarded_accept(self, stats: DraftStats, relax, accept, reuse):
         """SpS's h(n) = q(n) where the position is not relaxed or n is off the top (near_top);
@@ -174,6 +183,11 @@ class Interpolation(TargetRule):
         return torch.where(p > 0, target / safe, torch.ones_like(p)).clamp(max=1.0), target
 
 
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    name: str
+
+
 class _PlanView:
     """A TargetRule as a builder of samplers/rules/ (kernel.PlanRule runs it): per token a(v) =
     min(1, h_v(v) / p(v)) and, with stop=exact, guards.stop_plan from its emitted law; without,
@@ -184,7 +198,7 @@ class _PlanView:
 
     def __init__(self, rule: TargetRule):
         self.rule = rule
-        self.info = type("Info", (), {"name": rule.name})
+        self.info = _Named(rule.name)
         self.full_rows = rule.guards.stop_exact  # the stop ids index the whole vocabulary
 
     def params(self) -> dict:
