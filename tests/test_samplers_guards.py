@@ -293,7 +293,7 @@ def test_guarded_verify_reads_nothing_from_the_host_and_traces_whole(name, param
     assert ok, reason
 
 
-# ---- the engine (batch 1): the mask follows the answer, built on the device -----------------------
+# ---- the engine (batch 1): the mask follows the answer, built on the device ---------------------
 def _decode(tiny_pair, rule, seed, tokens=24, eos=()):
     from cactus_bench.engine import SamplingParams, SpeculativeDecoder
 
@@ -341,3 +341,32 @@ def test_stop_exact_binds_the_engine_stop_ids(tiny_pair):
     rule = make_sampler("cactus", delta=1.0, stop="exact")
     _decode(tiny_pair, rule, 0, tokens=4, eos=(5, 9))
     assert rule.stop_ids.tolist() == [5, 9]
+
+
+def test_batched_steps_apply_the_same_mask_as_batch_one(tiny_pair):
+    """generate_batch (batch_steps.py, rows' host state) decodes what generate (device state)
+    decodes, row by row, for the per-position guards; the unguarded rule differs."""
+    from cactus_bench.engine import SamplingParams, SpeculativeDecoder
+    from cactus_bench.tasks.stop_set import StopSet
+
+    drafter, verifier, tok = tiny_pair
+    for guards in ({"strict_first": 7}, {"relax_in": "think"}):
+        rule = make_sampler("cactus", delta=2.0, **guards)
+        rule.vocab_stop_set = StopSet(stop_ids=(0,), think_open=3, think_close=4)
+        decoder = SpeculativeDecoder(
+            drafter,
+            verifier,
+            tok,
+            rule,
+            num_draft_tokens=3,
+            sampling=SamplingParams(temperature=1.0, top_k=8),
+            eos_token_ids=[verifier.config.vocab_size + 1],
+            fast="on",
+        )
+        prompts = [[41, 7], [41, 3, 9], [5, 3, 4, 8]]  # the last two open, then close, <think>
+        requests = [
+            {"prompt_ids": p, "max_new_tokens": 20, "seed": s} for s, p in enumerate(prompts)
+        ]
+        batched = decoder.generate_batch(requests, batch=3)
+        for request, record in zip(requests, batched, strict=True):
+            assert record.output_ids == decoder.generate(**request).output_ids, guards

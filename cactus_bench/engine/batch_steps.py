@@ -29,6 +29,7 @@ import torch
 
 from cactus_bench.engine.batched import BatchRun, BatchStep, Row, group_by_sampling, record_step
 from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, uniforms
+from cactus_bench.engine.guard_rows import rows_relax
 from cactus_bench.engine.sampling import BAD_LAW, bad_rows, draw_tokens, process_logits
 
 
@@ -143,6 +144,11 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
         if getattr(rule, "reads_unscaled", False):
             extra["unscaled_draft_probs"] = torch.stack(draft_unscaled, 1)[index, :count]
             extra["unscaled_target_probs"] = logits[index, : count + 1].float().softmax(-1)
+        relax = rows_relax(
+            rule, decoder.think_ids, [rows[i] for i in positions], draft_ids[index, :count]
+        )
+        if relax is not None:  # the guards strict_first / relax_in (engine/guard_rows.py)
+            extra["relax"] = relax
         out = rule.verify(
             draft_ids[index, :count],  # [G, m_b]
             torch.stack(draft_probs, 1)[index, :count],  # [G, m_b, K]

@@ -119,7 +119,7 @@ class SpeculativeDecoder(BaseDecoder):
             state.caches[name] = runner.prefilled_cache(prompt_ids[:-1], capacity=state.capacity)
             state.pending[name] = last
         if getattr(self.sampler, "guards", NO_GUARDS).per_position:  # the mask's state
-            inside = self.think_ids is not None and self.think_ids.prompt_in_think(prompt_ids)
+            inside = self.think_ids is not None and self.think_ids.inside_after(prompt_ids)
             zero = torch.zeros(1, dtype=torch.long, device=self.device)
             state.guards = (zero, torch.tensor([inside], device=self.device))
 

@@ -150,9 +150,9 @@ class ThinkIds:
     open: int
     close: int
 
-    def prompt_in_think(self, prompt_ids: list[int]) -> bool:
-        """Inside <think> at the prompt's end: its last think marker opens (host, once)."""
-        for token in reversed(prompt_ids):
+    def inside_after(self, ids: list[int]) -> bool:
+        """Inside <think> after the vocabulary ids `ids`: their last think marker opens (host)."""
+        for token in reversed(ids):
             if token in (self.vocab_open, self.vocab_close):
                 return token == self.vocab_open
         return False
