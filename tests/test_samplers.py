@@ -313,6 +313,10 @@ def test_errors_name_the_argument():
         "fsd_unsmoothed",
         "bild",
         "fly",
+        "topband",
+        "topband_cascade",
+        "additive",
+        "greedy_margin",
     }
 
 
