@@ -10,7 +10,7 @@ from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, check_params, rul
 from cactus_bench.samplers.guards import Guards
 from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
 from cactus_bench.samplers.kernel import PlanRule
-from cactus_bench.samplers.params import RuleParams
+from cactus_bench.samplers.params import GUARD_DEFAULTS, RuleParams
 from cactus_bench.samplers.rules import BUILDERS
 from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
 
@@ -70,5 +70,8 @@ def build_rule(params: RuleParams) -> AcceptanceRule:
 
 def rule_from_checked(name: str, params: dict) -> AcceptanceRule:
     """Builds a rule from parameters `check_params` has already returned (a run's config checks
-    did, before anything loaded): the run path checks each parameter once."""
-    return SAMPLERS[name](**params)
+    did, before anything loaded): the run path checks each parameter once. Guards among them
+    are set on the rule (the vLLM bridge's near_top)."""
+    guards = {key: params[key] for key in GUARD_DEFAULTS if key in params}
+    rule = SAMPLERS[name](**{key: v for key, v in params.items() if key not in guards})
+    return rule.with_guards(Guards(**guards)) if guards else rule
