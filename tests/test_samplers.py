@@ -35,7 +35,7 @@ RULES = [
     ("ensemble", {"w": 0.6}),
     ("topband", {"alpha": 0.2}),
     ("topband_cascade", {"alpha": 0.5, "beta": 0.8}),
-    ("additive", {"slack": 0.2}),
+    ("additive", {"acceptance_threshold": 0.2}),
     ("greedy_margin", {"margin": 0.5}),
 ]
 RULE_IDS = [f"{name}-{'-'.join(map(str, kw.values()))}" for name, kw in RULES]

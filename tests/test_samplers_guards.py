@@ -36,7 +36,7 @@ FAMILY = [
     ("fsd_reducible", {"threshold": 0.3, "test_law": "processed"}),
     ("topband", {"alpha": 0.2}),
     ("topband_cascade", {"alpha": 0.5, "beta": 0.8}),
-    ("additive", {"slack": 0.2}),
+    ("additive", {"acceptance_threshold": 0.2}),
 ]
 IDS = [name for name, _ in FAMILY]
 

@@ -183,14 +183,14 @@ def reference(name, params, p, q, pb, qb):
         tv = sum(residual)
         lift = [0.0 if tv == 0 else spill * r / tv for r in residual]  # F7's c (q - p)+
         return accept, residual, [p[x] * accept[x] + lift[x] for x in vocab]
-    if name == "additive":  # vLLM #35355: slack added to the ratio
-        accept = [min(1.0, q[x] / p[x] + params["slack"]) if p[x] > 0 else 1.0 for x in vocab]
+    if name == "additive":  # vLLM #35355: acceptance_threshold t added to the ratio
+        t = params["acceptance_threshold"]
+        accept = [min(1.0, q[x] / p[x] + t) if p[x] > 0 else 1.0 for x in vocab]
         residual = [max(q[x] - p[x], 0.0) for x in vocab]
         tv = sum(residual)
-        c = sum(max(p[x] - q[x] - params["slack"] * p[x], 0.0) for x in vocab) / (tv or 1)
+        c = sum(max(p[x] - q[x] - t * p[x], 0.0) for x in vocab) / (tv or 1)
         pi = [
-            min(p[x], q[x] + params["slack"] * p[x]) if q[x] < p[x] else p[x] + c * (q[x] - p[x])
-            for x in vocab
+            min(p[x], q[x] + t * p[x]) if q[x] < p[x] else p[x] + c * (q[x] - p[x]) for x in vocab
         ]
         return accept, residual, pi
     if name == "greedy_margin":  # AdaptiveSpec: q(x) / max q >= K, else argmax q
@@ -233,8 +233,8 @@ CASES = [
     ("topband", {"alpha": 0.2}),
     ("topband_cascade", {"alpha": 0.5, "beta": 0.8}),
     ("topband_cascade", {"alpha": -2.0, "beta": 0.3}),
-    ("additive", {"slack": 0.05}),
-    ("additive", {"slack": 0.5}),
+    ("additive", {"acceptance_threshold": 0.05}),
+    ("additive", {"acceptance_threshold": 0.5}),
     ("greedy_margin", {"margin": 0.3}),
     ("greedy_margin", {"margin": 1.0}),
 ]

@@ -129,7 +129,7 @@ PARAM_COLUMN_DOCS: dict[str, str] = {
     "w": "ensemble weight on q (runs as interp, alpha = 1 - w)",
     "fly_window": "FLy's deferred window W (fly)",
     "beta": "topband_cascade's head band: q(n) >= (1 - beta) max q",
-    "slack": "additive's slack added to SpS's ratio q(n) / p(n)",
+    "acceptance_threshold": "additive's t added to SpS's ratio q(n) / p(n) (vLLM #35355)",
     "margin": "greedy_margin's K: accept iff q(n) >= K max q",
     "stop": "guard: exact keeps q's stop mass (target-family rules; else empty)",
     "strict_first": "guard: SpS for an answer's first L tokens (0: off)",
