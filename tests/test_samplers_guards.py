@@ -370,3 +370,18 @@ def test_batched_steps_apply_the_same_mask_as_batch_one(tiny_pair):
         batched = decoder.generate_batch(requests, batch=3)
         for request, record in zip(requests, batched, strict=True):
             assert record.output_ids == decoder.generate(**request).output_ids, guards
+
+
+@pytest.mark.parametrize(("name", "params"), FAMILY, ids=IDS)
+def test_exact_statistics_of_a_guarded_rule_are_what_verify_does(name, params):
+    """emitted_law / acceptance_probability (what the frontier reads) under stop and near_top
+    equal the law and acceptance read off verify."""
+    p, q = laws(3)
+    for guards in ({"stop": "exact"}, {"near_top": 0.4}, {"stop": "exact", "near_top": 0.4}):
+        rule = guarded(name, params, **guards)
+        accept, residual = verify_law(rule, p, q)
+        torch.testing.assert_close(
+            rule.emitted_law(p, q), law_of(p, accept, residual), atol=1e-9, rtol=0
+        )
+        beta = (p * accept).sum()
+        assert rule.acceptance_probability(p, q).item() == pytest.approx(beta.item(), abs=1e-9)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from cactus_bench.samplers.exact import threshold_law
+
 
 @dataclass(frozen=True)
 class Guards:
@@ -56,6 +58,32 @@ def sps_plan(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     safe = torch.where(p > 0, p, torch.ones_like(p))
     accept = torch.where(p > 0, q / safe, torch.ones_like(p)).clamp(max=1.0)
     return accept, (q - p).clamp(min=0)
+
+
+def against_target(p: torch.Tensor, pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a, r) of GenSpecSample for target pi: a = min(1, pi / p) (1 where p = 0), r = (pi - p)+."""
+    ratio = torch.where(p > 0, pi / torch.where(p > 0, p, torch.ones_like(p)), torch.ones_like(p))
+    return ratio.clamp(max=1.0), (pi - p).clamp(min=0)
+
+
+def guarded_law(p, q, accept, residual, guards: Guards, stop=None):
+    """([...] beta, [..., V] law) of a plan (a, r) [..., V] under the position-free guards:
+    stop=exact re-targets it to stop_target (stop [V] bool), then near_top mixes it with SpS
+    candidate by candidate (docs/rules.md, G1-G2). p, q normalised float64."""
+    if guards.stop_exact:
+        beta, law = threshold_law(p, accept, residual)
+        accept, residual = against_target(p, stop_target(law, q, stop))
+    if guards.near_top <= 0:
+        return threshold_law(p, accept, residual)
+    near = q >= guards.near_top * q.amax(-1, keepdim=True)
+    sps_accept, sps_residual = sps_plan(p, q)
+    mixed = torch.where(near, accept, sps_accept)
+    law = p * mixed
+    for keep, a, r in ((near, accept, residual), (~near, sps_accept, sps_residual)):
+        rejected = (p * (1 - a) * keep).sum(-1, keepdim=True)
+        mass = r.sum(-1, keepdim=True)
+        law = law + rejected * r / torch.where(mass > 0, mass, torch.ones_like(mass))
+    return (p * mixed).sum(-1), law
 
 
 def stop_mask(stop_ids: torch.Tensor, vocab: int, device) -> torch.Tensor:

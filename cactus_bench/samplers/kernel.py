@@ -43,8 +43,10 @@ from cactus_bench.samplers.base import (
     sample_categorical,
 )
 from cactus_bench.samplers.exact import normalised, threshold_law
-from cactus_bench.samplers.guards import (
+from cactus_bench.samplers.guards import (  # against_target: the rules import it from here
     NO_GUARDS,
+    against_target,
+    guarded_law,
     near_top_mask,
     sps_plan,
     stop_mask,
@@ -56,12 +58,6 @@ from cactus_bench.samplers.verify_inputs import (
     check_unscaled_names,
     draft_stats,
 )
-
-
-def against_target(p: torch.Tensor, pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a, r) of GenSpecSample for target pi: a = min(1, pi / p) (1 where p = 0), r = (pi - p)+."""
-    ratio = torch.where(p > 0, pi / torch.where(p > 0, p, torch.ones_like(p)), torch.ones_like(p))
-    return ratio.clamp(max=1.0), (pi - p).clamp(min=0)
 
 
 class PlanRule(AcceptanceRule):
@@ -105,13 +101,22 @@ class PlanRule(AcceptanceRule):
 
     def acceptance_and_law(self, p, q, p_bar=None, q_bar=None):
         """([...] beta, [..., V] law) from one plan: what the frontier needs of a rule per block,
-        where the plan on full rows is the expensive part."""
+        where the plan on full rows is the expensive part. With guards: G1-G2 (stop ids index
+        these rows' vocabulary)."""
         self._per_position()
         accept, residual = self.plan(p, q, p_bar, q_bar)
-        return threshold_law(normalised(p, q)[0], accept, residual)
+        p, q = normalised(p, q)
+        if self.guards == NO_GUARDS:
+            return threshold_law(p, accept, residual)
+        stop = None
+        if self.guards.stop_exact:
+            stop = stop_mask(self.stop_ids_or_raise(), p.shape[-1], p.device)
+        return guarded_law(p, q, accept, residual, self.guards, stop)
 
     def acceptance_probability(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
         self._per_position()
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q, p_bar, q_bar)[0]
         accept, _ = self.plan(p, q, p_bar, q_bar)
         return (normalised(p, q)[0] * accept).sum(-1)
 

@@ -18,7 +18,14 @@ import torch
 from cactus_bench.samplers.base import AcceptanceRule
 from cactus_bench.samplers.divergences import exact_gamma, taylor_gamma
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
-from cactus_bench.samplers.guards import NO_GUARDS, near_top_mask, stop_mask, stop_plan, stop_target
+from cactus_bench.samplers.guards import (
+    NO_GUARDS,
+    guarded_law,
+    near_top_mask,
+    stop_mask,
+    stop_plan,
+    stop_target,
+)
 from cactus_bench.samplers.verify_inputs import DraftStats
 
 
@@ -108,12 +115,28 @@ class TargetRule(AcceptanceRule):
     # Exact statistics: h_x(x) = boosted(q(x), p(x)) for every candidate x at once. A subclass
     # whose target is not "boost n, rescale q" (it overrides target_row) overrides emitted_law.
     def acceptance_probability(self, p, q):
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q)[0]
         p, q = normalised(p, q)
         return boosted_acceptance(p, self.boosted(q, p).to(torch.float64))
 
     def emitted_law(self, p, q):
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q)[1]
         p, q = normalised(p, q)
         return boosted_law(p, q, self.boosted(q, p).to(torch.float64))
+
+    def acceptance_and_law(self, p, q):
+        """([...] beta, [..., V] law); with guards, G1-G2 (stop ids index these rows)."""
+        if self.guards == NO_GUARDS:
+            return self.acceptance_probability(p, q), self.emitted_law(p, q)
+        p, q = normalised(p, q)
+        if self.guards.stop_exact or not self.target_moves_with_draft:
+            accept, residual = _PlanView(self).plan(p, q, None, None)
+            return guarded_law(p, q, accept, residual, dataclasses.replace(self.guards, stop="off"))
+        gamma = self.boosted(q, p).to(torch.float64)  # near_top alone: SpS's h = q off the top
+        gamma = torch.where(q >= self.guards.near_top * q.amax(-1, keepdim=True), gamma, q)
+        return boosted_acceptance(p, gamma), boosted_law(p, q, gamma)
 
 
 class SpS(TargetRule):
@@ -174,6 +197,8 @@ class Interpolation(TargetRule):
 
     def emitted_law(self, p, q):
         # h does not depend on the draft, so the chain emits h exactly (the SpS argument).
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q)[1]
         p, q = normalised(p, q)
         return self.alpha * p + (1 - self.alpha) * q
 
