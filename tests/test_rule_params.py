@@ -17,6 +17,7 @@ from cactus_bench.samplers.catalogue import (
     param_columns,
     parse_sampler,
 )
+from cactus_bench.samplers.params import GUARDS
 from cactus_bench.samplers.registry import build_rule
 from cactus_bench.store.columns import SCHEMA
 from cactus_bench.store.schema import COLUMNS
@@ -25,7 +26,11 @@ from cactus_bench.store.schema import COLUMNS
 def test_each_rule_yields_a_frozen_dataclass_of_its_parameters_in_order():
     for name, info in RULES.items():
         cls = info.params_type
-        assert [field.name for field in dataclasses.fields(cls)] == [p.name for p in info.params]
+        guards = [p.name for p in GUARDS] if info.target_family else []  # the guards, last
+        assert [field.name for field in dataclasses.fields(cls)] == [
+            *(p.name for p in info.params),
+            *guards,
+        ]
         assert cls.info is info and cls is info.params_type, name  # made once per rule
     cactus = parse_sampler({"name": "cactus", "delta": 1})
     assert type(cactus).__name__ == "CactusParams" and cactus.delta == 1.0
@@ -69,7 +74,9 @@ def test_the_csv_parameter_columns_are_the_catalogues_in_order():
     start = COLUMNS.index("sampler") + 1
     assert tuple(COLUMNS[start : start + len(PARAM_COLUMNS)]) == PARAM_COLUMNS
     assert tuple(PARAM_COLUMN_DOCS) == PARAM_COLUMNS
-    owners = {p.csv_column: p for info in RULES.values() for p in info.params if p.csv_column}
+    owners = {
+        p.csv_column: p for info in RULES.values() for p in info.params + GUARDS if p.csv_column
+    }
     assert set(owners) == set(PARAM_COLUMNS)
     for column in PARAM_COLUMNS:
         assert SCHEMA[column].kind == owners[column].kind.__name__, column

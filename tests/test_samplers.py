@@ -33,6 +33,10 @@ RULES = [
     ("fsd_unsmoothed", {"threshold": 0.3, "div": "js", "test_law": "processed"}),
     ("bild", {"tau": 1.5, "test_law": "processed"}),
     ("ensemble", {"w": 0.6}),
+    ("topband", {"alpha": 0.2}),
+    ("topband_cascade", {"alpha": 0.5, "beta": 0.8}),
+    ("additive", {"acceptance_threshold": 0.2}),
+    ("greedy_margin", {"margin": 0.5}),
 ]
 RULE_IDS = [f"{name}-{'-'.join(map(str, kw.values()))}" for name, kw in RULES]
 
@@ -309,6 +313,10 @@ def test_errors_name_the_argument():
         "fsd_unsmoothed",
         "bild",
         "fly",
+        "topband",
+        "topband_cascade",
+        "additive",
+        "greedy_margin",
     }
 
 

@@ -171,6 +171,32 @@ def reference(name, params, p, q, pb, qb):
         accept = [min(1.0, 1 - w + w * q[x] / p[x]) if p[x] > 0 else 1.0 for x in vocab]
         residual = [max(q[x] - p[x], 0.0) for x in vocab]
         return accept, residual, [w * q[x] + (1 - w) * p[x] for x in vocab]
+    if name in ("topband", "topband_cascade"):  # lossy-token-eff: kept -> accept, else SpS
+        band = params["alpha"] if name == "topband" else params["beta"]
+        kept = [q[x] >= (1 - band) * max(q) for x in vocab]
+        if name == "topband_cascade":  # ... and no OPT deferral at the position
+            tv = sum(max(q[x] - p[x], 0.0) for x in vocab)
+            kept = [k and not max(p) < max(q) - params["alpha"] * tv for k in kept]
+        accept = [1.0 if kept[x] else min_ratio(q[x], p[x]) for x in vocab]
+        residual = [max(q[x] - p[x], 0.0) for x in vocab]
+        spill = sum(p[x] * (1 - accept[x]) for x in vocab)
+        tv = sum(residual)
+        lift = [0.0 if tv == 0 else spill * r / tv for r in residual]  # F7's c (q - p)+
+        return accept, residual, [p[x] * accept[x] + lift[x] for x in vocab]
+    if name == "additive":  # vLLM #35355: acceptance_threshold t added to the ratio
+        t = params["acceptance_threshold"]
+        accept = [min(1.0, q[x] / p[x] + t) if p[x] > 0 else 1.0 for x in vocab]
+        residual = [max(q[x] - p[x], 0.0) for x in vocab]
+        tv = sum(residual)
+        c = sum(max(p[x] - q[x] - t * p[x], 0.0) for x in vocab) / (tv or 1)
+        pi = [
+            min(p[x], q[x] + t * p[x]) if q[x] < p[x] else p[x] + c * (q[x] - p[x]) for x in vocab
+        ]
+        return accept, residual, pi
+    if name == "greedy_margin":  # AdaptiveSpec: q(x) / max q >= K, else argmax q
+        accept = [1.0 if q[x] >= params["margin"] * max(q) else 0.0 for x in vocab]
+        best = max(vocab, key=lambda x: (q[x], -x))
+        return accept, [1.0 if x == best else 0.0 for x in vocab], None
     raise KeyError(name)
 
 
@@ -203,6 +229,14 @@ CASES = [
     ("bild", {"tau": 3.0}),
     ("ensemble", {"w": 0.3}),
     ("ensemble", {"w": 0.85}),
+    ("topband", {"alpha": 0.0}),
+    ("topband", {"alpha": 0.2}),
+    ("topband_cascade", {"alpha": 0.5, "beta": 0.8}),
+    ("topband_cascade", {"alpha": -2.0, "beta": 0.3}),
+    ("additive", {"acceptance_threshold": 0.05}),
+    ("additive", {"acceptance_threshold": 0.5}),
+    ("greedy_margin", {"margin": 0.3}),
+    ("greedy_margin", {"margin": 1.0}),
 ]
 CASE_IDS = [f"{name}-{'-'.join(map(str, kw.values()))}" for name, kw in CASES]
 

@@ -59,6 +59,7 @@ class DecodeState:
     capacity: int = 0  # the most positions a cache may need (static caches preallocate it)
     caches: dict[str, Any] = field(default_factory=dict)
     pending: dict[str, torch.Tensor] = field(default_factory=dict)  # [1, n] ids not yet cached
+    guards: Any = None  # (answer offset [1], inside <think> [1]) on the device: guards.relax_mask
 
     def uniforms(self, stream: int, offsets: int | torch.Tensor = 0) -> torch.Tensor:
         """[1] (int offset) or [1, k] (offsets [k]) float64 uniforms of this request at

@@ -30,6 +30,7 @@ from cactus_bench.engine.runtime import (
 )
 from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.samplers import make_sampler
+from cactus_bench.samplers.guards import NO_GUARDS, bind_guards, relax_mask, think_after
 
 
 class SpeculativeDecoder(BaseDecoder):
@@ -83,6 +84,8 @@ class SpeculativeDecoder(BaseDecoder):
         self.token_map, self._token_list = check_token_map(
             token_map, self.device, drafter, verifier
         )
+        # The guards' ids in sampler space (stop=exact's stop ids, relax_in=think's markers)
+        self.think_ids = bind_guards(sampler, self.eos_token_ids, self.token_map, self.device)
         sizes = (output_vocab_size(drafter), output_vocab_size(verifier))
         if token_map is None and None not in sizes and sizes[0] != sizes[1]:
             raise ValueError(
@@ -115,6 +118,10 @@ class SpeculativeDecoder(BaseDecoder):
         for name, runner in (("drafter", self.drafter), ("verifier", self.verifier)):
             state.caches[name] = runner.prefilled_cache(prompt_ids[:-1], capacity=state.capacity)
             state.pending[name] = last
+        if getattr(self.sampler, "guards", NO_GUARDS).per_position:  # the mask's state
+            inside = self.think_ids is not None and self.think_ids.inside_after(prompt_ids)
+            zero = torch.zeros(1, dtype=torch.long, device=self.device)
+            state.guards = (zero, torch.tensor([inside], device=self.device))
 
     def _step(self, state: DecodeState, remaining: int) -> list[int]:
         # Never emit more than `remaining`: a step emits at most m + 1 tokens.
@@ -166,7 +173,14 @@ class SpeculativeDecoder(BaseDecoder):
 
         accept_u = state.uniforms(ACCEPT, torch.arange(num_drafts, device=self.device))
         draws = torch.cat([accept_u, state.uniforms(LAST)[:, None]], dim=1)  # [1, m + 1]
-        out = rule.verify(draft_ids, draft_probs, target_probs, uniforms=draws, **(unscaled or {}))
+        relax = {}
+        if state.guards is not None and rule is self.sampler:  # built on the device, no read
+            think = (self.think_ids.open, self.think_ids.close) if self.think_ids else ()
+            relax["relax"] = relax_mask(*state.guards, draft_ids, rule.guards, *think)
+        out = rule.verify(
+            draft_ids, draft_probs, target_probs, uniforms=draws, **(unscaled or {}), **relax
+        )
+        self._advance_guards(state, out.token_ids)
         emitted_row = self._to_vocab(out.token_ids.clamp(min=0))  # [1, m + 1]; tail junk
         row = out.token_ids[0].tolist()  # the one sync of the step: -1 marks the unused tail
         num_accepted = sum(1 for token in row if token >= 0) - 1
@@ -200,9 +214,9 @@ class SpeculativeDecoder(BaseDecoder):
         probs = process_logits(self._restrict(logits[:, -1]), params)  # [1, V]
         verified = clock()
         bonus_is_argmax = getattr(self.sampler, "bonus_is_argmax", False)
-        token = self._to_vocab(
-            state.draw(probs, LAST, 0, greedy=params.is_greedy or bonus_is_argmax)
-        )  # [1, 1]
+        index = state.draw(probs, LAST, 0, greedy=params.is_greedy or bonus_is_argmax)
+        self._advance_guards(state, index)
+        token = self._to_vocab(index)  # [1, 1]
         token_id = int(token.item())
         record.verify_time_s += verified - start
         record.sampler_time_s += clock() - verified
@@ -213,6 +227,17 @@ class SpeculativeDecoder(BaseDecoder):
         record.accepted_per_step.append(0)
         record.emitted_per_step.append(1)
         return [token_id]
+
+    def _advance_guards(self, state: DecodeState, emitted: torch.Tensor) -> None:
+        """The guard state after this step's emitted tokens ([1, k] sampler space, -1 unused),
+        on the device: the answer offset grows by the tokens, the think state follows them."""
+        if state.guards is None:
+            return
+        offset, inside = state.guards
+        valid = emitted >= 0
+        if self.think_ids is not None:
+            inside = think_after(inside, emitted, valid, self.think_ids.open, self.think_ids.close)
+        state.guards = (offset + valid.sum(-1), inside)
 
     def _restrict(self, logits: torch.Tensor) -> torch.Tensor:
         """[..., V_model] -> [..., K] logits of the shared ids (identity without token_map)."""

@@ -71,6 +71,12 @@ def validate(conf: RunConf) -> RuleParams:
         f"that sampler {rule_params.rule!r} reads with test_law=unscaled; set "
         "sampler.test_law=processed, or use backend=hf",
     )
+    engine_only = sorted(set(rule_params.guards_set()) - {"near_top"})
+    _fail_if(
+        conf.backend.name == "vllm" and bool(engine_only),
+        f"backend=vllm gives rules no stop ids or per-position mask, which "
+        f"{', '.join(engine_only)} need; use backend=hf, or drop them (near_top runs on vLLM)",
+    )
     return rule_params
 
 

@@ -111,6 +111,24 @@ HOW_IT_RAN: tuple[Setting, ...] = (
         hashed=False,
         column=None,
     ),
+    # The guards' shortcuts (samplers/params.py GUARDS): `stop=exact` sets sampler.stop as delta=
+    # sets sampler.delta; the sampler node holds the value, checked and hashed there.
+    *(
+        Setting(
+            guard,
+            f"shortcut for sampler.{guard} (docs/rules.md, Guards; refused by rules outside "
+            "the target family)",
+            _opt(kind | None, None),
+            hashed=False,
+            column=None,
+        )
+        for guard, kind in (
+            ("stop", str),
+            ("strict_first", int),
+            ("relax_in", str),
+            ("near_top", float),
+        )
+    ),
     Setting(
         "limit",
         "first `limit` prompts of the task; null = all",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cactus_bench.samplers.guards import NO_GUARDS, Guards
 from cactus_bench.samplers.verify_inputs import (
     DraftStats,
     check_shapes,
@@ -44,6 +45,36 @@ class AcceptanceRule:
     deterministic_accept: bool = False  # accept_prob is an indicator: no uniform draw (TAS...)
     recovery_is_argmax: bool = False  # recover with argmax q (TAS, greedy)
     bonus_is_argmax: bool = False  # bonus with argmax q (greedy)
+    verifies_target: bool = False  # in the target family: the guards compose with it
+    guards: Guards = NO_GUARDS  # set with `with_guards` (samplers/guards.py)
+    stop_ids: torch.Tensor | None = None  # [S] long, sampler-space stop ids (stop=exact)
+    vocab_stop_set = None  # the pair's stop set (tasks/stop_set.py), set by the run; engine binds
+
+    def with_guards(self, guards: Guards, stop_ids: torch.Tensor | None = None):
+        """This rule with `guards` (and the stop ids stop=exact needs; the engine may set
+        `stop_ids` later, from the tokenizer); one line when the rule is outside the family."""
+        if guards != NO_GUARDS:
+            self.check_guardable()
+        self.guards = guards
+        if stop_ids is not None:
+            self.stop_ids = stop_ids
+        return self
+
+    def check_guardable(self) -> None:
+        if not self.verifies_target:
+            raise ValueError(
+                f"rule {self.name!r} does not verify against a target pi, so the guards "
+                "(stop, strict_first, relax_in, near_top, relax=) do not apply; use a rule of "
+                "the target family (sps, cactus, mentored, a cascade, topband, ...)"
+            )
+
+    def stop_ids_or_raise(self) -> torch.Tensor:
+        if self.stop_ids is None:
+            raise ValueError(
+                f"rule {self.name!r} has stop=exact but no stop ids: set rule.stop_ids to a "
+                "LongTensor of the stop tokens' sampler-space ids (the engine does)"
+            )
+        return self.stop_ids
 
     # ---- hooks -------------------------------------------------------------------------------
     def params(self) -> dict:
@@ -59,6 +90,11 @@ class AcceptanceRule:
         position may reuse instead of recomputing it (TargetRule: h(n), whose exact root is
         the costly part), handed to `recovery_weights` as its last argument."""
         return self.accept_prob(stats), None
+
+    def guarded_accept(self, stats: DraftStats, relax, accept, reuse):
+        """(accept, reuse) [B, m] with SpS's test where `relax` or near_top say so; the target
+        family implements it (target_rules.py)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no guards")
 
     def recovery_weights(
         self,
@@ -106,19 +142,24 @@ class AcceptanceRule:
         uniforms: torch.Tensor | None = None,  # [B, m + 1] float64 in [0, 1)
         check: bool = True,
         support_width: int | None = None,
+        relax: torch.Tensor | None = None,  # [B, m] bool: True = the rule, False = SpS
         **unscaled: torch.Tensor,
     ) -> VerifyOutput:
         """The chain (module doc). `uniforms[:, j]` replaces the draw of position j and
         `uniforms[:, m]` the last token's, so nothing is drawn from `generator`. check=False
         skips the input checks, the only host reads: with uniforms given the call can be
         captured in a CUDA graph. `support_width` and the unscaled laws are read by the rules
-        of `samplers/rules/` (kernel.py); the rules here take them and ignore them."""
+        of `samplers/rules/` (kernel.py); the rules here take them and ignore them. `relax`
+        and the guards: `guarded_accept` (target_rules.py), refused outside the family."""
         batch, m, vocab = check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
         check_unscaled_names(unscaled)
         ids = draft_token_ids.long()
         stats, draft_sums = draft_stats(ids, draft_probs, target_probs, check)
 
         accept, reuse = self.accept_prob_and_reuse(stats)  # [B, m] each (reuse may be None)
+        if relax is not None or self.guards != NO_GUARDS:
+            self.check_guardable()
+            accept, reuse = self.guarded_accept(stats, relax, accept, reuse)
         if check and bool(torch.isnan(accept).any()):
             raise ValueError("acceptance probability is NaN: check draft_probs/target_probs")
         if self.deterministic_accept:

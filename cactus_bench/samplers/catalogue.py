@@ -16,12 +16,14 @@ through the `sampler_params` JSON column.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from cactus_bench.samplers.params import (
     DELTA,
     DIVERGENCE_NAMES,
+    GUARDS,
     Param,
     RuleInfo,
     RuleParams,
@@ -35,8 +37,40 @@ NO_RULE: RuleParams = RuleInfo(VERIFIER_ONLY, "the verifier alone: no drafts").p
 _did_you_mean = did_you_mean  # the name the run's error messages import
 
 
+# The rules that verify against a target pi: accept min(1, pi / p), resample norm((pi - p)+),
+# with pi fixed by the position (Cactus: by the drafted token too). The guards compose with
+# these (docs/rules.md, Guards); tests/test_samplers_guards.py checks the plan rules' (a, r)
+# has that form (r > 0 only where a = 1). Outside: the threshold and accept-set rules (tas,
+# topk, greedy, bild, greedy_margin), fuzzy SD as released (r = q) and FLy (a window).
+TARGET_FAMILY = frozenset(
+    {
+        "sps",
+        "cactus",
+        "cactus_exact",
+        "interp",
+        "ensemble",
+        "mentored",
+        "lenience",
+        "chow",
+        "diff",
+        "opt",
+        "tokenv1",
+        "tokenv2",
+        "tokenv3",
+        "fsd_reducible",
+        "topband",
+        "topband_cascade",
+        "additive",
+    }
+)
+
+
+def _flagged(info: RuleInfo) -> RuleInfo:
+    return dataclasses.replace(info, target_family=info.name in TARGET_FAMILY)
+
+
 RULES: dict[str, RuleInfo] = {
-    rule.name: rule
+    rule.name: _flagged(rule)
     for rule in (
         RuleInfo("sps", "standard speculative sampling: lossless, target h = q"),
         RuleInfo("cactus", "Cactus, the paper's Taylor step (Corollary 5)", (DELTA,)),
@@ -94,6 +128,13 @@ PARAM_COLUMN_DOCS: dict[str, str] = {
     "test_law": "unscaled | processed: law a cascade/FSD/BiLD test reads",
     "w": "ensemble weight on q (runs as interp, alpha = 1 - w)",
     "fly_window": "FLy's deferred window W (fly)",
+    "beta": "topband_cascade's head band: q(n) >= (1 - beta) max q",
+    "acceptance_threshold": "additive's t added to SpS's ratio q(n) / p(n) (vLLM #35355)",
+    "margin": "greedy_margin's K: accept iff q(n) >= K max q",
+    "stop": "guard: exact keeps q's stop mass (target-family rules; else empty)",
+    "strict_first": "guard: SpS for an answer's first L tokens (0: off)",
+    "relax_in": "guard: all | think (the rule inside <think> only)",
+    "near_top": "guard: the rule only where q(n) >= c max q (0: off)",
 }
 
 
@@ -109,7 +150,7 @@ def _column_kinds() -> dict[str, str]:
     column two types."""
     kinds: dict[str, str] = {}
     for rule in RULES.values():
-        for param in rule.params:
+        for param in rule.params + GUARDS:
             column = param.csv_column
             if column is None:
                 continue
@@ -172,4 +213,5 @@ def param_columns(rule_params: RuleParams) -> dict[str, Any]:
         param = rule_params.info.param(key)
         if param is not None and param.csv_column in columns:
             columns[param.csv_column] = value
+    columns.update(rule_params.guards())  # every guard, defaults included, in the family
     return columns

@@ -43,18 +43,21 @@ from cactus_bench.samplers.base import (
     sample_categorical,
 )
 from cactus_bench.samplers.exact import normalised, threshold_law
+from cactus_bench.samplers.guards import (  # against_target: the rules import it from here
+    NO_GUARDS,
+    against_target,
+    guarded_law,
+    near_top_mask,
+    sps_plan,
+    stop_mask,
+    stop_target,
+)
 from cactus_bench.samplers.verify_inputs import (
     UNSCALED_NAMES,
     check_shapes,
     check_unscaled_names,
     draft_stats,
 )
-
-
-def against_target(p: torch.Tensor, pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a, r) of GenSpecSample for target pi: a = min(1, pi / p) (1 where p = 0), r = (pi - p)+."""
-    ratio = torch.where(p > 0, pi / torch.where(p > 0, p, torch.ones_like(p)), torch.ones_like(p))
-    return ratio.clamp(max=1.0), (pi - p).clamp(min=0)
 
 
 class PlanRule(AcceptanceRule):
@@ -98,13 +101,22 @@ class PlanRule(AcceptanceRule):
 
     def acceptance_and_law(self, p, q, p_bar=None, q_bar=None):
         """([...] beta, [..., V] law) from one plan: what the frontier needs of a rule per block,
-        where the plan on full rows is the expensive part."""
+        where the plan on full rows is the expensive part. With guards: G1-G2 (stop ids index
+        these rows' vocabulary)."""
         self._per_position()
         accept, residual = self.plan(p, q, p_bar, q_bar)
-        return threshold_law(normalised(p, q)[0], accept, residual)
+        p, q = normalised(p, q)
+        if self.guards == NO_GUARDS:
+            return threshold_law(p, accept, residual)
+        stop = None
+        if self.guards.stop_exact:
+            stop = stop_mask(self.stop_ids_or_raise(), p.shape[-1], p.device)
+        return guarded_law(p, q, accept, residual, self.guards, stop)
 
     def acceptance_probability(self, p, q, p_bar=None, q_bar=None) -> torch.Tensor:
         self._per_position()
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q, p_bar, q_bar)[0]
         accept, _ = self.plan(p, q, p_bar, q_bar)
         return (normalised(p, q)[0] * accept).sum(-1)
 
@@ -148,15 +160,19 @@ class PlanRule(AcceptanceRule):
         uniforms: torch.Tensor | None = None,  # [B, m + 1] float64 in [0, 1)
         check: bool = True,
         support_width: int | None = None,
+        relax: torch.Tensor | None = None,  # [B, m] bool: True = the rule, False = SpS
         **unscaled: torch.Tensor,  # unscaled_draft_probs [B, m, V], unscaled_target_probs
     ) -> VerifyOutput:
         """`base.AcceptanceRule.verify`'s chain and arguments, with one plan at every position.
 
         support_width: an upper bound on each row's |{p > 0} u {q > 0}| (2 k under top-k
         truncation): the plan then runs on that many columns per row, a static shape. None:
-        the bound is read from the data when check=True (a host read), else full rows."""
+        the bound is read from the data when check=True (a host read), else full rows.
+        relax and the rule's guards: `_guarded` (samplers/guards.py)."""
         batch, m, vocab = check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
         check_unscaled_names(unscaled)
+        if relax is not None or self.guards != NO_GUARDS:
+            self.check_guardable()  # one line outside the target family, before anything runs
         ids = draft_token_ids.long()
         draft_stats(ids, draft_probs, target_probs, check)  # the input checks, one line each
         laws = (draft_probs, target_probs[:, :m])  # [B, m, V] each
@@ -168,6 +184,7 @@ class PlanRule(AcceptanceRule):
             accept, residual = self.plan(*laws, check=check)
         else:
             accept, residual = self._plan_on_support(*laws, support_width, check)
+        accept, residual = self._guarded(laws, accept, residual, ids, relax)
 
         a_n = accept.gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # [B, m]
         accepted = acceptance_uniforms(batch, m, generator, ids.device, uniforms) < a_n
@@ -182,6 +199,32 @@ class PlanRule(AcceptanceRule):
         weights = torch.where(rejected.unsqueeze(-1), residual, bonus)
         last = sample_categorical(weights, generator, None if uniforms is None else uniforms[:, m])
         return emitted(ids, num_accepted, last)
+
+    def _guarded(self, laws, accept, residual, ids, relax):
+        """(a, r) [B, m, V] with the guards applied: stop=exact re-targets the plan's law to
+        stop_target (GenSpecSample against it); then each drafted position keeps the rule's
+        (a, r) where `relax` and near_top allow, and takes SpS's elsewhere."""
+        guards = self.guards
+        if guards == NO_GUARDS and relax is None:
+            return accept, residual
+        self.check_guardable()
+        p, q = normalised(*laws, check=False)  # [B, m, V] float64
+        if guards.stop_exact:
+            law = threshold_law(p, accept, residual)[1]
+            stop = stop_mask(self.stop_ids_or_raise(), p.shape[-1], p.device)
+            accept, residual = against_target(p, stop_target(law, q, stop))
+        use = relax
+        if guards.near_top > 0:
+            q_n = q.gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+            near = near_top_mask(q_n, q.amax(-1), guards.near_top)  # [B, m]
+            use = near if use is None else use & near
+        if use is None:
+            return accept, residual
+        sps_accept, sps_residual = sps_plan(p, q)
+        use = use.unsqueeze(-1)
+        residual = torch.where(use, residual, sps_residual)
+        empty = residual.sum(-1, keepdim=True) <= 0  # only where nothing can be rejected
+        return torch.where(use, accept, sps_accept), torch.where(empty, q, residual)
 
     def _plan_on_support(self, p, q, width, check):
         """(a, r) [B, m, V] from the plan on each row's support only (columns where p > 0 or

@@ -103,6 +103,9 @@ class RuleInfo:
     # Parameters resolved with the run's draft length m once the config is checked (FLy's
     # `window: auto` becomes min(6, m - 1)); a one-line ValueError when m does not fit
     at_draft_length: Callable[[dict[str, Any], int], dict[str, Any]] | None = None
+    # True for a rule that verifies against a target pi (accept min(1, pi / p), resample
+    # norm((pi - p)+)): the guards of GUARDS compose with it; the catalogue sets it
+    target_family: bool = False
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -110,6 +113,7 @@ class RuleInfo:
     def check(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """`values` typed and range-checked (any subset of the parameters: the Python API leaves
         the rest at the rule's defaults); an unknown name raises one line."""
+        values = self.split_guards(values)[0]
         self._refuse_unknown(values)
         return {key: self.param(key).coerce(self.name, value) for key, value in values.items()}
 
@@ -118,6 +122,7 @@ class RuleInfo:
         unknown and missing names raise one line here, a value out of range in the dataclass
         (`RuleParams.__post_init__`), before anything heavy loads."""
         given = {key: value for key, value in node.items() if value is not None}
+        given, guards = self.split_guards(given)
         self._refuse_unknown(given)
         missing = [p.name for p in self.params if p.name not in given]
         if missing:
@@ -125,7 +130,27 @@ class RuleInfo:
                 f"sampler {self.name!r} needs {', '.join('sampler.' + m for m in missing)}; set "
                 f"it in configs/sampler/{self.name}.yaml or on the command line"
             )
-        return self.params_type(**given)
+        return self.params_type(**given, **guards)
+
+    def split_guards(self, values: Mapping[str, Any]) -> tuple[dict, dict]:
+        """(the rule's own values, the guards set away from their defaults), each guard typed;
+        a guard set on a rule outside the target family raises one line naming the fix."""
+        own = {key: value for key, value in values.items() if key not in GUARD_DEFAULTS}
+        guards = {}
+        for param in GUARDS:
+            if param.name not in values:
+                continue
+            value = param.coerce(self.name, values[param.name])
+            if value == GUARD_DEFAULTS[param.name]:
+                continue
+            if not self.target_family:
+                raise ValueError(
+                    f"{param.name}={value} needs a rule that verifies against a target pi "
+                    f"(sps, cactus, mentored, a cascade, ...); sampler {self.name!r} does not: "
+                    f"remove sampler.{param.name} or pick such a rule"
+                )
+            guards[param.name] = value
+        return own, guards
 
     def _refuse_unknown(self, values: Mapping[str, Any]) -> None:
         known = [p.name for p in self.params]
@@ -141,9 +166,13 @@ class RuleInfo:
         """The frozen dataclass of this rule's parameters, one field per `Param` in order:
         `CactusParams(delta: float)`, `SpsParams()`."""
         title = "".join(part.title() for part in self.name.split("_"))
+        guards = [
+            (p.name, p.value_type, dataclasses.field(default=GUARD_DEFAULTS[p.name]))
+            for p in (GUARDS if self.target_family else ())
+        ]
         return dataclasses.make_dataclass(
             f"{title}Params",
-            [(p.name, p.value_type) for p in self.params],
+            [(p.name, p.value_type) for p in self.params] + guards,
             bases=(RuleParams,),
             frozen=True,
             # catalogue.py publishes each class under its name, where pickle (submitit) finds it
@@ -161,7 +190,7 @@ class RuleParams:
 
     def __post_init__(self) -> None:
         # typed and range-checked as it is made: a value out of range raises one line
-        for param in self.info.params:
+        for param in self.info.params + (GUARDS if self.info.target_family else ()):
             value = param.coerce(self.info.name, getattr(self, param.name))
             object.__setattr__(self, param.name, value)
 
@@ -170,20 +199,34 @@ class RuleParams:
         return self.info.name
 
     def values(self) -> dict[str, Any]:
-        """{parameter: value} in the catalogue's order."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        """{parameter: value} of the rule itself, in the catalogue's order (no guards)."""
+        return {param.name: getattr(self, param.name) for param in self.info.params}
+
+    def guards(self) -> dict[str, Any]:
+        """{guard: value} of every guard (GUARDS), the defaults included; {} outside the
+        target family, whose rules take none."""
+        if not self.info.target_family:
+            return {}
+        return {param.name: getattr(self, param.name) for param in GUARDS}
+
+    def guards_set(self) -> dict[str, Any]:
+        """The guards set away from their defaults (what changes the run)."""
+        return {k: v for k, v in self.guards().items() if v != GUARD_DEFAULTS[k]}
 
     def runs_with(self) -> dict[str, Any]:
         """The parameters of the rule that runs, as its `params()` gives them: an alias's are
-        its target's (ensemble's w = 0.7 runs as interp's alpha = 0.3)."""
+        its target's (ensemble's w = 0.7 runs as interp's alpha = 0.3); then the guards set
+        away from their defaults (so a run without guards keeps its hash)."""
         values = self.values()
-        return self.info.to_target(values) if self.info.alias_of else values
+        values = self.info.to_target(values) if self.info.alias_of else values
+        return {**values, **self.guards_set()}
 
     def at_draft_length(self, m: int) -> RuleParams:
         """These parameters with those that depend on the run's m resolved (`RuleInfo`)."""
         if self.info.at_draft_length is None:
             return self
-        return self.info.params_type(**self.info.at_draft_length(self.values(), m))
+        resolved = self.info.at_draft_length(self.values(), m)
+        return self.info.params_type(**resolved, **self.guards())
 
 
 DELTA = Param("delta", float, "divergence budget in nats, the paper's delta", low=0.0)
@@ -196,6 +239,39 @@ TEST_LAW = Param(
     "the law the test reads: unscaled (temperature 1, untruncated) or processed (p, q)",
     choices=("unscaled", "processed"),
 )
+
+
+# The guards: settings that compose with any rule of the target family (docs/rules.md, Guards).
+# Each is a sampler key (`sampler.stop=exact`) and a top-level shortcut (`stop=exact`), and has
+# its CSV column; a rule outside the family refuses one set away from its default.
+GUARDS: tuple[Param, ...] = (
+    Param(
+        "stop",
+        str,
+        "exact: the emitted law keeps q's mass on the stop tokens (q on S, pi rescaled off S)",
+        choices=("off", "exact"),
+    ),
+    Param("strict_first", int, "SpS for an answer's first L tokens (0: off)", low=0),
+    Param(
+        "relax_in",
+        str,
+        "think: the rule inside <think>...</think> only, SpS outside",
+        choices=("all", "think"),
+    ),
+    Param(
+        "near_top",
+        float,
+        "the rule only where q(n) >= c max q, SpS's test and residual elsewhere (0: off)",
+        low=0.0,
+        high=1.0,
+    ),
+)
+GUARD_DEFAULTS: dict[str, Any] = {
+    "stop": "off",
+    "strict_first": 0,
+    "relax_in": "all",
+    "near_top": 0.0,
+}
 
 
 def did_you_mean(word: Any, choices) -> str:

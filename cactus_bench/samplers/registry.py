@@ -7,16 +7,19 @@ from collections.abc import Callable
 
 from cactus_bench.samplers.base import AcceptanceRule
 from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, check_params, rule_info
+from cactus_bench.samplers.guards import Guards
 from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
 from cactus_bench.samplers.kernel import PlanRule
-from cactus_bench.samplers.params import RuleParams
+from cactus_bench.samplers.params import GUARD_DEFAULTS, RuleParams
 from cactus_bench.samplers.rules import BUILDERS
 from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
 
 
 def _plan_rule(builder: type) -> Callable[..., AcceptanceRule]:
     def make(**params) -> AcceptanceRule:
-        return PlanRule(builder(**params))
+        rule = PlanRule(builder(**params))
+        rule.verifies_target = RULES[builder.info.name].target_family
+        return rule
 
     make.builder = builder  # the signature the catalogue test reads
     return make
@@ -48,19 +51,27 @@ assert tuple(SAMPLERS) == RULE_NAMES, "catalogue.RULES and SAMPLERS must list th
 def make_sampler(name: str, **params) -> AcceptanceRule:
     """Builds a rule by name. Parameters set to None are left at the rule's default; unknown
     names and out-of-range values raise one line (the catalogue's checks). An alias (ensemble)
-    builds the rule it names (interp)."""
-    rule_info(name)
-    given = check_params(name, {key: value for key, value in params.items() if value is not None})
-    return SAMPLERS[name](**given)
+    builds the rule it names (interp). The guards (stop, strict_first, relax_in, near_top) are
+    taken too, refused in one line for a rule outside the target family."""
+    info = rule_info(name)
+    given = {key: value for key, value in params.items() if value is not None}
+    guards = info.split_guards(given)[1]
+    rule = SAMPLERS[name](**check_params(name, given))
+    return rule.with_guards(Guards(**guards)) if guards else rule
 
 
 def build_rule(params: RuleParams) -> AcceptanceRule:
     """The acceptance rule a run's checked, typed parameters describe (`RuleInfo.parse` made
-    them once, before anything loaded)."""
-    return SAMPLERS[params.rule](**params.values())
+    them once, before anything loaded), its guards set (the engine gives it the stop ids)."""
+    rule = SAMPLERS[params.rule](**params.values())
+    guards = params.guards_set()
+    return rule.with_guards(Guards(**guards)) if guards else rule
 
 
 def rule_from_checked(name: str, params: dict) -> AcceptanceRule:
     """Builds a rule from parameters `check_params` has already returned (a run's config checks
-    did, before anything loaded): the run path checks each parameter once."""
-    return SAMPLERS[name](**params)
+    did, before anything loaded): the run path checks each parameter once. Guards among them
+    are set on the rule (the vLLM bridge's near_top)."""
+    guards = {key: params[key] for key in GUARD_DEFAULTS if key in params}
+    rule = SAMPLERS[name](**{key: v for key, v in params.items() if key not in guards})
+    return rule.with_guards(Guards(**guards)) if guards else rule

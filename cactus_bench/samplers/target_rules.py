@@ -11,11 +11,21 @@ For the Cactus rules the other tokens keep q's shape: h(x) = q(x) (1 - gamma) / 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from cactus_bench.samplers.base import AcceptanceRule
 from cactus_bench.samplers.divergences import exact_gamma, taylor_gamma
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
+from cactus_bench.samplers.guards import (
+    NO_GUARDS,
+    guarded_law,
+    near_top_mask,
+    stop_mask,
+    stop_plan,
+    stop_target,
+)
 from cactus_bench.samplers.verify_inputs import DraftStats
 
 
@@ -23,6 +33,8 @@ class TargetRule(AcceptanceRule):
     """Accept with min(1, h(n)/p(n)); recover from norm(max(0, h - p)). SpS is h = q."""
 
     name = "sps"
+    verifies_target = True
+    target_moves_with_draft = True  # h depends on the drafted n (Cactus); not for SpS, interp
 
     def boosted(self, q_n: torch.Tensor, p_n: torch.Tensor) -> torch.Tensor:
         """h(n) for each drafted token; same shape as q_n."""
@@ -50,28 +62,93 @@ class TargetRule(AcceptanceRule):
     def recovery_weights(self, p_row, q_row, n, q_n, p_n, h_n=None) -> torch.Tensor:
         return self.target_row(p_row, q_row, n, q_n, p_n, h_n) - p_row
 
+    # ---- the guards (samplers/guards.py) -------------------------------------------------------
+    def verify(self, draft_token_ids, draft_probs, target_probs, generator=None, **kwargs):
+        """The base chain; with stop=exact, or guards on a target that does not move with the
+        draft (SpS, interp), the kernel's chain on this rule's plan (`_PlanView`)."""
+        guarded = self.guards != NO_GUARDS or kwargs.get("relax") is not None
+        if guarded and (self.guards.stop_exact or not self.target_moves_with_draft):
+            view = self._plan_view or self.with_guards(self.guards)._plan_view
+            return view.verify(draft_token_ids, draft_probs, target_probs, generator, **kwargs)
+        return super().verify(draft_token_ids, draft_probs, target_probs, generator, **kwargs)
+
+    _plan_view = None
+
+    def with_guards(self, guards, stop_ids=None):
+        """As the base's; also builds the plan view the guarded chain runs (not while traced)."""
+        from cactus_bench.samplers.kernel import PlanRule  # lazy: kernel imports base
+
+        super().with_guards(guards, stop_ids)
+        view = PlanRule(_PlanView(self))  # its plan applies stop=exact, the chain the rest
+        view.verifies_target = True
+        view.guards = dataclasses.replace(guards, stop="off")
+        self._plan_view = view
+        return self
+
+    def guarded_accept(self, stats: DraftStats, relax, accept, reuse):
+        """SpS's h(n) = q(n) where the position is not relaxed or n is off the top (near_top);
+        the recovery then rebuilds h from q(n) (scale 1): SpS's residual there."""
+        use = relax
+        if self.guards.near_top > 0:
+            m = stats.q_n.shape[1]
+            q_max = stats.target_probs[:, :m].amax(-1).to(stats.q_n.dtype)
+            q_max = q_max / stats.target_sums[:, :m]  # [B, m], normalised like q_n
+            near = near_top_mask(stats.q_n, q_max, self.guards.near_top)
+            use = near if use is None else use & near
+        if use is None:
+            return accept, reuse
+        h_n = torch.where(use, reuse, stats.q_n.to(reuse.dtype))
+        ratio = torch.where(stats.p_n > 0, h_n / stats.p_n, (h_n > 0).to(h_n.dtype))
+        return ratio.clamp(max=1.0), h_n
+
+    def token_law(self, p, q):
+        """(a [..., V], law [..., V]) from normalised rows, no host read: a(v) = min(1, h_v(v) /
+        p(v)) and the emitted law (exact.boosted_law)."""
+        gamma = self.boosted(q, p).to(torch.float64)
+        safe = torch.where(p > 0, p, torch.ones_like(p))
+        accept = torch.where(p > 0, gamma / safe, torch.ones_like(p)).clamp(max=1.0)
+        return accept, boosted_law(p, q, gamma)
+
     def fallback_weights(self, q_row, n) -> torch.Tensor:
         return q_row
 
     # Exact statistics: h_x(x) = boosted(q(x), p(x)) for every candidate x at once. A subclass
     # whose target is not "boost n, rescale q" (it overrides target_row) overrides emitted_law.
     def acceptance_probability(self, p, q):
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q)[0]
         p, q = normalised(p, q)
         return boosted_acceptance(p, self.boosted(q, p).to(torch.float64))
 
     def emitted_law(self, p, q):
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q)[1]
         p, q = normalised(p, q)
         return boosted_law(p, q, self.boosted(q, p).to(torch.float64))
+
+    def acceptance_and_law(self, p, q):
+        """([...] beta, [..., V] law); with guards, G1-G2 (stop ids index these rows)."""
+        if self.guards == NO_GUARDS:
+            return self.acceptance_probability(p, q), self.emitted_law(p, q)
+        p, q = normalised(p, q)
+        if self.guards.stop_exact or not self.target_moves_with_draft:
+            accept, residual = _PlanView(self).plan(p, q, None, None)
+            return guarded_law(p, q, accept, residual, dataclasses.replace(self.guards, stop="off"))
+        gamma = self.boosted(q, p).to(torch.float64)  # near_top alone: SpS's h = q off the top
+        gamma = torch.where(q >= self.guards.near_top * q.amax(-1, keepdim=True), gamma, q)
+        return boosted_acceptance(p, gamma), boosted_law(p, q, gamma)
 
 
 class SpS(TargetRule):
     name = "sps"
+    target_moves_with_draft = False
 
 
 class Cactus(TargetRule):
     """The paper's closed form; can exceed the KL budget when gamma > 1/2 (Corollary 6)."""
 
     name = "cactus"
+    target_moves_with_draft = True
 
     def __init__(self, delta: float = 1.0):
         self.delta = float(delta)  # range: the catalogue's, checked once by make_sampler
@@ -104,6 +181,7 @@ class Interpolation(TargetRule):
     """h = alpha p + (1 - alpha) q: lossy toward the drafter by a fixed mixture weight."""
 
     name = "interp"
+    target_moves_with_draft = False
 
     def __init__(self, alpha: float = 0.5):
         self.alpha = float(alpha)  # range: the catalogue's, checked once by make_sampler
@@ -119,5 +197,45 @@ class Interpolation(TargetRule):
 
     def emitted_law(self, p, q):
         # h does not depend on the draft, so the chain emits h exactly (the SpS argument).
+        if self.guards != NO_GUARDS:
+            return self.acceptance_and_law(p, q)[1]
         p, q = normalised(p, q)
         return self.alpha * p + (1 - self.alpha) * q
+
+    def token_law(self, p, q):
+        target = self.alpha * p + (1 - self.alpha) * q
+        safe = torch.where(p > 0, p, torch.ones_like(p))
+        return torch.where(p > 0, target / safe, torch.ones_like(p)).clamp(max=1.0), target
+
+
+@dataclasses.dataclass(frozen=True)
+class _Named:
+    name: str
+
+
+class _PlanView:
+    """A TargetRule as a builder of samplers/rules/ (kernel.PlanRule runs it): per token a(v) =
+    min(1, h_v(v) / p(v)) and, with stop=exact, guards.stop_plan from its emitted law; without,
+    GenSpecSample against its law (SpS, interp: h does not move with the draft)."""
+
+    reads_unscaled = False
+    deterministic_accept = False
+
+    def __init__(self, rule: TargetRule):
+        self.rule = rule
+        self.info = _Named(rule.name)
+        self.full_rows = rule.guards.stop_exact  # the stop ids index the whole vocabulary
+
+    def params(self) -> dict:
+        return self.rule.params()
+
+    def plan(self, p, q, p_bar, q_bar):
+        accept, law = self.rule.token_law(p, q)
+        if not self.rule.guards.stop_exact:
+            return accept, (law - p).clamp(min=0)
+        stop = stop_mask(self.rule.stop_ids_or_raise(), p.shape[-1], p.device)
+        if not self.rule.target_moves_with_draft:  # GenSpecSample against pi' accepts most
+            from cactus_bench.samplers.kernel import against_target  # lazy: kernel imports base
+
+            return against_target(p, stop_target(law, q, stop))
+        return stop_plan(p, q, accept, law, stop)

@@ -8,6 +8,7 @@ from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
 from cactus_bench.models import PairSpec, load_pair
 from cactus_bench.run.backends.decoder_pair import Decoders, sampling_params
 from cactus_bench.run.identity import RunIdentity
+from cactus_bench.tasks.stop_set import stop_set
 
 
 def hf_decoders(identity: RunIdentity, rule) -> Decoders:
@@ -31,6 +32,9 @@ def hf_decoders(identity: RunIdentity, rule) -> Decoders:
             **engine,
         )
 
+    if identity.speculative and identity.rule_params.guards_set():
+        # the guards' stop and think ids (samplers/guards.py), from the tokenizer and template
+        rule.vocab_stop_set = stop_set(pair.tokenizer, dict(pair.chat_template_kwargs))
     if identity.speculative:
         decoder = SpeculativeDecoder(
             pair.drafter,
