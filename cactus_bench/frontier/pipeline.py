@@ -42,12 +42,20 @@ from cactus_bench.frontier.engine_check import (
 )
 from cactus_bench.frontier.matched import matched_rows
 from cactus_bench.frontier.plots import make_figures
-from cactus_bench.frontier.rows import COLUMNS, summary_rows
-from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
+from cactus_bench.frontier.rows import COLUMNS, stop_rows, summary_rows
+from cactus_bench.frontier.stats import (
+    STATISTICS,
+    chunk_statistics,
+    entropy,
+    grid_size,
+    marked_masses,
+    token_marks,
+)
 from cactus_bench.frontier.teacher_forcing import iter_chunks
 from cactus_bench.models import load_pair
 from cactus_bench.models.loading import resolve_device
 from cactus_bench.store.metadata import device_name, git_state
+from cactus_bench.tasks.stop_set import stop_set
 
 
 @dataclass
@@ -107,6 +115,9 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     rows += paired_rows(arms, *per_position)
     rows += matched_rows(arms, *per_position)
     rows += overshoot_cell_rows(arms, measured["cells"])
+    rows += stop_rows(
+        arms, measured["stats"], measured["verifier"], measured["at_stop"], *per_position[1:]
+    )
     lap("aggregate")
     if conf.engine_check:
         rows += _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling)
@@ -131,32 +142,50 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
 
 def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
     """Per-position statistics of every arm: {"stats": {name: [A, N]}, "entropy": [N],
-    "sequence": [N], "lengths": [S], "sources": [S], "cells": [A, Qb, Gb, 2] overshoot cells}
-    over the sequences with a position."""
+    "sequence": [N], "lengths": [S], "sources": [S], "cells": [A, Qb, Gb, 2] overshoot cells,
+    "verifier": {"stop_mass", "out_of_head", "entropy": [N]} q's own, "at_stop": [N] bool (the
+    verifier's token is in the pair's stop set)} over the sequences with a position."""
+    stop_ids = stop_set(pair.tokenizer, pair.chat_template_kwargs).stop_ids
     kept = [i for i, tokens in enumerate(contexts.tokens) if tokens]
     lengths = torch.tensor([len(contexts.tokens[i]) for i in kept], dtype=torch.long)
     renumber = {original: new for new, original in enumerate(kept)}
     total = int(lengths.sum())
     stats = {name: torch.empty(len(arms), total, dtype=torch.float64) for name in STATISTICS}
     entropies = torch.empty(total, dtype=torch.float64)
+    verifier = {
+        name: torch.empty(total, dtype=torch.float64) for name in ("stop_mass", "out_of_head")
+    }
     sequence = torch.empty(total, dtype=torch.long)
     unscaled = any(arm.reads_unscaled for arm in arms)  # p̄, q̄ for the cascades, FSD, BiLD
     chunks = iter_chunks(
-        pair, contexts, sampling, conf.chunk_elements, grid_size(arms), conf.progress, unscaled
+        pair,
+        contexts,
+        sampling,
+        conf.chunk_elements,
+        grid_size(arms),
+        conf.progress,
+        unscaled,
+        stop_ids,
     )
     cells = 0
     for chunk in chunks:
         columns = slice(chunk.offset, chunk.offset + chunk.p.shape[0])
         values, chunk_cells = chunk_statistics(
-            chunk.p, chunk.q, arms, conf.chunk_elements, chunk.full
+            chunk.p, chunk.q, arms, conf.chunk_elements, chunk.full, chunk.stop, conf.head_fraction
         )
         for name, value in values.items():
             stats[name][:, columns] = value
         cells = cells + chunk_cells
         entropies[columns] = entropy(chunk.q).cpu()
+        marks = token_marks(chunk.q, chunk.stop, conf.head_fraction)
+        for name, value in marked_masses(chunk.q, marks).items():
+            verifier[name][columns] = value.to("cpu", torch.float64)
         sequence[columns] = torch.tensor([renumber[int(s)] for s in chunk.sequence])
     sources = [contexts.sources[i] for i in kept]
+    answers = torch.tensor([token for i in kept for token in contexts.tokens[i]])
     return {
+        "verifier": {**verifier, "entropy": entropies},
+        "at_stop": torch.isin(answers, torch.tensor(stop_ids)),
         "stats": stats,
         "entropy": entropies,
         "sequence": sequence,
