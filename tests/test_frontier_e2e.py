@@ -69,6 +69,11 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
         "entropy",
         "engine_first_acceptance",
         "predicted_first_acceptance",
+        "stop_mass_ratio",
+        "stop_mass_ratio@stop",
+        "out_of_head_per_1000",
+        "emitted_entropy_vs_q",
+        "stop_positions",
     ):
         assert name in stats, name
     assert any(s.startswith("gain@H=") for s in stats)
@@ -79,12 +84,14 @@ def test_run_frontier_end_to_end(tmp_path, monkeypatch):
     assert frame[(frame.rule == "sps") & (frame.statistic == "gain")].empty
     exact = frame[(frame.rule == "cactus_exact:kl") & (frame.statistic == "overshoot_draft_share")]
     assert (exact.value == 0).all()  # the exact rule never breaks its budget
+    ratio = frame[(frame.rule == "sps") & (frame.statistic == "stop_mass_ratio")].iloc[0]
+    assert ratio.value == pytest.approx(1.0, abs=1e-9)  # SpS emits q: q's own stop mass
     definitions = (tmp_path / "tiny_random.definitions.md").read_text()
     assert "thm3_violation_share" in definitions and "q_zero_share" in definitions
     meta = (tmp_path / "tiny_random.json").read_text()
     assert '"total_cpu_s"' in meta and '"positions"' in meta
     kinds = {path.name.split("_")[0] for path in outcome.figures}
-    assert kinds == {"frontier", "gamma", "gain", "overshoot", "entropy", "al", "matched"}
+    assert kinds == {"frontier", "gamma", "gain", "overshoot", "entropy", "al", "matched", "stop"}
     assert all(path.stat().st_size > 0 for path in outcome.figures)
 
     # A rerun reuses the cached contexts (generation would fail) and reproduces every number.

@@ -53,11 +53,17 @@ def main(argv: list[str] | None = None) -> int:
             plots.add_argument("--csv", required=True)
             plots.add_argument("--out", default=None, help="default: <csv folder>/figures")
             args = plots.parse_args(argv[1:])
+            import pandas as pd  # lazy: pandas for plots only
+
             from cactus_bench.frontier.plots import make_figures  # lazy: matplotlib for plots only
+            from cactus_bench.frontier.plots_stop import missing_statistics  # lazy: matplotlib
 
             out = args.out or Path(args.csv).parent / "figures"
             for path in make_figures(args.csv, out):
                 print(path)
+            lacking = missing_statistics(pd.read_csv(args.csv, usecols=["statistic"]))
+            if lacking:
+                print(f"note: {args.csv} lacks {', '.join(lacking)} (written before them)")
             return 0
         conf = FrontierConf(**vars(_parser().parse_args(argv)))
         conf.check()

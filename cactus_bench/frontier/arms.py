@@ -86,8 +86,8 @@ def build_arms(conf: FrontierConf) -> list[Arm]:
     for family in conf.rules:
         if family == "sps":
             continue
-        if family == "greedy":
-            arms.append(Arm("greedy"))
+        if family not in GRIDS:  # greedy, or a rule without a grid here: its defaults
+            arms.append(Arm(family))
         elif family == "cactus_exact":
             arms += [Arm(family, float(d), f) for f in conf.divergences for d in conf.deltas]
         else:

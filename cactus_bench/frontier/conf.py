@@ -32,6 +32,10 @@ RULE_FAMILIES = tuple(
 # that include the paper's and the demo's (0.25, 0.5, 0.75, 1, 2).
 DEFAULT_DELTAS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
 
+# c of the out-of-head mass: a token is out of q_t's head where q_t(x) < c max q_t (the 0.2 of
+# others' traces of lossy rules, where such commits came with longer answers).
+HEAD_FRACTION = 0.2
+
 
 class FrontierConfigError(ValueError):
     """A bad frontier setting; the message is one line that names the fix."""
@@ -74,6 +78,7 @@ class FrontierConf:
     entropy_edges: list[float] = field(
         default_factory=lambda: [0.0, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
     )
+    head_fraction: float = HEAD_FRACTION
     bootstrap: int = 1000  # resamples of the sequences for every 95 % interval
     chunk_elements: int = 2_000_000  # positions x grid x support per exact-statistics chunk
     engine_check: int = 0  # positions re-decoded by the engine (sps, cactus delta=1); 0 = skip
@@ -137,6 +142,8 @@ class FrontierConf:
             )
         if not 0 < self.top_p <= 1:
             _fail(f"frontier.top_p must be in (0, 1] (got {self.top_p})")
+        if not 0 < self.head_fraction <= 1:
+            _fail(f"frontier.head_fraction must be in (0, 1] (got {self.head_fraction})")
         if self.top_k is None:
             self.top_k = 0
         if self.top_k < 0:

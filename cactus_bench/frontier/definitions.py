@@ -62,6 +62,19 @@ STATISTICS_TEXT = {
     "al@m=M": "predicted accepted drafts per step at draft length M from the per-position beta_t "
     "(al.py states the approximation)",
     "entropy, positions, sequences": "verifier rows: mean H(q_t), counts",
+    "stop_mass_ratio": "sum_t law_t(S) / sum_t q_t(S) over all positions (a q(S)-weighted "
+    "mean of the per-position ratio), S the pair's stop set: EOS, the chat template's turn "
+    "closer and end-of-text (`tasks.stop_set`; <think> and </think> are not in it). Below 1: "
+    "the rule lowers the stop hazard per position",
+    "stop_mass_ratio@stop": "the same over the positions where the verifier's own sampled token "
+    "is in S (its answers' stops); n_positions counts them",
+    "stop_mass": "mean law_t(S) (verifier row: mean q_t(S))",
+    "out_of_head_per_1000": "1000 x mean law_t mass on the tokens with q_t(x) < c max q_t (c: "
+    "the JSON's head_fraction, 0.2 by default): expected emitted tokens outside q's head per "
+    "1,000 (verifier row: q's own); out_of_head_per_1000_vs_q: the paired difference",
+    "emitted_entropy, emitted_entropy_vs_q": "mean H(law_t) in nats, and mean H(law_t) - "
+    "H(q_t) (paired; H(q_t) is the verifier's entropy row). Below 0: the rule sharpens q",
+    "stop_positions": "verifier row: positions whose sampled token is in S",
     "engine_first_acceptance, predicted_first_acceptance": "the HF engine's rate of accepting "
     "the first draft at sampled positions (Wilson interval) and the exact prediction there",
 }

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from cactus_bench.engine import SpeculativeDecoder
+from cactus_bench.frontier.conf import FrontierConfigError
 from cactus_bench.frontier.contexts import Contexts
 
 CHECK_ARMS = (("sps", None), ("cactus", 1.0))  # (family, delta): the lossless rule and the paper's
@@ -85,3 +86,63 @@ def engine_first_acceptance(
                 raise RuntimeError("the engine check expects one draft in the first step")
             outcomes.append(int(record.accepted_per_step[0]))
     return outcomes
+
+
+def engine_check_arms(conf, arms) -> list[int]:
+    """Indices of CHECK_ARMS in the grid (none when the check is off)."""
+    if not conf.engine_check:
+        return []
+    found = []
+    for family, value in CHECK_ARMS:
+        index = next(
+            (i for i, a in enumerate(arms) if a.family == family and a.value == value), None
+        )
+        if index is None:
+            raise FrontierConfigError(
+                f"frontier.engine_check needs the arm {family} {value or ''} in the grid: keep "
+                "'cactus' in frontier.rules and 1.0 in frontier.deltas, or set engine_check=0"
+            )
+        found.append(index)
+    return found
+
+
+def engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling) -> list[dict]:
+    """The engine's first-draft acceptance against the prediction, per checked arm."""
+    # Global position indices count positions only, in sequence order, as measure_positions.
+    positions = sample_positions(contexts, conf.engine_check, conf.seed)
+    rows = []
+    for index in check_arms:
+        arm = arms[index]
+        outcomes = engine_first_acceptance(
+            pair,
+            contexts,
+            positions,
+            arm.sampler(),
+            sampling,
+            conf.engine_check_seeds,
+            conf.seed,
+            conf.progress,
+        )
+        beta = measured["stats"]["beta"][index, [g for _, _, g in positions]]
+        predicted = float(beta.mean())
+        low, high = wilson_interval(sum(outcomes), len(outcomes))
+        base = {"rule": arm.rule, "parameter": arm.parameter, "n_positions": len(positions)}
+        rows.append(
+            {
+                **base,
+                "statistic": "engine_first_acceptance",
+                "value": sum(outcomes) / len(outcomes),
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+        rows.append(
+            {
+                **base,
+                "statistic": "predicted_first_acceptance",
+                "value": predicted,
+                "ci_low": None,
+                "ci_high": None,
+            }
+        )
+    return rows

@@ -25,7 +25,7 @@ import torch
 from cactus_bench.engine import SamplingParams
 from cactus_bench.frontier.aggregate import bootstrap_weights
 from cactus_bench.frontier.arms import build_arms
-from cactus_bench.frontier.conf import FrontierConf, FrontierConfigError
+from cactus_bench.frontier.conf import FrontierConf
 from cactus_bench.frontier.contexts import build_contexts, load_prompt_texts
 from cactus_bench.frontier.definitions import write_definitions
 from cactus_bench.frontier.distribution import (
@@ -34,20 +34,23 @@ from cactus_bench.frontier.distribution import (
     paired_rows,
     theorem3_findings,
 )
-from cactus_bench.frontier.engine_check import (
-    CHECK_ARMS,
-    engine_first_acceptance,
-    sample_positions,
-    wilson_interval,
-)
+from cactus_bench.frontier.engine_check import engine_check_arms, engine_check_rows
 from cactus_bench.frontier.matched import matched_rows
 from cactus_bench.frontier.plots import make_figures
-from cactus_bench.frontier.rows import COLUMNS, summary_rows
-from cactus_bench.frontier.stats import STATISTICS, chunk_statistics, entropy, grid_size
+from cactus_bench.frontier.rows import COLUMNS, stop_rows, summary_rows
+from cactus_bench.frontier.stats import (
+    STATISTICS,
+    chunk_statistics,
+    entropy,
+    grid_size,
+    marked_masses,
+    token_marks,
+)
 from cactus_bench.frontier.teacher_forcing import iter_chunks
 from cactus_bench.models import load_pair
 from cactus_bench.models.loading import resolve_device
 from cactus_bench.store.metadata import device_name, git_state
+from cactus_bench.tasks.stop_set import stop_set
 
 
 @dataclass
@@ -66,7 +69,7 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
         torch.set_num_threads(conf.threads)
     torch.manual_seed(conf.seed)
     arms = build_arms(conf)
-    check_arms = _engine_check_arms(conf, arms)
+    check_arms = engine_check_arms(conf, arms)
     # Wall time and this process's CPU time per phase: on a shared machine the CPU time is the
     # cost of the work itself (one thread: CPU time <= wall time, equal when nothing competes).
     timings: dict[str, float] = {}
@@ -107,9 +110,12 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
     rows += paired_rows(arms, *per_position)
     rows += matched_rows(arms, *per_position)
     rows += overshoot_cell_rows(arms, measured["cells"])
+    rows += stop_rows(
+        arms, measured["stats"], measured["verifier"], measured["at_stop"], *per_position[1:]
+    )
     lap("aggregate")
     if conf.engine_check:
-        rows += _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling)
+        rows += engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling)
         lap("engine_check")
     frame = pd.DataFrame(rows)
     frame.insert(0, "prompt_set", conf.prompt_set_name())
@@ -131,32 +137,50 @@ def run_frontier(conf: FrontierConf) -> FrontierOutcome:
 
 def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
     """Per-position statistics of every arm: {"stats": {name: [A, N]}, "entropy": [N],
-    "sequence": [N], "lengths": [S], "sources": [S], "cells": [A, Qb, Gb, 2] overshoot cells}
-    over the sequences with a position."""
+    "sequence": [N], "lengths": [S], "sources": [S], "cells": [A, Qb, Gb, 2] overshoot cells,
+    "verifier": {"stop_mass", "out_of_head", "entropy": [N]} q's own, "at_stop": [N] bool (the
+    verifier's token is in the pair's stop set)} over the sequences with a position."""
+    stop_ids = stop_set(pair.tokenizer, pair.chat_template_kwargs).stop_ids
     kept = [i for i, tokens in enumerate(contexts.tokens) if tokens]
     lengths = torch.tensor([len(contexts.tokens[i]) for i in kept], dtype=torch.long)
     renumber = {original: new for new, original in enumerate(kept)}
     total = int(lengths.sum())
     stats = {name: torch.empty(len(arms), total, dtype=torch.float64) for name in STATISTICS}
     entropies = torch.empty(total, dtype=torch.float64)
+    verifier = {
+        name: torch.empty(total, dtype=torch.float64) for name in ("stop_mass", "out_of_head")
+    }
     sequence = torch.empty(total, dtype=torch.long)
     unscaled = any(arm.reads_unscaled for arm in arms)  # p̄, q̄ for the cascades, FSD, BiLD
     chunks = iter_chunks(
-        pair, contexts, sampling, conf.chunk_elements, grid_size(arms), conf.progress, unscaled
+        pair,
+        contexts,
+        sampling,
+        conf.chunk_elements,
+        grid_size(arms),
+        conf.progress,
+        unscaled,
+        stop_ids,
     )
     cells = 0
     for chunk in chunks:
         columns = slice(chunk.offset, chunk.offset + chunk.p.shape[0])
         values, chunk_cells = chunk_statistics(
-            chunk.p, chunk.q, arms, conf.chunk_elements, chunk.full
+            chunk.p, chunk.q, arms, conf.chunk_elements, chunk.full, chunk.stop, conf.head_fraction
         )
         for name, value in values.items():
             stats[name][:, columns] = value
         cells = cells + chunk_cells
         entropies[columns] = entropy(chunk.q).cpu()
+        marks = token_marks(chunk.q, chunk.stop, conf.head_fraction)
+        for name, value in marked_masses(chunk.q, marks).items():
+            verifier[name][columns] = value.to("cpu", torch.float64)
         sequence[columns] = torch.tensor([renumber[int(s)] for s in chunk.sequence])
     sources = [contexts.sources[i] for i in kept]
+    answers = torch.tensor([token for i in kept for token in contexts.tokens[i]])
     return {
+        "verifier": {**verifier, "entropy": entropies},
+        "at_stop": torch.isin(answers, torch.tensor(stop_ids)),
         "stats": stats,
         "entropy": entropies,
         "sequence": sequence,
@@ -164,64 +188,6 @@ def measure_positions(conf, pair, contexts, arms, sampling) -> dict:
         "sources": sources,
         "cells": cells,
     }
-
-
-def _engine_check_arms(conf: FrontierConf, arms) -> list[int]:
-    if not conf.engine_check:
-        return []
-    found = []
-    for family, value in CHECK_ARMS:
-        index = next(
-            (i for i, a in enumerate(arms) if a.family == family and a.value == value), None
-        )
-        if index is None:
-            raise FrontierConfigError(
-                f"frontier.engine_check needs the arm {family} {value or ''} in the grid: keep "
-                "'cactus' in frontier.rules and 1.0 in frontier.deltas, or set engine_check=0"
-            )
-        found.append(index)
-    return found
-
-
-def _engine_check_rows(conf, pair, contexts, arms, check_arms, measured, sampling) -> list[dict]:
-    # Global position indices count positions only, in sequence order, as measure_positions.
-    positions = sample_positions(contexts, conf.engine_check, conf.seed)
-    rows = []
-    for index in check_arms:
-        arm = arms[index]
-        outcomes = engine_first_acceptance(
-            pair,
-            contexts,
-            positions,
-            arm.sampler(),
-            sampling,
-            conf.engine_check_seeds,
-            conf.seed,
-            conf.progress,
-        )
-        beta = measured["stats"]["beta"][index, [g for _, _, g in positions]]
-        predicted = float(beta.mean())
-        low, high = wilson_interval(sum(outcomes), len(outcomes))
-        base = {"rule": arm.rule, "parameter": arm.parameter, "n_positions": len(positions)}
-        rows.append(
-            {
-                **base,
-                "statistic": "engine_first_acceptance",
-                "value": sum(outcomes) / len(outcomes),
-                "ci_low": low,
-                "ci_high": high,
-            }
-        )
-        rows.append(
-            {
-                **base,
-                "statistic": "predicted_first_acceptance",
-                "value": predicted,
-                "ci_low": None,
-                "ci_high": None,
-            }
-        )
-    return rows
 
 
 def _write_metadata(path: Path, conf, pair, timings, positions, sequences) -> None:
@@ -244,8 +210,10 @@ def _write_metadata(path: Path, conf, pair, timings, positions, sequences) -> No
 
 
 def highlights(frame) -> list[str]:
-    """A few lines for the terminal: SpS acceptance, the best gains at delta = 1, positions."""
+    """A few lines for the terminal: acceptance, KL, stop-mass ratio and out-of-head mass of
+    SpS and the headline lossy arms, and q's own out-of-head mass."""
     lines = []
+    head_name = "out_of_head_per_1000"
 
     def pick(rule, parameter, statistic):
         hit = frame[
@@ -260,10 +228,16 @@ def highlights(frame) -> list[str]:
         ("tas", "eps=0.09"),
     ):
         acc, kl = pick(rule, parameter, "acceptance"), pick(rule, parameter, "kl")
+        stop, head = pick(rule, parameter, "stop_mass_ratio"), pick(rule, parameter, head_name)
         if acc is not None:
             lines.append(
                 f"{rule} {parameter}".strip().ljust(24)
                 + f" acceptance {acc.value:.4f} [{acc.ci_low:.4f}, {acc.ci_high:.4f}]"
                 + (f"  KL(law||q) {kl.value:.4g}" if kl is not None else "")
+                + (f"  stop mass / q's {stop.value:.3f}" if stop is not None else "")
+                + (f"  out of head /1000 {head.value:.1f}" if head is not None else "")
             )
+    own = pick("verifier", "", head_name)
+    if own is not None:
+        lines.append(f"{'q (the verifier)'.ljust(24)} out of head /1000 {own.value:.1f}")
     return lines

@@ -10,6 +10,8 @@
     al            predicted AL(m) against m for the same arms
     matched       every rule's acceptance minus Cactus's at matched D_f, per f (plots_matched.py;
                   not drawn for a CSV without matched rows)
+    stop          stop-mass ratio, out-of-head mass and entropy against acceptance (plots_stop.py;
+                  not drawn for a CSV written before those statistics)
 Bands and error bars are the CSV's 95 % bootstrap intervals.
 """
 
@@ -25,6 +27,7 @@ from matplotlib.ticker import MaxNLocator
 from cactus_bench.frontier.plot_style import HEADLINE, add_title, rule_label, rule_style, stat_rows
 from cactus_bench.frontier.plots_divergence import frontier_figure, gamma_figure
 from cactus_bench.frontier.plots_matched import matched_figure
+from cactus_bench.frontier.plots_stop import stop_figure
 from cactus_bench.report.error_bars import clipped_errors, mark_excluded
 from cactus_bench.report.figure_parts import save_figure
 
@@ -153,6 +156,7 @@ FIGURES = {
     "entropy": entropy_figure,
     "al": al_figure,
     "matched": matched_figure,
+    "stop": stop_figure,
 }
 
 

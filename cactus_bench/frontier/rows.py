@@ -18,6 +18,15 @@ distributions, Theorem 3's check and the paired rows are in distribution.py):
     acceptance@source=X  acceptance (and gain@source=X) over the sequences of one prompt source
     al@m=M               predicted AL for draft length M (al.py states the approximation)
     entropy, positions, sequences   (rule "verifier")
+
+and, from `stop_rows`, what the emitted law does to the stop and to q's head (exact, per arm):
+
+    stop_mass_ratio      sum_t law_t(S) / sum_t q_t(S), S the pair's stop set (q(S)-weighted)
+    stop_mass_ratio@stop the same over the positions where the verifier's own token is in S
+    stop_mass            mean law_t(S)
+    out_of_head_per_1000 1000 x mean law_t mass on {x: q_t(x) < c max q_t}; _vs_q paired
+    emitted_entropy      mean H(law_t); emitted_entropy_vs_q: mean H(law_t) - H(q_t), paired
+    stop_mass, out_of_head_per_1000, stop_positions  (rule "verifier": q's own)
 """
 
 from __future__ import annotations
@@ -174,3 +183,64 @@ def _verifier_rows(entropy, sequence, counts, weights, total, num_seq) -> list[d
             "ci_high": None,
         },
     ]
+
+
+def stop_rows(arms, stats, verifier, at_stop, sequence, lengths, weights) -> list[dict]:
+    """The stop-mass ratio, out-of-head mass and emitted entropy of every arm, against q's.
+
+    stats: {name: [A, N]} (stop_mass NaN when no stop set was given: no stop rows);
+    verifier: {"stop_mass": [N] q_t(S), "out_of_head": [N], "entropy": [N] H(q_t)};
+    at_stop: [N] bool, the verifier's own token is in S; weights: [B, S]."""
+    num_seq, total = lengths.shape[0], int(lengths.sum())
+
+    def sums(values):  # [..., N] -> [..., S]
+        return per_sequence_sums(values, sequence, num_seq)
+
+    counts = sums(torch.ones(total, dtype=torch.float64))
+    rows = []
+    if not bool(torch.isnan(stats["stop_mass"]).all()):
+        law_stop, q_stop = stats["stop_mass"], verifier["stop_mass"]
+        rows += _rows(
+            arms, "stop_mass_ratio", ratio_estimate(sums(law_stop), sums(q_stop), weights), total
+        )
+        stops = at_stop.double()
+        if int(stops.sum()):
+            estimate = ratio_estimate(sums(law_stop * stops), sums(q_stop * stops), weights)
+            rows += _rows(arms, "stop_mass_ratio@stop", estimate, int(stops.sum()))
+        rows += _rows(arms, "stop_mass", ratio_estimate(sums(law_stop), counts, weights), total)
+    per_1000 = {"out_of_head_per_1000": 1000.0}
+    pairs = (
+        ("out_of_head_per_1000", stats["out_of_head"], verifier["out_of_head"]),
+        ("emitted_entropy", stats["emitted_entropy"], verifier["entropy"]),
+    )
+    for name, law_values, q_values in pairs:
+        scale = per_1000.get(name, 1.0)
+        for statistic, values in ((name, law_values), (f"{name}_vs_q", law_values - q_values)):
+            estimate = ratio_estimate(sums(values * scale), counts, weights)
+            rows += _rows(arms, statistic, estimate, total)
+    rows += _verifier_stop_rows(verifier, at_stop, sums, counts, weights, total)
+    return rows
+
+
+def _verifier_stop_rows(verifier, at_stop, sums, counts, weights, total) -> list[dict]:
+    base = {"rule": "verifier", "parameter": "", "n_positions": total}
+    rows = []
+    named = [("out_of_head_per_1000", verifier["out_of_head"] * 1000.0)]
+    if not bool(torch.isnan(verifier["stop_mass"]).all()):
+        named.insert(0, ("stop_mass", verifier["stop_mass"]))
+    for statistic, values in named:
+        estimate = ratio_estimate(sums(values[None]), counts, weights)
+        rows.append(
+            {
+                **base,
+                "statistic": statistic,
+                "value": float(estimate.value[0]),
+                "ci_low": float(estimate.low[0]),
+                "ci_high": float(estimate.high[0]),
+            }
+        )
+    stops = float(at_stop.sum())
+    rows.append(
+        {**base, "statistic": "stop_positions", "value": stops, "ci_low": None, "ci_high": None}
+    )
+    return rows

@@ -14,10 +14,14 @@ functions fed gamma for all budgets at once):
     exceed        sum_n p(n) 1[d_f(h_n || q) > delta]         drafts whose target breaks the budget
     excess        sum_n p(n) max(0, d_f(h_n || q) - delta)    by how much (nats for KL)
     exceed_any    1[some draft n with p(n) > 0 breaks it]      (Corollary 6; cactus rules only)
+    stop_mass     law(S), S the pair's stop set (`tasks.stop_set`; NaN when no S is given)
+    out_of_head   law's mass on tokens with q_t(x) < c max q_t (c: `head_fraction`)
+    emitted_entropy  H(law_t) in nats
 
-and the verifier's entropy H(q_t). A rule whose test reads the sources' temperature-1 laws
-(`Arm.reads_unscaled`) is evaluated on the chunk's full rows with p̄_t, q̄_t (`teacher.FullRows`):
-its statistics are the same functions of its law, only its test sees the whole index space.
+and the verifier's entropy H(q_t) (q_t's own marked masses: `marked_masses`). A rule whose test
+reads the sources' temperature-1 laws (`Arm.reads_unscaled`) is evaluated on the chunk's full
+rows with p̄_t, q̄_t (`teacher.FullRows`): its statistics are the same functions of its law,
+only its test sees the whole index space.
 Cactus's target for draft n is h_n = (gamma_n at n, q rescaled elsewhere), so d_f(h_n || q)
 is the binary divergence d_f(gamma_n; q(n)) (Theorem 2).
 The cactus grids also return overshoot cells: sums over positions of the draft mass p(n) and of
@@ -30,6 +34,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.frontier.arms import Arm
+from cactus_bench.frontier.conf import HEAD_FRACTION
 from cactus_bench.frontier.teacher_forcing import on_support, support_index
 from cactus_bench.samplers import (
     DIVERGENCES,
@@ -40,7 +45,18 @@ from cactus_bench.samplers import (
 )
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
 
-STATISTICS = ("beta", *DIVERGENCES, "q_zero_mass", "thm3_excess", "exceed", "excess", "exceed_any")
+STATISTICS = (
+    "beta",
+    *DIVERGENCES,
+    "q_zero_mass",
+    "thm3_excess",
+    "exceed",
+    "excess",
+    "exceed_any",
+    "stop_mass",
+    "out_of_head",
+    "emitted_entropy",
+)
 Q_EDGES = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0)  # overshoot cells: q(n) bins ...
 GAMMA_EDGES = (0.0, 0.5, 1.0)  # ... and gamma_n <= 1/2 or above (Corollary 6)
 _EXCEED_RTOL = 1e-9  # d_f > delta (1 + rtol) + atol: the exact solver's certified roots
@@ -58,11 +74,28 @@ def grid_size(arms: list[Arm]) -> int:
     return max(sizes, default=1)
 
 
-def _law_statistics(law, q, pq: dict, budget: str | None) -> dict[str, torch.Tensor]:
-    """[..., K] law and q -> per-row D_f(law || q) for every f, q_zero_mass and, for an arm with
-    a budget f, Theorem 3's D_f(law || q) - D_f(p || q) (pq: {f: [C]} D_f(p || q))."""
+def token_marks(q, stop, head_fraction: float) -> dict[str, torch.Tensor]:
+    """[C, K] q (and [C, K] bool stop or None) -> {statistic: [C, K] bool}: the tokens whose
+    mass a law's `stop_mass` and `out_of_head` sum (the stop set; q(x) < c max q)."""
+    marks = {"out_of_head": q < head_fraction * q.amax(-1, keepdim=True)}
+    if stop is not None:
+        marks["stop_mass"] = stop
+    return marks
+
+
+def marked_masses(law, marks: dict) -> dict[str, torch.Tensor]:
+    """[..., K] law -> {statistic: [...] law's mass on the marked tokens}."""
+    return {name: (law * mark).sum(-1) for name, mark in marks.items()}
+
+
+def _law_statistics(law, q, pq: dict, budget: str | None, marks: dict) -> dict[str, torch.Tensor]:
+    """[..., K] law and q -> per-row D_f(law || q) for every f, q_zero_mass, the marked masses
+    (`token_marks`), H(law) and, for an arm with a budget f, Theorem 3's D_f(law || q) -
+    D_f(p || q) (pq: {f: [C]} D_f(p || q))."""
     stats = {f: full_divergence(law, q, f).clamp(min=0) for f in DIVERGENCES}
     stats["q_zero_mass"] = (law * (q == 0)).sum(-1)
+    stats.update(marked_masses(law, marks))
+    stats["emitted_entropy"] = entropy(law)
     if budget is not None:
         own = stats[budget]
         stats["thm3_excess"] = torch.where(
@@ -76,7 +109,7 @@ def pair_divergences(p, q) -> dict[str, torch.Tensor]:
     return {f: full_divergence(p, q, f).clamp(min=0) for f in DIVERGENCES}
 
 
-def _grid_statistics(p, q, pq, arms: list[Arm]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def _grid_statistics(p, q, pq, arms: list[Arm], marks) -> tuple[dict, torch.Tensor]:
     """One delta grid (cactus, or cactus_exact with one divergence): [D, C] per statistic, and
     the overshoot cells [D, len(Q_EDGES) - 1, len(GAMMA_EDGES) - 1, 2] (draft mass, overshoot)."""
     family, divergence = arms[0].family, arms[0].divergence
@@ -92,7 +125,7 @@ def _grid_statistics(p, q, pq, arms: list[Arm]) -> tuple[dict[str, torch.Tensor]
         gamma = q.expand(shape).clone()
         gamma[solve] = exact_gamma(q.expand(shape)[solve], grid.expand(shape)[solve], divergence)
     stats = {"beta": boosted_acceptance(p, gamma)}
-    stats.update(_law_statistics(boosted_law(p, q, gamma), q, pq, divergence))
+    stats.update(_law_statistics(boosted_law(p, q, gamma), q, pq, divergence, marks))
     target = binary_divergence(gamma, q, divergence)  # d_f(h_n || q) for every draft n
     breaks = (target > grid * (1 + _EXCEED_RTOL) + _EXCEED_ATOL) & (p > 0)
     stats["exceed"] = (p * breaks).sum(-1)
@@ -114,14 +147,14 @@ def _overshoot_cells(p, q, gamma, breaks) -> torch.Tensor:
     return out.view(gamma.shape[0], num_q, num_g, 2)
 
 
-def _arm_statistics(p, q, pq, arm: Arm) -> dict[str, torch.Tensor]:
+def _arm_statistics(p, q, pq, arm: Arm, marks) -> dict[str, torch.Tensor]:
     """One arm's [1, C] statistics on the compact rows (an arm whose test reads only p, q)."""
     beta, law = arm.sampler().acceptance_and_law(p, q)
-    stats = {"beta": beta, **_law_statistics(law, q, pq, arm.budget_divergence)}
+    stats = {"beta": beta, **_law_statistics(law, q, pq, arm.budget_divergence, marks)}
     return {name: value.unsqueeze(0) for name, value in stats.items()}  # [1, C]
 
 
-def _full_row_statistics(full, p, q, arms: dict[int, Arm], chunk_elements: int, out) -> None:
+def _full_row_statistics(full, p, q, arms: dict[int, Arm], chunk_elements, head, out) -> None:
     """Fill out[name][index] for each {index: arm} that reads p̄, q̄, block by block on the full
     rows (O(chunk_elements) numbers per temporary). Each block's laws are converted and pq
     computed once for all those arms, and each arm's plan runs once (`acceptance_and_law`: the
@@ -144,14 +177,21 @@ def _full_row_statistics(full, p, q, arms: dict[int, Arm], chunk_elements: int, 
         index, valid = support_index(*laws[:2])  # [b, K]
         outside_support = ~((laws[0] > 0) | (laws[1] > 0))  # [b, V']
         q_compact = on_support(laws[1], index, valid)
+        stop = None if full.stop is None else full.stop.to(index.device).expand_as(laws[1])
+        marks = token_marks(laws[1], stop, head)  # on V' ...
+        compact_marks = {  # ... and on the support
+            name: on_support(mark, index, valid) for name, mark in marks.items()
+        }
         pq = pair_divergences(p[block], q[block])
         for arm_index, arm in arms.items():
             beta, law = arm.sampler().acceptance_and_law(*laws)  # [b], [b, V']
             if bool((law * outside_support).any()):  # mass where p = q = 0: measure it all
-                stats = _law_statistics(law, laws[1], pq, arm.budget_divergence)
+                stats = _law_statistics(law, laws[1], pq, arm.budget_divergence, marks)
             else:
                 law_compact = on_support(law, index, valid)
-                stats = _law_statistics(law_compact, q_compact, pq, arm.budget_divergence)
+                stats = _law_statistics(
+                    law_compact, q_compact, pq, arm.budget_divergence, compact_marks
+                )
             stats["beta"] = beta
             for name, value in stats.items():
                 out[name][arm_index, block] = value.to("cpu", torch.float64)
@@ -162,11 +202,14 @@ def entropy(q: torch.Tensor) -> torch.Tensor:
     return -torch.special.xlogy(q, q).sum(-1)
 
 
-def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int, full=None):
+def chunk_statistics(
+    p, q, arms: list[Arm], chunk_elements: int, full=None, stop=None, head=HEAD_FRACTION
+):
     """[C, K] p, q -> ({statistic: [A, C] float64 (NaN where it does not apply)},
     overshoot cells [A, Qb, Gb, 2] summed over the chunk (zero for arms without a grid)).
     full: the same positions on the whole index space with p̄, q̄ (`teacher.FullRows`), for the
-    arms that read the temperature-1 laws."""
+    arms that read the temperature-1 laws. stop: [C, K] bool, the stop set on the support
+    (`Chunk.stop`; None: no stop_mass); head: c of `out_of_head`."""
     rows = p.shape[0]
     out = {
         name: torch.full((len(arms), rows), torch.nan, dtype=torch.float64) for name in STATISTICS
@@ -175,7 +218,7 @@ def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int, full=None):
     groups: dict[tuple, list[int]] = {}
     unscaled = {index: arm for index, arm in enumerate(arms) if arm.reads_unscaled}
     if unscaled:
-        _full_row_statistics(full, p, q, unscaled, chunk_elements, out)
+        _full_row_statistics(full, p, q, unscaled, chunk_elements, head, out)
     for index, arm in enumerate(arms):
         if arm.reads_unscaled:
             continue
@@ -186,16 +229,17 @@ def chunk_statistics(p, q, arms: list[Arm], chunk_elements: int, full=None):
     for start in range(0, rows, step):  # O(step x K x D) memory whatever the chunk
         block = slice(start, start + step)
         pq = pair_divergences(p[block], q[block])
+        marks = token_marks(q[block], None if stop is None else stop[block], head)
         for indices in groups.values():
             members = [arms[i] for i in indices]
             if members[0].family in ("cactus", "cactus_exact"):
-                stats, grid_cells = _grid_statistics(p[block], q[block], pq, members)
+                stats, grid_cells = _grid_statistics(p[block], q[block], pq, members, marks)
                 cells[indices] += grid_cells
             else:
-                stats = _arm_statistics(p[block], q[block], pq, members[0])
+                stats = _arm_statistics(p[block], q[block], pq, members[0], marks)
             for name, value in stats.items():
                 out[name][indices, block] = value.to("cpu", torch.float64)
-    for name in ("beta", "kl", "tv", "q_zero_mass"):  # defined for every arm: never NaN
+    for name in ("beta", "kl", "tv", "q_zero_mass", "out_of_head", "emitted_entropy"):  # never NaN
         bad = torch.isnan(out[name]).any(-1).nonzero().flatten().tolist()
         if bad:
             arm = arms[bad[0]]

@@ -43,6 +43,7 @@ class FullRows:
     q: torch.Tensor  # [C, V'] verifier's processed law
     p_bar: torch.Tensor  # [C, V'] drafter's temperature-1 law (softmax of its logits)
     q_bar: torch.Tensor  # [C, V'] verifier's temperature-1 law
+    stop: torch.Tensor | None = None  # [V'] bool: the stop set S on the index space
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Chunk:
     sequence: torch.Tensor  # [C] int64 index of each position's sequence
     offset: int  # index of the chunk's first position among all positions
     full: FullRows | None = None  # the same positions on V', when a rule reads p̄, q̄
+    stop: torch.Tensor | None = None  # [C, K] bool: which support entries are in S
 
 
 def support_index(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +78,17 @@ def compact_support(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, tor
     """[T, V] x 2 -> [T, K] x 2 on the union support of each row, ascending ids, zero-padded."""
     index, valid = support_index(p, q)
     return on_support(p, index, valid), on_support(q, index, valid)
+
+
+def stop_on_index_space(stop_ids, token_map, width: int, device) -> torch.Tensor:
+    """[V'] bool: which entries of the rules' index space are stop tokens (through the token
+    map when the pair has one; a stop id beyond it, or beyond the logits, is not emittable)."""
+    ids = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+    if token_map is not None:
+        return torch.isin(token_map.to(device), ids)
+    row = torch.zeros(width, dtype=torch.bool, device=device)
+    row[ids[ids < width]] = True
+    return row
 
 
 @torch.inference_mode()
@@ -117,12 +130,17 @@ def iter_chunks(
     grid_size: int,
     progress: bool = True,
     unscaled: bool = False,
+    stop_ids: tuple[int, ...] | None = None,
 ) -> Iterator[Chunk]:
     """Teacher-forces the sequences in order and yields chunks of about chunk_elements numbers
     (positions x support width x grid_size, the largest parameter grid evaluated at once).
-    unscaled: also carry the full rows and the temperature-1 laws (`FullRows`)."""
+    unscaled: also carry the full rows and the temperature-1 laws (`FullRows`).
+    stop_ids: the stop set S (vocabulary ids, `tasks.stop_set`); each chunk then carries it on
+    the support (`Chunk.stop`) and on the full rows (`FullRows.stop`)."""
     pending_p: list[torch.Tensor] = []
     pending_q: list[torch.Tensor] = []
+    pending_stop: list[torch.Tensor] = []
+    stop_row = None  # [V'] bool: S on the index space, built with the first sequence's laws
     pending_seq: list[int] = []
     pending_full: list[tuple[torch.Tensor, ...]] = []
     offset = 0
@@ -141,14 +159,22 @@ def iter_chunks(
         full = None
         if pending_full:
             full = FullRows(*(torch.cat(rows) for rows in zip(*pending_full, strict=True)))
+            full.stop = stop_row
+        stop = None
+        if pending_stop:
+            stop = torch.cat(
+                [torch.nn.functional.pad(t, (0, width - t.shape[-1])) for t in pending_stop]
+            )
         chunk = Chunk(
             p64 / p64.sum(-1, keepdim=True),
             q64 / q64.sum(-1, keepdim=True),
             sequence,
             offset,
             full,
+            stop,
         )
-        pending_p.clear(), pending_q.clear(), pending_seq.clear(), pending_full.clear()
+        for pending in (pending_p, pending_q, pending_seq, pending_full, pending_stop):
+            pending.clear()
         return chunk
 
     bar = tqdm(range(len(contexts.tokens)), desc="teacher forcing", disable=not progress)
@@ -175,9 +201,13 @@ def iter_chunks(
                 q_logits = answer_logits(pair.verifier, prompt, answer, pair.token_map)
             laws = (p, q, temperature_one(p_logits), temperature_one(q_logits))
             pending_full.append(tuple(law.float().cpu() for law in laws))
-        p_compact, q_compact = compact_support(p, q)
-        pending_p.append(p_compact)
-        pending_q.append(q_compact)
+        if stop_ids is not None and stop_row is None:
+            stop_row = stop_on_index_space(stop_ids, pair.token_map, p.shape[-1], p.device)
+        ids, valid = support_index(p, q)
+        pending_p.append(on_support(p, ids, valid))
+        pending_q.append(on_support(q, ids, valid))
+        if stop_row is not None:
+            pending_stop.append(stop_row[ids] & valid)  # [T, K] S on the support
         pending_seq.append(index)
         rows = sum(t.shape[0] for t in pending_p)
         width = max(t.shape[-1] for t in pending_p)
