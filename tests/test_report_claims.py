@@ -186,7 +186,9 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
         "task": "ifeval",
         "sampler": "sps",
         "repeats": 1,
+        "seed": 1234,
         "score_by_prompt": json.dumps([1.0, 0.0]),
+        "metrics_json": json.dumps({"inst_level_strict_acc,none": 3 / 4}),
     }
     pd.DataFrame([row]).to_csv(csv, index=False)
     records = [
@@ -215,19 +217,33 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     path = tmp_path / "paper_claims.records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    def score(document, text):
+    def score_one(text):
         follows = [True, True] if text == "yes" else [False, True]
         return {"prompt_level_strict_acc": all(follows), "inst_level_strict_acc": follows}
 
-    write_requests(csv, [{"doc": 0}, {"doc": 1}], score)
+    seeds = []
+
+    def score(seed, texts):  # lm-eval's results per document, as the run scored them
+        seeds.append(seed)
+        return [score_one(text) for text in texts]
+
+    write_requests(csv, score)
+    assert seeds == [1234]
     table = load_requests(csv)
     assert table.stop_reason.tolist() == ["eos", "length"]
     assert table.prompt_strict.tolist() == [1, 0]
     assert table.inst_followed.tolist() == [2, 1] and table.inst_total.tolist() == [2, 2]
     assert table.accepted.tolist() == [1, 2] and table.steps.tolist() == [1, 2]
     with pytest.raises(ValueError, match="prompt 0: IFEval re-scores its answer 0") as caught:
-        write_requests(csv, [{}, {}], lambda document, text: score(document, "no"))
+        write_requests(csv, lambda seed, texts: [score_one("no") for _ in texts])
     assert "\n" not in str(caught.value)
+    # lines whose instructions do not sum to the row's own lm-eval metric refuse
+    pd.DataFrame([{**row, "metrics_json": json.dumps({"inst_level_strict_acc,none": 0.5})}]).to_csv(
+        csv, index=False
+    )
+    with pytest.raises(ValueError, match="follow 3 of 4 instructions, the row's lm-eval metric 2"):
+        write_requests(csv, score)
+    pd.DataFrame([row]).to_csv(csv, index=False)
 
     # Another machine, without the records: r1's committed lines stay; r2 is re-scored from its
     # records; a row with neither refuses; a committed line that contradicts its row refuses.
@@ -236,7 +252,7 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     swapped = {"yes": "no", "no": "yes"}
     moved = [{**r, "run_id": "r2", "text": swapped.get(r["text"], "")} for r in records]
     path.write_text("".join(json.dumps(r) + "\n" for r in moved))
-    write_requests(csv, [{}, {}], score)
+    write_requests(csv, score)
     table = load_requests(csv)
     assert table.run_id.tolist() == ["r1", "r1", "r2", "r2"]
     assert table.prompt_strict.tolist() == [1, 0, 0, 1]
@@ -245,10 +261,10 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     third = {**row, "run_id": "r3"}
     pd.DataFrame([*rows, third]).to_csv(csv, index=False)
     with pytest.raises(ValueError, match="run r3 .* has 0 records for 2 prompts"):
-        write_requests(csv, [{}, {}], score)
+        write_requests(csv, score)
     pd.DataFrame([{**row, "score_by_prompt": json.dumps([0.0, 0.0])}]).to_csv(csv, index=False)
     with pytest.raises(ValueError, match="run r1 .* prompt 0: the per-prompt table says 1"):
-        write_requests(csv, [{}, {}], score)
+        write_requests(csv, score)
 
 
 def test_the_experiment_sweeps_exactly_the_reports_arms():

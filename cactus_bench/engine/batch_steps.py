@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.engine.batched import BatchRun, BatchStep, Row, group_by_sampling, record_step
+from cactus_bench.engine.commit_stats import step_out_of_head
 from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, uniforms
 from cactus_bench.engine.sampling import BAD_LAW, bad_rows, draw_tokens, process_logits
 
@@ -153,12 +154,15 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
             **extra,
         )
         emitted[index, : count + 1] = out.token_ids
-    result = _read(emitted, bad)  # the step's one host read
+    # [R] accepted drafts with q(x) < c max q (commit_stats.py), read with the tokens below
+    off_head = step_out_of_head(target, draft_ids, emitted, decoder.out_of_head_c)
+    result = _read(torch.cat([emitted, off_head[:, None]], 1), bad)  # the step's one host read
 
     tokens_by_row = []
-    for row, count, indices in zip(rows, wanted, result, strict=True):
+    for row, count, (*indices, num_off_head) in zip(rows, wanted, result, strict=True):
         tokens = _vocab_ids(decoder, [index for index in indices if index >= 0])
         _advance(row, count, tokens)
+        row.record.out_of_head_per_step.append(num_off_head)
         tokens_by_row.append(tokens)
     _roll_back(run, rows, wanted)
     step = BatchStep(
