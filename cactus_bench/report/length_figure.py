@@ -12,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from cactus_bench.report.figure_parts import describe, figure_title, machine_line, sampler_color
 from cactus_bench.report.tables import method_label, method_sort_key, task_sort_key, task_title
 
-PANELS = (
-    ("al", "(a) AL: accepted drafts per step", 1.0),
-    ("length_ratio", "(b) λ: generated tokens / the verifier's", 1.0),
-    ("score", "(c) score (%)", 100.0),
+PANELS = (  # column, title, scale, x-axis label
+    ("al", "(a) AL", 1.0, "accepted drafts per step (95 %)"),
+    ("length_ratio", "(b) λ", 1.0, "generated tokens / the verifier's (paired 95 %)"),
+    ("score", "(c) score", 100.0, "score (%, 95 %)"),
 )
 
 
@@ -29,6 +30,8 @@ def has_length(rows: pd.DataFrame) -> bool:
 
 def al_length_score(rows: pd.DataFrame, pair: str, m) -> Figure:
     tasks = sorted(rows["task"].unique(), key=task_sort_key)
+    speculative = set(rows.loc[rows["sampler"] != "verifier", "task"])
+    tasks = [task for task in tasks if task in speculative] or tasks  # as figure_parts.new_figure
     figure = Figure(figsize=(13.0, 0.5 + 3.2 * len(tasks)), layout="constrained")
     axes = figure.subplots(len(tasks), 3, squeeze=False)
     figure_title(
@@ -43,7 +46,7 @@ def al_length_score(rows: pd.DataFrame, pair: str, m) -> Figure:
         labels = [method_label(r) for r in ordered]
         colors = [sampler_color(r["sampler"]) for r in ordered]
         y = np.arange(len(ordered))
-        for ax, (column, title, scale) in zip(row_axes, PANELS, strict=True):
+        for ax, (column, title, scale, xlabel) in zip(row_axes, PANELS, strict=True):
             values = np.array([_value(r, column) for r in ordered]) * scale  # [rules]
             low = np.array([_value(r, f"{column}_ci_low") for r in ordered]) * scale
             high = np.array([_value(r, f"{column}_ci_high") for r in ordered]) * scale
@@ -67,12 +70,20 @@ def al_length_score(rows: pd.DataFrame, pair: str, m) -> Figure:
             )
             if column == "length_ratio":
                 ax.axvline(1.0, color="0.25", linewidth=1)
-                lower = np.nanmin(np.append(low[bounded], values[shown]))
-                ax.set_xlim(left=min(0.9, lower - 0.05))
+                seen = np.append(low[bounded], values[shown])
+                if seen.size:  # a task whose rows have no λ keeps matplotlib's limits
+                    ax.set_xlim(left=min(0.9, float(seen.min()) - 0.05))
             ax.set_yticks(y, labels if ax is row_axes[0] else [""] * len(y), fontsize=8)
             ax.invert_yaxis()
             ax.set_title(f"{task_title(task)}: {title}", fontsize=9, loc="left")
+            ax.set_xlabel(xlabel, fontsize=8)
+            ax.set_ylabel("rule" if ax is row_axes[0] else " ", fontsize=8)
             ax.grid(alpha=0.3, axis="x")
+    samplers = dict.fromkeys(r for r in rows["sampler"])  # one legend entry per rule family
+    handles = [Patch(color=sampler_color(name), alpha=0.8, label=name) for name in samplers]
+    figure.legend(
+        handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False
+    )
     return figure
 
 
