@@ -31,7 +31,7 @@ from cactus_bench.report import (
 )
 from cactus_bench.report.__main__ import main
 from cactus_bench.report.error_bars import DRIFT_NOTE
-from cactus_bench.report.plots import DELTA_FIGURES, FIGURES
+from cactus_bench.report.plots import DELTA_FIGURES, FIGURES, OPTIONAL_FIGURES
 from cactus_bench.report.reference import model_key
 from cactus_bench.store import COLUMNS
 
@@ -247,8 +247,9 @@ def test_figures_have_labelled_axes_and_are_written(tmp_path, agg):
     written = make_figures(agg, tmp_path, formats=("png",))
     with PIL.Image.open(written[0]) as image:  # the machine travels in the file's metadata
         assert "NVIDIA A100" in image.info["Description"] and "Software" not in image.info
-    # the tiny block has no δ sweep (SpS and the verifier only): its δ figures are not drawn
-    assert len(written) == 2 * len(FIGURES) - len(DELTA_FIGURES)
+    # the tiny block has no δ sweep (SpS and the verifier only): its δ figures are not drawn;
+    # the fixture's rows predate λ, so neither block gets the length figure
+    assert len(written) == 2 * len(FIGURES) - len(DELTA_FIGURES) - 2 * len(OPTIONAL_FIGURES)
     assert not [p for p in written if "tiny" in p.name and "_vs_delta" in p.name]
     assert all(p.stat().st_size > 10_000 for p in written)
 
@@ -257,7 +258,8 @@ def test_figures_have_labelled_axes_and_are_written(tmp_path, agg):
 def test_cli_all_writes_tables_and_figures(tmp_path):
     assert main(["all", "--csv", FIXTURE, "--out", str(tmp_path)]) == 0
     assert (tmp_path / "tables" / "table1.tex").exists()
-    assert len(list((tmp_path / "figures").glob("*.pdf"))) == 2 * len(FIGURES) - len(DELTA_FIGURES)
+    expected = 2 * len(FIGURES) - len(DELTA_FIGURES) - 2 * len(OPTIONAL_FIGURES)  # no λ rows
+    assert len(list((tmp_path / "figures").glob("*.pdf"))) == expected
 
 
 def _run_notebook(monkeypatch, results: str | None) -> list:

@@ -19,6 +19,7 @@ import pytest
 from cactus_bench.report.claims import claim_arms, paired_ratio_difference
 from cactus_bench.report.claims_figure import write_claims_figure
 from cactus_bench.report.claims_page import claims_rows, write_claims_tables
+from cactus_bench.report.claims_settings import ClaimSettings, claim_settings
 from cactus_bench.report.claims_verdicts import (
     FAILS,
     HOLDS,
@@ -27,6 +28,7 @@ from cactus_bench.report.claims_verdicts import (
     exceeds,
     keeps_score,
     loses_score,
+    shown,
 )
 from cactus_bench.report.reference import load_reference
 
@@ -96,14 +98,42 @@ def fabricated(tmp_path, prompts: int = N):
     return csv
 
 
-def test_the_verdict_rules_read_the_interval_against_the_mde():
-    assert keeps_score(-0.02, 0.03, mde=0.05) == HOLDS  # any loss below the MDE
-    assert keeps_score(-0.09, -0.01, mde=0.05) == FAILS  # significantly below
-    assert keeps_score(-0.09, 0.01, mde=0.05) == OPEN
-    assert loses_score(-0.09, -0.01, mde=0.05) == HOLDS
-    assert loses_score(-0.02, 0.03, mde=0.05) == FAILS
-    assert loses_score(-0.09, 0.01, mde=0.05) == OPEN
+# small bootstrap settings for the fabricated sweeps (the experiment's own: 10,000 x 200 seeds)
+QUICK = ClaimSettings({"prompt": 0.02, "inst": 0.02}, 2000, 4, 0.95)
+
+
+def test_the_verdict_rules_read_the_interval_against_the_margin():
+    assert keeps_score(-0.02, 0.03, 0.05) == HOLDS  # any loss below the margin
+    assert keeps_score(-0.09, -0.01, 0.05) == FAILS  # significantly below
+    assert keeps_score(-0.09, 0.01, 0.05) == OPEN
+    assert loses_score(-0.09, -0.01, 0.05) == HOLDS
+    assert loses_score(-0.02, 0.03, 0.05) == FAILS
+    assert loses_score(-0.09, 0.01, 0.05) == OPEN
     assert (exceeds(0.1, 0.3), exceeds(-0.2, 0.0), exceeds(-0.1, 0.1)) == (HOLDS, FAILS, OPEN)
+
+
+def test_keeps_never_holds_where_loses_does():
+    """An interval inside the margin but below 0, e.g. [-3.5, -0.5] points with a 5-point
+    margin: "loses" holds, so "keeps" does not (the precedence of claims_verdicts.py)."""
+    low, high = -0.035, -0.005
+    assert loses_score(low, high, 0.05) == HOLDS
+    assert keeps_score(low, high, 0.05) == FAILS
+    grid = np.linspace(-0.1, 0.1, 41)
+    for a in grid:
+        for b in grid[grid >= a]:
+            assert not (keeps_score(a, b, 0.05) == HOLDS and loses_score(a, b, 0.05) == HOLDS)
+
+
+def test_the_experiment_fixes_its_margins_before_the_run():
+    settings = claim_settings("paper_claims")
+    assert settings.margins == {"prompt": 0.05, "inst": 0.05}
+    assert (settings.resamples, settings.stability_seeds) == (10_000, 200)
+    assert settings.stable_share == 0.95
+
+
+def test_an_unstable_outcome_reads_borderline():
+    assert shown(HOLDS, 1.0, QUICK) == HOLDS
+    assert shown(HOLDS, 0.74, QUICK) == "borderline (holds in 74 % of 4 seeds)"
 
 
 def test_the_paired_ratio_difference_is_the_difference_of_ratios_of_sums():
@@ -115,7 +145,7 @@ def test_the_paired_ratio_difference_is_the_difference_of_ratios_of_sums():
 def test_each_claim_lands_where_the_fabricated_rows_put_it(tmp_path):
     csv = fabricated(tmp_path)
     arms, mde, per_prompt = claim_arms(
-        claims_rows(csv), pd.read_csv(tmp_path / "paper_claims.requests.csv")
+        claims_rows(csv), pd.read_csv(tmp_path / "paper_claims.requests.csv"), QUICK.resamples
     )
     by = arms.set_index("rule")
     tas = arms.set_index("arm").loc["TAS"]
@@ -133,12 +163,13 @@ def test_each_claim_lands_where_the_fabricated_rows_put_it(tmp_path):
     assert tas.budget_diff_sps == pytest.approx((len(range(2, N, 10)) - len(range(1, N, 10))) / N)
     assert tas.budget_diff_sps_ci_low < tas.budget_diff_sps < tas.budget_diff_sps_ci_high
     assert 0 < mde["prompt"] < 0.1 and mde["n"] == N
-    found = {(v.claim, v.statement): v for v in claim_verdicts(arms, mde, per_prompt)}
+    found = {(v.claim, v.statement): v for v in claim_verdicts(arms, per_prompt, QUICK)}
     verdicts = {key: verdict.outcome for key, verdict in found.items()}
     assert verdicts[("a", "Cactus (δ = 1) keeps SpS's score")] == HOLDS
     assert verdicts[("b", "TAS loses score against SpS")] == HOLDS
-    assert verdicts[("c", "Cactus (δ = 1)'s AL exceeds SpS's")] == HOLDS
-    assert verdicts[("d", "Cactus (δ = 1) keeps FLy's score at matched AL")] == HOLDS
+    assert verdicts[("c", "Cactus (δ = 1)'s AL exceeds SpS's (by construction)")] == HOLDS
+    assert verdicts[("d", "Cactus (δ = 1) keeps FLy's score at FLy's AL")] == HOLDS
+    assert all(0 <= verdict.stability <= 1 for verdict in found.values())
     # (e): TAS lost 60 prompts Cactus δ = 1 keeps, at the same AL: +11 points on either metric
     above_tas = found[("e", "Cactus (δ = 1) scores above TAS at matched AL")]
     assert (above_tas.outcome, above_tas.inst_outcome) == (HOLDS, HOLDS)
@@ -147,7 +178,8 @@ def test_each_claim_lands_where_the_fabricated_rows_put_it(tmp_path):
     tas_loss = found[("b", "TAS loses score against SpS")]
     assert tas_loss.inst_outcome == HOLDS and "instruction level -" in tas_loss.evidence
     loss = arms.set_index("arm").loc["Cactus (δ = 2)"]
-    expected = keeps_score(loss.prompt_diff_sps_ci_low, loss.prompt_diff_sps_ci_high, mde["prompt"])
+    margin = QUICK.margins["prompt"]
+    expected = keeps_score(loss.prompt_diff_sps_ci_low, loss.prompt_diff_sps_ci_high, margin)
     assert verdicts[("a", "Cactus (δ = 2) keeps SpS's score")] == expected == OPEN
 
 
@@ -155,21 +187,21 @@ def test_the_page_writes_verdicts_only_for_a_finished_sweep_and_rebuilds_byte_fo
     reference = load_reference()
     finished = tmp_path / "finished"
     finished.mkdir()
-    table_csv, page = write_claims_tables(fabricated(finished), finished / "out", reference)
+    table_csv, page = write_claims_tables(fabricated(finished), finished / "out", reference, QUICK)
     text = page.read_text()
     assert "**holds**" in text and "Not written" not in text
     assert "| SpS | 0.50 [0.45, 0.55] | 20.0 [0.0, 100.0] | +0.0 [+0.0, +0.0] |" in text
     assert "| 10.0 | +0.0 [+0.0, +0.0] |" in text  # SpS ends on the budget, against itself
     first = {path: path.read_bytes() for path in (table_csv, page)}
     csv = finished / "paper_claims.csv"
-    figures = write_claims_figure(csv, claims_rows(csv), finished / "fig")
+    figures = write_claims_figure(csv, claims_rows(csv), finished / "fig", QUICK)
     first |= {path: path.read_bytes() for path in figures}
-    write_claims_tables(csv, finished / "out", reference)
-    write_claims_figure(csv, claims_rows(csv), finished / "fig")
+    write_claims_tables(csv, finished / "out", reference, QUICK)
+    write_claims_figure(csv, claims_rows(csv), finished / "fig", QUICK)
     assert all(path.read_bytes() == data for path, data in first.items())
     short = tmp_path / "short"
     short.mkdir()
-    _, page = write_claims_tables(fabricated(short, prompts=40), short / "out", reference)
+    _, page = write_claims_tables(fabricated(short, prompts=40), short / "out", reference, QUICK)
     assert "Not written: the sweep has not finished" in page.read_text()
     assert "**holds**" not in page.read_text()
 
@@ -186,7 +218,9 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
         "task": "ifeval",
         "sampler": "sps",
         "repeats": 1,
+        "seed": 1234,
         "score_by_prompt": json.dumps([1.0, 0.0]),
+        "metrics_json": json.dumps({"inst_level_strict_acc,none": 3 / 4}),
     }
     pd.DataFrame([row]).to_csv(csv, index=False)
     records = [
@@ -215,19 +249,33 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     path = tmp_path / "paper_claims.records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
-    def score(document, text):
+    def score_one(text):
         follows = [True, True] if text == "yes" else [False, True]
         return {"prompt_level_strict_acc": all(follows), "inst_level_strict_acc": follows}
 
-    write_requests(csv, [{"doc": 0}, {"doc": 1}], score)
+    seeds = []
+
+    def score(seed, texts):  # lm-eval's results per document, as the run scored them
+        seeds.append(seed)
+        return [score_one(text) for text in texts]
+
+    write_requests(csv, score)
+    assert seeds == [1234]
     table = load_requests(csv)
     assert table.stop_reason.tolist() == ["eos", "length"]
     assert table.prompt_strict.tolist() == [1, 0]
     assert table.inst_followed.tolist() == [2, 1] and table.inst_total.tolist() == [2, 2]
     assert table.accepted.tolist() == [1, 2] and table.steps.tolist() == [1, 2]
     with pytest.raises(ValueError, match="prompt 0: IFEval re-scores its answer 0") as caught:
-        write_requests(csv, [{}, {}], lambda document, text: score(document, "no"))
+        write_requests(csv, lambda seed, texts: [score_one("no") for _ in texts])
     assert "\n" not in str(caught.value)
+    # lines whose instructions do not sum to the row's own lm-eval metric refuse
+    pd.DataFrame([{**row, "metrics_json": json.dumps({"inst_level_strict_acc,none": 0.5})}]).to_csv(
+        csv, index=False
+    )
+    with pytest.raises(ValueError, match="follow 3 of 4 instructions, the row's lm-eval metric 2"):
+        write_requests(csv, score)
+    pd.DataFrame([row]).to_csv(csv, index=False)
 
     # Another machine, without the records: r1's committed lines stay; r2 is re-scored from its
     # records; a row with neither refuses; a committed line that contradicts its row refuses.
@@ -236,7 +284,7 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     swapped = {"yes": "no", "no": "yes"}
     moved = [{**r, "run_id": "r2", "text": swapped.get(r["text"], "")} for r in records]
     path.write_text("".join(json.dumps(r) + "\n" for r in moved))
-    write_requests(csv, [{}, {}], score)
+    write_requests(csv, score)
     table = load_requests(csv)
     assert table.run_id.tolist() == ["r1", "r1", "r2", "r2"]
     assert table.prompt_strict.tolist() == [1, 0, 0, 1]
@@ -245,10 +293,10 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     third = {**row, "run_id": "r3"}
     pd.DataFrame([*rows, third]).to_csv(csv, index=False)
     with pytest.raises(ValueError, match="run r3 .* has 0 records for 2 prompts"):
-        write_requests(csv, [{}, {}], score)
+        write_requests(csv, score)
     pd.DataFrame([{**row, "score_by_prompt": json.dumps([0.0, 0.0])}]).to_csv(csv, index=False)
     with pytest.raises(ValueError, match="run r1 .* prompt 0: the per-prompt table says 1"):
-        write_requests(csv, [{}, {}], score)
+        write_requests(csv, score)
 
 
 def test_the_experiment_sweeps_exactly_the_reports_arms():
@@ -283,17 +331,17 @@ def test_a_score_verdict_gives_each_metric_its_own_outcome():
     from cactus_bench.report.claims_verdicts import _score_verdict
 
     differences = {"prompt": (-0.006, -0.039, 0.028), "inst": (-0.032, -0.062, -0.002)}
-    verdict = _score_verdict("a", "X keeps SpS's score", differences, MDE_BOTH, keeps_score)
+    verdict = _score_verdict("a", "X keeps SpS's score", differences, MARGINS, keeps_score)
     assert (verdict.outcome, verdict.inst_outcome) == (HOLDS, FAILS)
     assert verdict.evidence == (
         "prompt level -0.6 points [-3.9, +2.8], instruction level -3.2 points [-6.2, -0.2]; "
-        "MDE 4.5 / 4.1 points"
+        "margin 4.5 / 4.1 points"
     )
-    prompt_only = _score_verdict("a", "X", {"prompt": differences["prompt"]}, MDE_BOTH, keeps_score)
-    assert prompt_only.inst_outcome is None and prompt_only.evidence.endswith("MDE 4.5 points")
+    prompt_only = _score_verdict("a", "X", {"prompt": differences["prompt"]}, MARGINS, keeps_score)
+    assert prompt_only.inst_outcome is None and prompt_only.evidence.endswith("margin 4.5 points")
 
 
-MDE_BOTH = {"prompt": 0.045, "inst": 0.041, "n": 541}
+MARGINS = {"prompt": 0.045, "inst": 0.041}
 
 
 def test_an_unmatched_al_leaves_the_matched_claims_open_with_their_scores(tmp_path):
@@ -304,10 +352,10 @@ def test_an_unmatched_al_leaves_the_matched_claims_open_with_their_scores(tmp_pa
     fly = rows.sampler == "fly"
     rows.loc[fly, "al"] = 0.2
     requests.loc[requests.run_id == "fly", "accepted"] = 2
-    arms, mde, per_prompt = claim_arms(rows, requests)
-    found = {v.claim: v for v in claim_verdicts(arms, mde, per_prompt) if v.claim == "d"}
-    assert found["d"].outcome == OPEN and found["d"].inst_outcome is None
-    assert "no Cactus δ of the sweep matches FLy's AL; score, unmatched: prompt level" in (
+    arms, mde, per_prompt = claim_arms(rows, requests, QUICK.resamples)
+    found = {v.claim: v for v in claim_verdicts(arms, per_prompt, QUICK) if v.claim == "d"}
+    assert found["d"].outcome == OPEN and found["d"].inst_outcome == OPEN
+    assert "not matched (every Cactus δ of the sweep lies above it): score, unmatched" in (
         found["d"].evidence
     )
 

@@ -26,6 +26,7 @@ from cactus_bench.store.intervals import (
     per_prompt_totals,
     time_per_output_token,
 )
+from cactus_bench.store.length import DIAGNOSTIC_COLUMNS, LENGTH_COLUMNS
 from cactus_bench.store.summarise import machine_time
 
 
@@ -171,6 +172,8 @@ def test_row_columns_of_a_speculative_run_with_repeats():
         *interval_column_names(),
         *POSITION_INTERVAL_COLUMNS,
         *LATENCY_QUANTILES,
+        *LENGTH_COLUMNS,
+        *DIAGNOSTIC_COLUMNS,
     }
     assert row["score_by_prompt"] == [0.5, 1] and row["ci_resamples"] == BOOTSTRAP_RESAMPLES
     for stat in ("score", "al", "tokens_per_step", "speedup_tokens", "speedup_walltime"):

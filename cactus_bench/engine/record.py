@@ -1,10 +1,57 @@
-"""What one generation request leaves behind: tokens, text, per-step acceptance and timings."""
+"""What one generation request leaves behind: tokens, text, per-step acceptance and timings,
+and the per-request diagnostics derived from them (its acceptance, its out-of-head commits, how
+much of its answer repeats and whether it ends in a loop).
+
+Repetition, pure functions of the answer's token ids:
+
+    repeated_ngram_share(ids, n=4)  the share of the answer's n-grams that equal an earlier one
+                                    (None when it has no n-gram: fewer than n tokens)
+    ends_in_loop(ids)               true when the answer's last tokens are one block of p <= 64
+                                    tokens repeated: at least LOOP_REPEATS times and over at
+                                    least LOOP_MIN_SPAN tokens (a decoder stuck in a cycle)
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+REPEAT_NGRAM = 4  # the n of repeated_ngram_share
+LOOP_MAX_PERIOD = 64  # the longest repeated block ends_in_loop looks for
+LOOP_REPEATS = 3  # ... repeated at least this many times
+LOOP_MIN_SPAN = 24  # ... over at least this many tokens (a 1-token block: 24 equal tokens)
+
+
+def repeated_ngram_share(ids: Sequence[int], n: int = REPEAT_NGRAM) -> float | None:
+    """The share of the len(ids) - n + 1 n-grams of `ids` that occurred earlier in `ids` (0 for
+    an answer without repeats, near 1 for a loop); None when ids has fewer than n tokens."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1; got {n}")
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    if not grams:
+        return None
+    return (len(grams) - len(set(grams))) / len(grams)
+
+
+def ends_in_loop(
+    ids: Sequence[int],
+    max_period: int = LOOP_MAX_PERIOD,
+    repeats: int = LOOP_REPEATS,
+    min_span: int = LOOP_MIN_SPAN,
+) -> bool:
+    """True when some period p <= max_period makes the last max(repeats * p, min_span) tokens
+    periodic (ids[i] == ids[i - p] throughout that tail): the answer ends in a cycle."""
+    ids = list(ids)
+    for period in range(1, max_period + 1):
+        span = max(repeats * period, min_span)
+        if span > len(ids):
+            break
+        tail = ids[-span:]
+        if all(tail[i] == tail[i - period] for i in range(period, span)):
+            return True
+    return False
 
 
 @dataclass
@@ -40,6 +87,9 @@ class RequestRecord:
     drafted_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
     emitted_per_step: list[int] = field(default_factory=list)
+    # accepted drafts per step with q(x) < c max q (engine/commit_stats.py); empty where the
+    # decoder does not count them (autoregressive, vLLM, records written before)
+    out_of_head_per_step: list[int] = field(default_factory=list)
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     sampler_time_s: float = 0.0
@@ -76,6 +126,28 @@ class RequestRecord:
         return sum(self.emitted_per_step) / len(self.emitted_per_step)
 
     @property
+    def accept_rate(self) -> float:
+        """This request's accepted drafts / drafted tokens (vLLM #44487's per-request alarm)."""
+        drafted = sum(self.drafted_per_step)
+        return sum(self.accepted_per_step) / drafted if drafted else math.nan
+
+    @property
+    def out_of_head_commits(self) -> int | None:
+        """Accepted drafts with q(x) < c max q over the request; None where not counted."""
+        if len(self.out_of_head_per_step) != len(self.accepted_per_step) or not self.num_steps:
+            return None
+        return sum(self.out_of_head_per_step)
+
+    @property
+    def repeat_share(self) -> float:
+        share = repeated_ngram_share(self.output_ids)
+        return math.nan if share is None else share
+
+    @property
+    def ends_in_loop(self) -> bool:
+        return ends_in_loop(self.output_ids)
+
+    @property
     def tokens_per_second(self) -> float:
         if self.total_time_s <= 0:
             return math.nan
@@ -92,6 +164,10 @@ class RequestRecord:
         "num_generated",
         "accepted_length",
         "tokens_per_step",
+        "accept_rate",
+        "out_of_head_commits",
+        "repeat_share",
+        "ends_in_loop",
         "tokens_per_second",
         "overhead_time_s",
     )

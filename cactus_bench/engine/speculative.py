@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.engine.batch_steps import speculative_step
+from cactus_bench.engine.commit_stats import OUT_OF_HEAD_C, step_out_of_head
 from cactus_bench.engine.decoder import BaseDecoder, DecodeState
 from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST
 from cactus_bench.engine.runtime import (
@@ -60,6 +61,7 @@ class SpeculativeDecoder(BaseDecoder):
         fast: str = "auto",
         compile: str = "auto",
         cuda_graphs: str = "auto",
+        out_of_head_c: float = OUT_OF_HEAD_C,
     ):
         super().__init__(tokenizer, sampling, eos_token_ids, device, eos_model=verifier)
         if not callable(getattr(sampler, "verify", None)):
@@ -73,6 +75,7 @@ class SpeculativeDecoder(BaseDecoder):
         self.sampler = sampler
         self.greedy_sampler = make_sampler("greedy")
         self.num_draft_tokens = num_draft_tokens
+        self.out_of_head_c = out_of_head_c  # commit_stats.py: q(x) < c max q is out of head
         self.cuda_graphs = graphs_apply(verifier, fast, cuda_graphs, self.device)
         compiled = not self.cuda_graphs and resolve_compile(verifier, fast, compile)
         # Sizes the steps use: the drafter reads 1 token (2 after an all-accepted step), the
@@ -182,7 +185,10 @@ class SpeculativeDecoder(BaseDecoder):
         )
         self._advance_guards(state, out.token_ids)
         emitted_row = self._to_vocab(out.token_ids.clamp(min=0))  # [1, m + 1]; tail junk
-        row = out.token_ids[0].tolist()  # the one sync of the step: -1 marks the unused tail
+        # [1] accepted drafts with q(x) < c max q (commit_stats.py), on the device
+        off_head = step_out_of_head(target_probs, draft_ids, out.token_ids, self.out_of_head_c)
+        # the one sync of the step: the emitted ids (-1 marks the unused tail), then the count
+        *row, num_off_head = torch.cat([out.token_ids[0], off_head]).tolist()
         num_accepted = sum(1 for token in row if token >= 0) - 1
         emitted = row[: num_accepted + 1]
         if self._token_list is not None:
@@ -204,6 +210,7 @@ class SpeculativeDecoder(BaseDecoder):
         record.drafted_per_step.append(num_drafts)
         record.accepted_per_step.append(num_accepted)
         record.emitted_per_step.append(num_accepted + 1)
+        record.out_of_head_per_step.append(num_off_head)
         return emitted
 
     def _bonus_step(self, state: DecodeState) -> list[int]:
@@ -226,6 +233,7 @@ class SpeculativeDecoder(BaseDecoder):
         record.drafted_per_step.append(0)
         record.accepted_per_step.append(0)
         record.emitted_per_step.append(1)
+        record.out_of_head_per_step.append(0)
         return [token_id]
 
     def _advance_guards(self, state: DecodeState, emitted: torch.Tensor) -> None:

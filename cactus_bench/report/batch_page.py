@@ -35,7 +35,17 @@ def _cell(row: pd.Series) -> str:
         return "—"
     low, high = row.speedup_tokens_ci_low, row.speedup_tokens_ci_high
     interval = "" if pd.isna(low) else f" [{low:.2f}, {high:.2f}]"
-    return f"{row.speedup_tokens:.2f}x{interval} (m={int(row.m)}){drift_mark(row)}"
+    text = f"{row.speedup_tokens:.2f}x{interval} (m={int(row.m)}){drift_mark(row)}"
+    return text + _length_cell(row)
+
+
+def _length_cell(row: pd.Series) -> str:
+    """`; wall 0.99x, λ 1.14` where the row measured its answers' length (store/length.py): the
+    time to the answers beside the tokens/s ratio; rows written before λ show the ratio alone."""
+    ratio = row.get("length_ratio")
+    if ratio is None or pd.isna(ratio):
+        return ""
+    return f"; wall {row.speedup_walltime:.2f}x, λ {ratio:.2f}"
 
 
 def markdown_table(rows: pd.DataFrame, chosen: pd.DataFrame, crossing: pd.DataFrame) -> str:

@@ -3,21 +3,23 @@
 OUT=results/paper_claims`).
 
     arms, mde, per_prompt = claim_arms(rows, requests)  # a line per arm, the MDE, per prompt
-    verdicts = claim_verdicts(arms, mde, per_prompt)  # claims_verdicts.py
+    verdicts = claim_verdicts(arms, per_prompt, settings)  # claims_verdicts.py
 
 Per arm: AL with the row's 95 % interval; IFEval's prompt-level strict accuracy (the row's
 `score_by_prompt`) and instruction-level strict accuracy (instructions followed / instructions,
 from the per-prompt table claims_requests.py writes), each against SpS and against the verifier
-alone on the same prompts with the paired percentile bootstrap of leaderboard_power.py (2,000
-resamples, numpy default_rng(0), the same resamples for every arm). The instruction-level
-difference is a ratio of sums over one denominator (the prompts' instructions), so it is the mean
-of the per-prompt d_i = (followed_arm - followed_ref) / mean(instructions) and takes the same
-bootstrap. The AL difference (claim c) resamples both arms' accepted drafts and steps together.
+alone on the same prompts with the paired percentile bootstrap of leaderboard_power.py (the
+experiment's resamples, 10,000 for paper_claims; numpy default_rng(0), the same for every arm).
+The instruction-level difference is a ratio of sums over one denominator (the prompts'
+instructions), so it is the mean of the per-prompt d_i = (followed_arm - followed_ref) /
+mean(instructions) and takes the same bootstrap. The AL difference (claim c) resamples both
+arms' accepted drafts and steps together.
 The share of answers that end on the token budget gets the same paired difference from SpS.
 
 The minimum detectable difference (MDE) is leaderboard_power's: (z_0.975 + z_0.8) sd / sqrt(n),
-sd pooled over the per-prompt differences from SpS of every arm but SpS, one per metric. The
-verdicts read these lines: claims_verdicts.py.
+sd pooled over the per-prompt differences from SpS of every arm but SpS, one per metric: the
+run's power, printed beside the verdicts, whose margins are fixed before the run instead
+(claims_settings.py, claims_verdicts.py).
 """
 
 from __future__ import annotations
@@ -46,6 +48,15 @@ ARMS = (
     ("Cactus-exact (KL, δ = 1)", "cactus_exact", 1.0),
     ("FLy", "fly", None),
 )
+# the row's length columns each line carries (against the verifier alone)
+LENGTH_LINE = (
+    "mean_answer_tokens",
+    "length_ratio",
+    "length_ratio_ci_low",
+    "length_ratio_ci_high",
+    "speedup_tokens",
+    "speedup_walltime",
+)
 CACTUS = ("Cactus (δ = 0.5)", "Cactus (δ = 1)", "Cactus (δ = 2)", "Cactus-exact (KL, δ = 1)")
 
 
@@ -73,14 +84,14 @@ def _per_prompt(requests: pd.DataFrame | None, run_id: str, n: int) -> pd.DataFr
     return part.reset_index(drop=True) if len(part) == n else None
 
 
-def paired_ratio_difference(top_a, bottom_a, top_b, bottom_b) -> tuple[float, float, float]:
+def paired_ratio_difference(
+    top_a, bottom_a, top_b, bottom_b, resamples: int = BOOTSTRAP_RESAMPLES
+) -> tuple[float, float, float]:
     """sum(top_a)/sum(bottom_a) - sum(top_b)/sum(bottom_b) over the same prompts and its paired
     95 % interval: each resample draws n prompts and both arms' counts come along."""
     arrays = [np.asarray(x, dtype=float) for x in (top_a, bottom_a, top_b, bottom_b)]
     estimate = arrays[0].sum() / arrays[1].sum() - arrays[2].sum() / arrays[3].sum()
-    counts = resample_counts(
-        arrays[0].size, BOOTSTRAP_RESAMPLES, np.random.default_rng(PAIRED_SEED)
-    )
+    counts = resample_counts(arrays[0].size, resamples, np.random.default_rng(PAIRED_SEED))
     sums = [counts @ x for x in arrays]  # [B] each
     low, high = percentile_interval(sums[0] / sums[1] - sums[2] / sums[3])
     return float(estimate), low, high
@@ -94,9 +105,12 @@ def instruction_terms(tables: dict) -> dict:
     return {label: t.inst_followed.to_numpy(float) / mean_total for label, t in tables.items()}
 
 
-def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
+def claim_arms(
+    rows: pd.DataFrame, requests: pd.DataFrame | None, resamples: int = BOOTSTRAP_RESAMPLES
+):
     """(one line per arm (module doc), the MDE per metric {"prompt", "inst": mde, "n": n},
-    per arm its per-prompt scores and table {label: (scores [n], table or None)})."""
+    per arm its per-prompt scores and table {label: (scores [n], table or None)}); the paired
+    differences take `resamples` draws."""
     arms = arm_rows(rows)
     if not any(label == "SpS" for label, _ in arms):
         raise ValueError("paper claims: the CSV has no SpS row to compare the rules with")
@@ -124,18 +138,19 @@ def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
             "prompt_acc_ci_low": row.score_ci_low,
             "prompt_acc_ci_high": row.score_ci_high,
             "params": row.get("sampler_params", ""),  # the rule's parameters as it ran
+            # answer length against the verifier alone (the row's own columns, store/length.py)
+            **{name: row.get(name) for name in LENGTH_LINE},
         }
         for metric, values in (("prompt", scores), ("inst", inst)):
             for ref, name in (("SpS", "sps"), ("verifier alone", "verifier")):
                 keys = [f"{metric}_diff_{name}{end}" for end in ("", "_ci_low", "_ci_high")]
                 if label in values and ref in values:
-                    line.update(
-                        zip(keys, paired_difference(values[label], values[ref]), strict=True)
-                    )
+                    difference = paired_difference(values[label], values[ref], resamples)
+                    line.update(zip(keys, difference, strict=True))
         table = tables[label]
         if table is not None:
             line["inst_acc"] = table.inst_followed.sum() / table.inst_total.sum()
-            counts = resample_counts(n, BOOTSTRAP_RESAMPLES, np.random.default_rng(PAIRED_SEED))
+            counts = resample_counts(n, resamples, np.random.default_rng(PAIRED_SEED))
             ratio = (counts @ table.inst_followed.to_numpy(float)) / (
                 counts @ table.inst_total.to_numpy(float)
             )
@@ -146,11 +161,12 @@ def claim_arms(rows: pd.DataFrame, requests: pd.DataFrame | None):
             if sps is not None:  # a rule that runs on longer than SpS is a finding: pair it
                 keys = ("budget_diff_sps", "budget_diff_sps_ci_low", "budget_diff_sps_ci_high")
                 sps_on_budget = (sps.stop_reason == "length").to_numpy(float)
-                line.update(zip(keys, paired_difference(on_budget, sps_on_budget), strict=True))
+                difference = paired_difference(on_budget, sps_on_budget, resamples)
+                line.update(zip(keys, difference, strict=True))
             speculative = label not in ("SpS", "verifier alone") and table.steps.notna().all()
             if speculative and sps is not None:
                 al_diff = paired_ratio_difference(
-                    table.accepted, table.steps, sps.accepted, sps.steps
+                    table.accepted, table.steps, sps.accepted, sps.steps, resamples
                 )
                 line.update(
                     zip(

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 
 from cactus_bench.report.claims import claim_arms
 from cactus_bench.report.claims_requests import load_requests
+from cactus_bench.report.claims_settings import claim_settings
 from cactus_bench.report.error_bars import clipped_errors
 from cactus_bench.report.figure_parts import MARKERS, sampler_color, save_figure
 from cactus_bench.report.load import device_names
@@ -33,11 +34,13 @@ def arm_color(arm: str, rule: str) -> tuple[float, float, float]:
     return tuple(float(x) for x in base + abs(shade) * (toward - base))
 
 
-def claims_figure(arms: pd.DataFrame, mde: dict, m: int, where: str) -> Figure:
-    """`where`: the pair and the machine that decoded, a line under the title."""
-    figure = Figure(figsize=(10.5, 4.2), layout="constrained")
-    axes = figure.subplots(1, 2, sharex=True)
-    for ax, (metric, title) in zip(axes, PANELS, strict=True):
+def claims_figure(arms: pd.DataFrame, mde: dict, m: int, where: str, margins: dict) -> Figure:
+    """`where`: the pair and the machine that decoded, a line under the title; margins: the
+    non-inferiority margin per metric (claims_settings.py), drawn as a dashed line."""
+    figure = Figure(figsize=(14.5, 4.4), layout="constrained")
+    axes = figure.subplots(1, 3, sharex=True)
+    length_panel(axes[2], arms, m)
+    for ax, (metric, title) in zip(axes, PANELS, strict=False):
         column = f"{metric}_diff_sps"
         if column not in arms or arms[column].isna().all():
             ax.text(
@@ -72,12 +75,12 @@ def claims_figure(arms: pd.DataFrame, mde: dict, m: int, where: str) -> Figure:
                     capsize=2.5,
                     label=line["arm"],
                 )
-        margin = mde.get(metric, math.nan)
-        if not math.isnan(margin):
-            band = "±MDE at 80 % power (its value in each panel)"
-            ax.axhspan(-100 * margin, 100 * margin, color="0.9", zorder=0, lw=0, label=band)
-            here = f"MDE {100 * margin:.1f} points"
-            ax.text(0.01, 0.98, here, transform=ax.transAxes, va="top", fontsize=7, color="0.35")
+        margin = margins[metric]
+        label = "non-inferiority margin, fixed before the run"
+        ax.axhline(-100 * margin, color="0.45", linestyle="--", linewidth=1, label=label)
+        power = mde.get(metric, math.nan)
+        here = f"margin {100 * margin:.1f} points; MDE at 80 % power {100 * power:.1f}"
+        ax.text(0.01, 0.98, here, transform=ax.transAxes, va="top", fontsize=7, color="0.35")
         ax.axhline(0.0, color="0.25", linewidth=1, zorder=1)
         ax.set_title(title, fontsize=10, loc="left")
         ax.set_xlabel(f"AL: accepted drafts per step (m = {m}, 95 % interval)")
@@ -85,19 +88,42 @@ def claims_figure(arms: pd.DataFrame, mde: dict, m: int, where: str) -> Figure:
     axes[0].set_ylabel("score − SpS's, same prompts (points, paired 95 %)")
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
-    title = f"IFEval, {mde['n']} prompts: score against SpS per rule\n{where}"
+    title = f"IFEval, {mde['n']} prompts: score against SpS and answer length per rule\n{where}"
     figure.suptitle(title, fontsize=10)
     return figure
 
 
-def write_claims_figure(csv: Path, rows: pd.DataFrame, out: Path) -> list[Path]:
-    """OUT/paper_claims_score_vs_al.{png,pdf} from the sweep's rows and per-prompt table."""
-    arms, mde, _ = claim_arms(rows, load_requests(csv))
+def length_panel(ax, arms: pd.DataFrame, m: int) -> None:
+    """(c) λ, the rule's generated tokens over the verifier's on the same prompts (95 %)."""
+    for line in arms.itertuples():
+        line = line._asdict()
+        ratio = line.get("length_ratio")
+        if ratio is None or pd.isna(ratio):
+            continue
+        al = 0.0 if pd.isna(line["al"]) else line["al"]
+        yerr, _ = clipped_errors(
+            [ratio], [line["length_ratio_ci_low"]], [line["length_ratio_ci_high"]]
+        )
+        marker = ARM_MARKERS.get(line["arm"], MARKERS.get(line["rule"], "o"))
+        color = arm_color(line["arm"], line["rule"])
+        ax.errorbar([al], [ratio], yerr=yerr, fmt=marker, color=color, markersize=6, capsize=2.5)
+    ax.axhline(1.0, color="0.25", linewidth=1, zorder=1)
+    ax.set_title("(c) answer length λ against the verifier alone", fontsize=10, loc="left")
+    ax.set_xlabel(f"AL: accepted drafts per step (m = {m}, 95 % interval)")
+    ax.set_ylabel("λ = generated tokens / the verifier's (95 %)")
+    ax.grid(alpha=0.3)
+
+
+def write_claims_figure(csv: Path, rows: pd.DataFrame, out: Path, settings=None) -> list[Path]:
+    """OUT/paper_claims_score_vs_al.{png,pdf} from the sweep's rows and per-prompt table
+    (settings: claims_settings.ClaimSettings, the experiment's by default)."""
+    settings = settings or claim_settings()
+    arms, mde, _ = claim_arms(rows, load_requests(csv), settings.resamples)
     speculative = rows[rows.sampler != "verifier"]
     m = int(speculative.m.iloc[0]) if len(speculative) else 0
     pairs = sorted(set(rows.model_pair.astype(str))) if "model_pair" in rows else []
     where = f"pair {', '.join(pairs)}; decoded on {device_names(rows)}"
-    figure = claims_figure(arms, mde, m, where)
+    figure = claims_figure(arms, mde, m, where, settings.margins)
     figure.set_label(where)
     out.mkdir(parents=True, exist_ok=True)
     return save_figure(figure, out / FIGURE_STEM, ("png", "pdf"))

@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from cactus_bench.report.claims import ARMS, arm_rows, claim_arms
-from cactus_bench.report.claims_requests import load_requests
-from cactus_bench.report.claims_verdicts import claim_verdicts
+from cactus_bench.report.claims_requests import lm_eval_instructions, load_requests
+from cactus_bench.report.claims_settings import ClaimSettings, claim_settings
+from cactus_bench.report.claims_verdicts import claim_verdicts, shown
 from cactus_bench.report.reference import Reference
 from cactus_bench.store.schema import RENAMED_COLUMNS
 
@@ -63,6 +64,14 @@ def _al(line) -> str:
     return f"{line.al:.2f} [{line.al_ci_low:.2f}, {line.al_ci_high:.2f}]"
 
 
+def _ratio(value, low, high) -> str:
+    if value is None or pd.isna(value):
+        return ""
+    if low is None or pd.isna(low):
+        return f"{value:.3f}"
+    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+
+
 def _paper(reference: Reference, arm: str, metric: str) -> str:
     """The paper's IFEval cell for this arm and metric (score or al), empty where it lacks it."""
     if arm not in PAPER_RULE:
@@ -80,9 +89,9 @@ def table_markdown(arms: pd.DataFrame, mde: dict, reference: Reference) -> str:
     lines = [
         "| rule | AL [95 %] | prompt-level % [95 %] | − SpS [paired] | − verifier [paired] "
         "| instruction-level % [95 %] | − SpS [paired] | − verifier [paired] "
-        "| ends on budget % | − SpS [paired] | paper AL (another pair) "
-        "| paper IFEval % (another pair) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ends on budget % | − SpS [paired] | λ vs verifier [95 %] | mean tokens "
+        "| paper AL (another pair) | paper IFEval % (another pair) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for line in arms.itertuples():
         get = line._asdict().get
@@ -101,6 +110,8 @@ def table_markdown(arms: pd.DataFrame, mde: dict, reference: Reference) -> str:
             diff("inst_diff_verifier"),
             _pct(get("ends_on_budget")),
             diff("budget_diff_sps"),
+            _ratio(get("length_ratio"), get("length_ratio_ci_low"), get("length_ratio_ci_high")),
+            "" if pd.isna(get("mean_answer_tokens")) else f"{get('mean_answer_tokens'):.0f}",
             _paper(reference, line.arm, "al"),
             _paper(reference, line.arm, "score"),
         ]
@@ -133,13 +144,16 @@ def missing_for_verdicts(rows: pd.DataFrame) -> list[str]:
     return sorted(labels - present, key=[label for label, _, _ in ARMS].index)
 
 
-def write_claims_tables(csv: Path, out: Path, reference: Reference | None) -> list[Path]:
+def write_claims_tables(
+    csv: Path, out: Path, reference: Reference | None, settings: ClaimSettings | None = None
+) -> list[Path]:
     """OUT/tables/paper_claims.{md,csv} from `csv` and its per-prompt table (reference: the
-    paper's values, None to leave them out)."""
+    paper's values, None to leave them out; settings: the experiment's, by default)."""
     reference = reference or Reference.empty()
     rows = claims_rows(csv)
     requests = load_requests(csv)
-    arms, mde, per_prompt = claim_arms(rows, requests)
+    settings = settings or claim_settings(EXPERIMENT)
+    arms, mde, per_prompt = claim_arms(rows, requests, settings.resamples)
     out.mkdir(parents=True, exist_ok=True)
     table_csv = out / f"{EXPERIMENT}.csv"
     arms.to_csv(table_csv, index=False, float_format="%.6g")
@@ -161,12 +175,58 @@ def write_claims_tables(csv: Path, out: Path, reference: Reference | None) -> li
             f"{IFEVAL_PROMPTS} prompts).\n"
         )
     else:
-        for verdict in claim_verdicts(arms, mde, per_prompt):
-            outcome = f"**{verdict.outcome}**"
-            if verdict.inst_outcome is not None:
-                outcome += f" (prompt level), **{verdict.inst_outcome}** (instruction level)"
-            parts.append(f"- ({verdict.claim}) {verdict.statement}: {outcome}. {verdict.evidence}.")
+        parts += [settings_sentence(settings), ""]
+        for verdict in claim_verdicts(arms, per_prompt, settings):
+            parts.append(verdict_line(verdict, settings))
         parts.append("")
+        parts += instruction_check(rows, per_prompt)
     page = out / f"{EXPERIMENT}.md"
     page.write_text("\n".join(parts))
     return [table_csv, page]
+
+
+def settings_sentence(settings: ClaimSettings) -> str:
+    margins = settings.margins
+    return (
+        f"Margins, fixed before the run (configs/experiment/{EXPERIMENT}.claims.toml): "
+        f"{100 * margins['prompt']:.1f} points prompt level, {100 * margins['inst']:.1f} "
+        f"instruction level. Paired percentile bootstrap, {settings.resamples:,} resamples, seed "
+        f"0; stability: the share of {settings.stability_seeds} bootstrap seeds giving the "
+        f'outcome (below {100 * settings.stable_share:.0f} %: borderline). "Keeps" never holds '
+        'where "loses" does (claims_verdicts.py).'
+    )
+
+
+def verdict_line(verdict, settings: ClaimSettings) -> str:
+    def one(outcome, stability) -> str:
+        return f"**{shown(outcome, stability, settings)}** (stability {100 * stability:.0f} %)"
+
+    outcome = one(verdict.outcome, verdict.stability)
+    if verdict.inst_outcome is not None:
+        outcome += f" prompt level, {one(verdict.inst_outcome, verdict.inst_stability)}"
+        outcome += " instruction level"
+    return f"- ({verdict.claim}) {verdict.statement}: {outcome}. {verdict.evidence}."
+
+
+def instruction_check(rows: pd.DataFrame, per_prompt: dict) -> list[str]:
+    """Each arm's instructions followed in the per-prompt table against its own lm-eval metric:
+    a line naming the arms that differ (claims_requests.py says why they can), else nothing."""
+    found = []
+    for label, row in arm_rows(rows):
+        table = per_prompt[label][1]
+        accuracy = lm_eval_instructions(row)
+        if table is None or accuracy is None:
+            continue
+        total = int(table.inst_total.sum())
+        followed, theirs = int(table.inst_followed.sum()), round(accuracy * total)
+        if followed != theirs:
+            found.append(f"{label} {followed} against {theirs}")
+    if not found:
+        return []
+    return [
+        "Instruction counts of the per-prompt table that differ from the row's own lm-eval "
+        f"metric (of {total} instructions): {'; '.join(found)}. Those lines were re-scored "
+        "without lm-eval's random state, which picks the letter of IFEval documents 19 and 22; "
+        "`scripts/paper_claims_requests.py` re-scores them exactly where the records are.",
+        "",
+    ]

@@ -9,12 +9,16 @@ it holds the generated text), so this step writes them to `<stem>.requests.csv` 
 one line per (run_id, prompt), which is committed and from which `make tables plots` rebuild the
 claims page. Each answer is re-scored with lm-eval's own IFEval checker (`process_results`) on
 the task's documents in order; its prompt-level result must equal the row's `score_by_prompt`
-entry for every prompt, else this step refuses (the records and the row disagree).
+entry for every prompt, and its instructions followed must sum to the row's own lm-eval
+`inst_level_strict_acc`, else this step refuses (the records and the row disagree).
 
-The sweep may span machines (its rows are resumable; its records are not committed), so a row
-whose records are absent here keeps its lines from the committed table, provided that table
-holds every prompt of the row and agrees with its `score_by_prompt`. Each line is thus scored
-once, on the machine whose records held the answer.
+Two IFEval prompts (documents 19 and 22) ask for a "letter" that is not one ("#", "!");
+lm-eval's checker then draws a letter with Python's global `random` while it scores, so their
+instruction results depend on the generator's state at that moment (the run's: "e" and "g").
+A re-score that calls the checker document by document from another state gets other letters:
+an earlier table differed from three rows' own metric by one instruction that way. So the
+re-score runs lm-eval's own `simple_evaluate` with the run's seeds on a model that replays the
+recorded answers (scripts/paper_claims_requests.py), and its lines must sum to the row's metric.
 """
 
 from __future__ import annotations
@@ -58,10 +62,11 @@ def _records(csv: Path) -> dict[str, list[dict]]:
     return {run: [found[i] for i in sorted(found)] for run, found in by_run.items()}
 
 
-def write_requests(csv: Path, documents: list[dict], score) -> Path:
+def write_requests(csv: Path, score) -> Path:
     """`<stem>.requests.csv` of every ok IFEval row of `csv` (module doc); returns its path.
-    documents: the task's documents in order; score(document, answer text) -> lm-eval's IFEval
-    `process_results` dict (prompt_level_strict_acc, inst_level_strict_acc: a list)."""
+    score(run seed, the answers in document order) -> lm-eval's per-document results in
+    document order ({prompt_level_strict_acc, inst_level_strict_acc: a list}), scored as the
+    run scored them."""
     rows = pd.read_csv(csv).rename(columns=RENAMED_COLUMNS)
     rows = rows[(rows.status == "ok") & (rows.task == "ifeval")]
     if rows.empty:
@@ -83,8 +88,11 @@ def write_requests(csv: Path, documents: list[dict], score) -> Path:
                 "prompts (one repeat each expected) and no complete lines in the per-prompt "
                 "table: run this step where the run's records are"
             )
-        for index, (record, expected) in enumerate(zip(found, scores, strict=True)):
-            result = score(documents[index], record["text"])
+        results = score(int(row.seed), [record["text"] for record in found])
+        followed_total, n = 0, len(scores)
+        for index, (record, expected, result) in enumerate(
+            zip(found, scores, results, strict=True)
+        ):
             strict = float(result["prompt_level_strict_acc"])
             if not math.isclose(strict, float(expected)):
                 raise ValueError(
@@ -93,6 +101,7 @@ def write_requests(csv: Path, documents: list[dict], score) -> Path:
                 )
             speculative = bool(record.get("num_draft_tokens"))
             followed = result["inst_level_strict_acc"]
+            followed_total += int(sum(followed))
             lines.append(
                 {
                     "run_id": row.run_id,
@@ -106,10 +115,30 @@ def write_requests(csv: Path, documents: list[dict], score) -> Path:
                     "inst_total": len(followed),
                 }
             )
+        check_instruction_total(row, followed_total, sum(x["inst_total"] for x in lines[-n:]))
     out = requests_path(csv)
     table = pd.DataFrame(lines, columns=list(REQUEST_COLUMNS))
     table.astype({"accepted": "Int64", "steps": "Int64"}).to_csv(out, index=False)
     return out
+
+
+def lm_eval_instructions(row) -> float | None:
+    """The row's own lm-eval instruction-level strict accuracy (metrics_json), or None."""
+    cell = getattr(row, "metrics_json", None)
+    if not isinstance(cell, str):
+        return None
+    return json.loads(cell).get("inst_level_strict_acc,none")
+
+
+def check_instruction_total(row, followed: int, total: int) -> None:
+    """Refuses when the instructions followed differ from the row's own lm-eval metric."""
+    accuracy = lm_eval_instructions(row)
+    if accuracy is not None and round(accuracy * total) != followed:
+        raise ValueError(
+            f"run {row.run_id} ({row.sampler}): the per-prompt lines follow {followed} of "
+            f"{total} instructions, the row's lm-eval metric {round(accuracy * total)}: "
+            "re-score with `random` seeded as the run seeded it (module doc)"
+        )
 
 
 def _committed_lines(kept: pd.DataFrame, row, scores: list) -> list[dict] | None:
@@ -126,6 +155,7 @@ def _committed_lines(kept: pd.DataFrame, row, scores: list) -> list[dict] | None
                 f"run {row.run_id} ({row.sampler}) prompt {index}: the per-prompt table says "
                 f"{strict:g}, the row says {expected}: the table and the CSV disagree"
             )
+    check_instruction_total(row, int(mine.inst_followed.sum()), int(mine.inst_total.sum()))
     return [
         {column: (None if pd.isna(value) else value) for column, value in line.items()}
         for line in mine[list(REQUEST_COLUMNS)].to_dict("records")

@@ -89,6 +89,12 @@ verifier, its distilled drafter), m and sampling as in the run (scripts/rules_bo
 - `speedup_tokens`, `speedup_tokens_ci_low`, `speedup_tokens_ci_high`: tokens/s against the
   verifier alone (the baseline as `baseline_mode` in rules.csv says; on a shared CPU the
   machine's load moves it between runs, so compare acceptance and AL first)
+- `speedup_walltime`, `speedup_walltime_ci_low`, `speedup_walltime_ci_high`: the verifier's
+  decode time over the arm's on the same prompts: the time to the answers, which a rule whose
+  answers run longer loses against its tokens/s
+- `length_ratio`, `length_ratio_ci_low`, `length_ratio_ci_high`: λ, the arm's generated tokens
+  over the verifier's on the same prompts (speedup_walltime = speedup_tokens / λ); empty for
+  rows written before the column existed
 - `frontier_acceptance`: the exact mean probability that one draft is accepted, for this arm
   on the frontier's held-out contexts of the task's own source (`acceptance@source=demo` or
   `=gsm8k_test` in results/frontier/<pair>.csv), where the frontier has the arm; empty
@@ -128,12 +134,24 @@ def arm_label(sampler: str, params: str) -> str:
     return rule_label(sampler, json.dumps(values), symbols, hidden)
 
 
+LENGTH_BOARD = (
+    "speedup_walltime",
+    "speedup_walltime_ci_low",
+    "speedup_walltime_ci_high",
+    "length_ratio",
+    "length_ratio_ci_low",
+    "length_ratio_ci_high",
+)
+
+
 def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list[Path]:
     """Table, definitions and figures of the runs in rows_csv into out_dir; returns the
     figures' paths."""
     # rows written before the renames (n_samples, speedup) read under today's names
     rows = pd.read_csv(rows_csv).rename(columns=RENAMED_COLUMNS)
     rows = rows[rows.status == "ok"].copy()
+    for name in LENGTH_BOARD:  # rows written before the length columns: empty, never 0
+        rows[name] = rows[name] if name in rows else math.nan
     rows["device_name"] = rows.device_name.map(normalise_device_name)
     rows["params"] = rows.sampler_params.map(lambda text: json.dumps(json.loads(text)))
     rows["label"] = [arm_label(s, p) for s, p in zip(rows.sampler, rows.params, strict=True)]
@@ -181,6 +199,12 @@ def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list
         "speedup_tokens",
         "speedup_tokens_ci_low",
         "speedup_tokens_ci_high",
+        "speedup_walltime",
+        "speedup_walltime_ci_low",
+        "speedup_walltime_ci_high",
+        "length_ratio",
+        "length_ratio_ci_low",
+        "length_ratio_ci_high",
         "frontier_acceptance",
         "frontier_kl",
     ]

@@ -69,6 +69,11 @@ REPORT_COLUMNS = (
 # One table cell / plotted point per distinct value of these (the schema's configuration
 # columns; the ones an older CSV lacks are skipped); seeds are averaged.
 CONFIG_KEYS = CONFIG_COLUMNS
+# answer length against the row's baseline (store/length.py), shown beside every speedup
+LENGTH_MEANS = ("length_ratio", "cap_out_share", "cap_out_diff", "mean_answer_tokens")
+LENGTH_INTERVALS = tuple(
+    f"{name}_ci_{end}" for name in ("length_ratio", "cap_out_diff") for end in ("low", "high")
+)
 _MEAN_COLUMNS = (
     "score",
     "al",
@@ -80,12 +85,15 @@ _MEAN_COLUMNS = (
     "speedup_walltime",
     "tpot_median_s",
     "tpot_p90_s",
+    *LENGTH_MEANS,
 )
 _SUM_COLUMNS = ("draft_tokens_rejected", "generated_tokens", "n_prompts")
 INTERVAL_COLUMNS = tuple(interval_column_names())
 # Newer columns a CSV may lack; they read as empty cells.
 OPTIONAL_COLUMNS = (
     *INTERVAL_COLUMNS,
+    *LENGTH_MEANS,
+    *LENGTH_INTERVALS,
     *POSITION_INTERVAL_COLUMNS,
     "score_by_prompt",
     "prompts_hash",
@@ -204,7 +212,8 @@ def aggregate(frame: pd.DataFrame) -> pd.DataFrame:
     out["n_runs"] = groups.size()
     # a cell is marked when any of its runs is: the machine's speed moved during that one
     out["drift_marked"] = groups["drift_marked"].agg(lambda s: bool(s.fillna(False).any()))
-    for name in INTERVAL_COLUMNS:  # one run: its bounds; several: the mean, only if all have one
+    for name in (*INTERVAL_COLUMNS, *LENGTH_INTERVALS):  # one run: its bounds; several: the
+        # mean, only if all have one
         out[name] = groups[name].agg(lambda s: s.mean() if s.notna().all() else None)
     # Per-position intervals: a cell of one run keeps its own; a cell of several runs shows none.
     # Its rates are per-position means over the runs (_mean_list), but the per-prompt counts a

@@ -1,10 +1,10 @@
 """Figures from aggregated results rows: one PNG + PDF per (kind, model pair, m).
 
 Kinds: AL vs δ, score vs δ, speedup vs δ (here; SpS / TAS / Verifier as horizontal references),
-score vs AL (tradeoff_figure.py: one marker per sampler, the quality-speed trade-off) and
+score vs AL (tradeoff_figure.py: one marker per sampler, the quality-speed trade-off),
 acceptance rate by draft position (position_figure.py: bars, the per-position intervals of a
-one-run cell); per pair and task swept over m, speedup and tokens per step vs m
-(draft_length.py).
+one-run cell) and AL, answer length λ and score per rule (length_figure.py, for rows with λ);
+per pair and task swept over m, speedup and tokens per step vs m (draft_length.py).
 Error bars (and shaded bands around the reference lines) are the rows' 95% bootstrap intervals
 where the CSV has them; a sweep from an older CSV without them keeps the binomial
 standard error for the score and no bars otherwise, and says which in the axis label. A panel
@@ -43,6 +43,7 @@ from cactus_bench.report.figure_parts import (
     save_figure,
     say_missing,
 )
+from cactus_bench.report.length_figure import al_length_score, has_length
 from cactus_bench.report.position_figure import accept_by_position
 from cactus_bench.report.tables import blocks, task_title
 from cactus_bench.report.tradeoff_figure import score_vs_al
@@ -149,7 +150,9 @@ FIGURES: dict[str, Callable] = {
     "speedup_vs_delta": speedup_vs_delta,
     "score_vs_al": score_vs_al,
     "accept_by_position": accept_by_position,
+    "al_length_score": al_length_score,
 }
+OPTIONAL_FIGURES = {"al_length_score": has_length}  # drawn only for blocks that have the data
 
 
 def _slug(text) -> str:
@@ -169,6 +172,7 @@ def make_figures(agg: pd.DataFrame, out_dir: str | Path, formats=("png", "pdf"))
         for pair, m, rows in blocks(agg)
         for kind in FIGURES
         if kind not in DELTA_FIGURES or has_delta_sweep(rows)
+        if OPTIONAL_FIGURES.get(kind, lambda _: True)(rows)
     ]
     written = []
     for kind, pair, m, rows in tqdm(jobs, desc="figures", unit="fig", disable=None):

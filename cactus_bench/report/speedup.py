@@ -1,4 +1,5 @@
-"""The speedup table: tokens/s of both arms and the two speedup forms, with 95% intervals."""
+"""The speedup table: tokens/s of both arms, the two speedup forms and the answers' length (λ,
+the cap-out share) that separates them, with 95% intervals."""
 
 from __future__ import annotations
 
@@ -34,6 +35,19 @@ def drift_mark(row) -> str:
     return DRIFT_MARK if not is_missing(marked) and bool(marked) else ""
 
 
+def cap_out_cell(row) -> str:
+    """`55.3% (+13.1 [+8.9, +17.2])`: the share and its paired difference from the baseline."""
+    share, diff = row.get("cap_out_share"), row.get("cap_out_diff")
+    if is_missing(share):
+        return "—"
+    text = f"{100 * share:.1f}%"
+    if is_missing(diff):
+        return text
+    low, high = row.get("cap_out_diff_ci_low"), row.get("cap_out_diff_ci_high")
+    bounds = "" if is_missing(low) else f" [{100 * low:+.1f}, {100 * high:+.1f}]"
+    return f"{text} ({100 * diff:+.1f}{bounds})"
+
+
 def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list[Table]:
     """Per (pair, m): tokens/s of both arms, tokens/s speedup, wall-time speedup, device."""
     reference = reference or Reference.empty()
@@ -52,6 +66,8 @@ def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list
                 "tokens/s (verifier)",
                 "speedup (tokens/s)",
                 "speedup (wall time)",
+                "λ (length)",
+                "ends on budget",
                 "paper (wall time)",
                 "baseline",
             ],
@@ -84,6 +100,8 @@ def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list
                         fmt_number(row["tokens_per_s_baseline"], 2),
                         fmt_interval(row, "speedup_tokens", 2, suffix="x") + drift_mark(row),
                         fmt_interval(row, "speedup_walltime", 2, suffix="x") + drift_mark(row),
+                        fmt_interval(row, "length_ratio", 3),
+                        cap_out_cell(row),
                         paper_text,
                         "—" if is_missing(row["baseline_mode"]) else str(row["baseline_mode"]),
                     ],
@@ -105,9 +123,15 @@ def speedup_table(agg: pd.DataFrame, reference: Reference | None = None) -> list
         table.notes.append(
             f"Device: {' / '.join(devices) or 'unknown'}. speedup (tokens/s) = generated tokens "
             "per second of the method / of the verifier-only baseline on the same prompts; "
-            "speedup (wall time) = total decode time of the baseline / of the method. — means "
-            "no baseline was measured (baseline=none). The paper timed vLLM on an A100 40GB; "
-            "timings on other hardware or backends are not comparable to it."
+            "speedup (wall time) = total decode time of the baseline / of the method, the time "
+            "to the same prompts' answers. λ = the method's generated tokens / the baseline's on "
+            "the same prompts (paired 95% interval), so speedup (wall time) = speedup "
+            "(tokens/s) / λ: a rule whose answers run longer is slower to the answer than its "
+            "tokens/s say. ends on budget: the share of answers that ran into the token budget, "
+            "and its paired difference from the baseline's in points. — means no baseline was "
+            "measured (baseline=none) or a row written before these columns existed. The paper "
+            "timed vLLM on an A100 40GB; timings on other hardware or backends are not comparable "
+            "to it."
         )
         tables.append(table)
     return tables

@@ -20,6 +20,9 @@ class RunOutcome:
     row: dict[str, Any] = field(default_factory=dict)
 
 
+LAMBDA_LABEL = "λ (generated tokens / the verifier's)"
+
+
 def _cell(value, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -29,6 +32,19 @@ def _with_interval(row: dict, name: str, fmt: str) -> str:
     low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
     interval = f" [{low:{fmt}}, {high:{fmt}}]" if low is not None and high is not None else ""
     return _cell(row.get(name), fmt) + interval
+
+
+def _cap_out(row: dict) -> str:
+    """`55.3 % (verifier 42.1 %, +13.1 [+8.9, +17.2] points)`, or the run's share alone."""
+    share, base = row.get("cap_out_share"), row.get("baseline_cap_out_share")
+    if share is None:
+        return "-"
+    text = f"{100 * share:.1f} %"
+    if base is None:
+        return text
+    diff, low, high = (row.get(f"cap_out_diff{end}") for end in ("", "_ci_low", "_ci_high"))
+    interval = f" [{100 * low:+.1f}, {100 * high:+.1f}]" if low is not None else ""
+    return f"{text} (verifier {100 * base:.1f} %, {100 * diff:+.1f}{interval} points)"
 
 
 def format_outcome(outcome: RunOutcome) -> str:
@@ -44,7 +60,10 @@ def format_outcome(outcome: RunOutcome) -> str:
         f"{'tokens/s (run' + (' / verifier baseline)' if base else ')'):<44} "
         f"{_cell(row.get('tokens_per_s_spec'), '.2f')}" + (f" / {base:.2f}" if base else ""),
         f"{'speedup (tokens/s ratio)':<44} {_with_interval(row, 'speedup_tokens', '.3f')}",
-        f"{'speedup (wall time)':<44} {_with_interval(row, 'speedup_walltime', '.3f')}",
+        f"{'speedup (wall time: time to the answers)':<44} "
+        f"{_with_interval(row, 'speedup_walltime', '.3f')}",
+        f"{LAMBDA_LABEL:<44} {_with_interval(row, 'length_ratio', '.3f')}",
+        f"{'answers ending on the token budget':<44} {_cap_out(row)}",
     ]
     if row.get("score_ci_low") is not None:
         lines.append("[low, high]: 95% paired bootstrap interval over prompts")

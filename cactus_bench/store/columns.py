@@ -152,6 +152,56 @@ _SCHEMA: tuple[Column, ...] = (
     Column("tpot_p90_s", "float", "90th percentile over requests of the time per output token"),
     Column("tpot_p90_s_ci_low", "float", "lower end of the 95% interval of tpot_p90_s"),
     Column("tpot_p90_s_ci_high", "float", "upper end of the 95% interval of tpot_p90_s"),
+    # answer length against the row's own baseline, paired per prompt (store/length.py); empty
+    # in rows written before they existed, unless rebuilt from a per-prompt table
+    Column("mean_answer_tokens", "float", "generated tokens per answer, the run's mean"),
+    Column("baseline_mean_answer_tokens", "float", "the same for the verifier-only baseline"),
+    Column(
+        "length_ratio",
+        "float",
+        "λ = generated_tokens / baseline_generated_tokens on the same prompts: above 1, the "
+        "rule's answers are longer, so the user waits longer than tokens/s suggests",
+    ),
+    Column("length_ratio_ci_low", "float", "lower end of the 95% interval of length_ratio"),
+    Column("length_ratio_ci_high", "float", "upper end of the 95% interval of length_ratio"),
+    Column(
+        "cap_out_share",
+        "float",
+        "share of answers that ended on the token budget (stop_reason length), not by stopping",
+    ),
+    Column("baseline_cap_out_share", "float", "the same for the verifier-only baseline"),
+    Column(
+        "cap_out_diff",
+        "float",
+        "cap_out_share - baseline_cap_out_share, paired per prompt (a fraction, not points)",
+    ),
+    Column("cap_out_diff_ci_low", "float", "lower end of the 95% interval of cap_out_diff"),
+    Column("cap_out_diff_ci_high", "float", "upper end of the 95% interval of cap_out_diff"),
+    # per-request diagnostics of the run's own requests (store/length.py); empty where the
+    # records lack them (verifier-only and vLLM runs: out-of-head, acceptance)
+    Column(
+        "out_of_head_per_1k",
+        "float",
+        "accepted drafts x with q(x) < c max q per 1,000 generated tokens, c = 0.2 "
+        "(engine/commit_stats.py; q: the verifier's sampling law), counted on the device",
+    ),
+    Column(
+        "request_accept_rate_p10",
+        "float",
+        "10th percentile over requests of a request's accepted / drafted tokens",
+    ),
+    Column("request_accept_rate_p90", "float", "90th percentile of the same"),
+    Column(
+        "repeat_share",
+        "float",
+        "mean over answers of the share of an answer's 4-grams that occurred earlier in it",
+    ),
+    Column(
+        "loop_share",
+        "float",
+        "share of answers whose last tokens are one block of <= 64 tokens repeated >= 3 times "
+        "over >= 24 tokens (engine/record.py ends_in_loop)",
+    ),
     # waves, drift and the machine's state (store/drift.py, store/machine_state.py); empty in
     # rows written before they existed
     Column(

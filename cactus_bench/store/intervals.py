@@ -49,6 +49,11 @@ from cactus_bench.store.bootstrap import (
     wave_resample_counts,
 )
 from cactus_bench.store.drift import prompt_waves
+from cactus_bench.store.length import (
+    LENGTH_COLUMNS,
+    diagnostic_columns,
+    length_columns,
+)
 from cactus_bench.store.summarise import machine_time
 
 INTERVAL_STATS = (
@@ -224,7 +229,8 @@ def per_prompt_columns(
     resamples: int = BOOTSTRAP_RESAMPLES,
     batch: int = 1,
 ) -> dict:
-    """The row's per-prompt columns: score_by_prompt, prompts_hash, the intervals, ci_resamples.
+    """The row's per-prompt columns: score_by_prompt, prompts_hash, the intervals, the length
+    and diagnostic columns (store/length.py), ci_resamples.
 
     records / baseline_records: evaluate_task's, in order (repeat after repeat of the prompts);
     scores_by_prompt: the headline metric per prompt in the same prompt order, averaged over
@@ -249,6 +255,8 @@ def per_prompt_columns(
         "prompts_hash": prompts_hash([_get(r, "prompt_ids") for r in records[:n_prompts]]),
         **dict.fromkeys([*interval_column_names(), *POSITION_INTERVAL_COLUMNS]),
         **dict.fromkeys(LATENCY_QUANTILES),
+        **dict.fromkeys(LENGTH_COLUMNS),
+        **diagnostic_columns(records),
         "ci_resamples": None,
     }
     arms = [records] + ([] if baseline_records is None else [list(baseline_records)])
@@ -259,8 +267,10 @@ def per_prompt_columns(
             stacklevel=2,
         )
         return row
+    baseline = None if baseline_records is None else arms[1]
     if n_prompts < 2:  # one prompt: no spread to resample, so no interval (not a zero-width one)
         row.update(latency_columns(records, n_prompts, None))
+        row.update(length_columns(records, baseline, n_prompts, None))
         return row
     spec = per_prompt_totals(records, n_prompts)
     base = None if baseline_records is None else per_prompt_totals(arms[1], n_prompts)
@@ -269,6 +279,7 @@ def per_prompt_columns(
     speculative = int(_get(records[0], "num_draft_tokens")) > 0
     scores = None if not scores_by_prompt else np.asarray(scores_by_prompt, dtype=float)
     row.update(bootstrap_intervals(counts, spec, base, scores, speculative))
+    row.update(length_columns(records, baseline, n_prompts, counts))  # the prompt resamples
     if batch > 1:  # the timing statistics by wave, from the same stream after the prompt draws
         counts = wave_resample_counts(prompt_waves(n_prompts, batch), resamples, rng)
         timed = bootstrap_intervals(counts, spec, base, None, speculative)
