@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from cactus_bench.bench.op_count import count_ops
 from cactus_bench.engine import attention as attention_module
@@ -103,6 +104,29 @@ def test_merged_products_give_hf_logits_without_copies(arch):
             cache = fast.prefilled_cache(PROMPT)
             counter, _ = count_ops(fast.forward, ids, cache, True)
         assert sum(counter.by_op[op] for op in LINEAR_OPS) == products * layers + 1
+
+
+def test_merged_products_keep_qwen2_biases():
+    """q/k/v biases (Qwen2) merge with their weights; zeroed by random init, so made to matter."""
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    expected = _drive(ModelRunner(model, CPU), config.vocab_size)
+    runner = FastRunner(model, CPU, linear_kernel="aten", merged=True)
+    assert runner.layer_products(packed=False)[0].qkv.bias is not None
+    for got, want in zip(_drive(runner, config.vocab_size), expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
 
 
 def test_a_replaced_weight_is_merged_again():

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.engine.attention import norm
+from cactus_bench.engine.attention import cache_writes, norm
 from cactus_bench.engine.compact_layer import decoder_layer, rope_tables
 from cactus_bench.engine.cpu_kernels import PROBE_ROWS
 from cactus_bench.engine.fast_runner import FastRunner
@@ -139,10 +139,10 @@ class BatchRunner:
                 return kept
         tables = self._rope_tables
         if tables is None or tables[0].shape[0] < capacity:  # grow only: graphs hold them
+            rotary = runner.model.model.rotary_emb
             self._rope_tables = rope_tables(
-                runner.model.model.rotary_emb, capacity, runner.shape.head_dim, runner.dtype,
-                self.device,
-            )  # fmt: skip
+                rotary, capacity, runner.shape.head_dim, runner.dtype, self.device
+            )
         self._kept = None  # dropped before the new buffers are allocated
         shape = (batch, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
         keys = [torch.zeros(shape, dtype=runner.dtype, device=self.device) for _ in runner.layers]
@@ -250,16 +250,13 @@ class BatchRunner:
         }
         use_packs = not static and self._packed(batch * num_new, decode)
         packs = runner.layer_products(use_packs)
-        # scatter_ index for the cache writes: [B, H_kv, n, D], row b's tokens at its positions
-        index = positions[:, None, :, None].expand(
-            batch, runner.shape.num_kv_heads, num_new, runner.shape.head_dim
-        )
+        where = cache_writes(positions, runner.shape)  # row b's tokens at its positions
         hidden = runner.model.model.embed_tokens(input_ids)  # [B, n, H]
         for layer, packed, window, key_cache, value_cache in zip(
             runner.layers, packs, runner.windows, cache.keys, cache.values, strict=True
         ):
             hidden = decoder_layer(
-                runner.shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache,
+                runner.shape, hidden, layer, packed, cos, sin, where, key_cache, value_cache,
                 masks[window],
             )  # fmt: skip
         cache.lengths.add_(counts)  # in place: a view's lengths are its parent's

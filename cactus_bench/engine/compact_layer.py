@@ -88,17 +88,18 @@ def rope_tables(rotary_emb, capacity: int, head_dim: int, dtype, device):
     return cos[0].contiguous(), sin_signed
 
 
-def decoder_layer(shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache, mask):
+def decoder_layer(shape, hidden, layer, packed, cos, sin, where, key_cache, value_cache, mask):
     """hidden [B, n, H] -> [B, n, H], as HF's Llama/Qwen decoder layer (its own norms; its
     projection modules, or their merged forms `packed`: oneDNN packs or merged weights), for
     batch 1 (`FastRunner`) and batch B (`BatchRunner`) alike. The attention block
     (attention.py) writes the n new keys/values into the [B, H_kv, capacity, D] caches at
-    `index` [B, H_kv, n, D] and attends; cos, sin_signed: [B | 1, 1, n, D]; mask: additive
-    [B | 1, 1, n, K] or [n, K], over the first K cached positions."""
+    `where` (rows [B, 1], positions [B, n], index [B, H_kv, n, D]) and attends;
+    cos, sin_signed: [B | 1, 1, n, D]; mask: additive [B | 1, 1, n, K] or [n, K], over the
+    first K cached positions."""
     residual = hidden
     hidden = norm(shape, layer.input_layernorm, hidden)
     hidden = residual + attention(
-        shape, layer.self_attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask
+        shape, layer.self_attn, packed, hidden, cos, sin, where, key_cache, value_cache, mask
     )
     normed = norm(shape, layer.post_attention_layernorm, hidden)
     if packed is None:

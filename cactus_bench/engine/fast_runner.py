@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.engine.attention import norm
+from cactus_bench.engine.attention import cache_writes, norm
 from cactus_bench.engine.compact_layer import LayerShape, decoder_layer, rope_tables
 from cactus_bench.engine.compact_layer import unsupported_reason as architecture_reason
 from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
@@ -79,29 +79,25 @@ def enable_compile_cache() -> None:
 class FastRunner:
     """`ModelRunner`'s interface (new_cache, forward, prefilled_cache) on a `StaticKVCache`.
 
-    compile: False (the compact forward runs eagerly) or True: `torch.compile` of ONE decoder
-    layer, reused by every layer (torch >= 2.5 inlines nn.Modules, so the weights are graph inputs
-    and the 30 layers of SmolLM2 share one graph per input length: compiling the whole 30-layer
-    body instead took ~65 s per length here, one layer ~15 s, ~2 s from inductor's on-disk
-    cache). CPU: inductor; CUDA: mode="reduce-overhead" (CUDA graphs). Embedding, masks, final
-    norm and head stay eager (a handful of operations). Prefill always runs eagerly: prompt
-    lengths vary, and one forward over many tokens is dominated by its matrix products.
+    compile: False (eager) or True: `torch.compile` of ONE decoder layer, reused by every layer
+    (nn.Modules are inlined, so the weights are graph inputs and SmolLM2's 30 layers share one
+    graph per input length: the whole body took ~65 s per length here, one layer ~15 s, ~2 s
+    from inductor's cache). CPU: inductor; CUDA: mode="reduce-overhead". Embedding, masks, final
+    norm and head stay eager; prefill always runs eagerly (its products dominate).
 
     sizes: new-token counts to compile for (e.g. {1, m + 1}); a forward over n tokens is padded
-    to the smallest registered size >= n, so the last steps of a request, which draft fewer than
-    m tokens, reuse the m + 1 graph. Padded positions are written past the cache length, where
-    they are stale (masked, later overwritten); their logits are dropped.
+    to the smallest registered size >= n (the last steps of a request reuse the m + 1 graph);
+    padded positions are written past the cache length (stale, masked) and their logits dropped.
 
     linear_kernel: "auto" (oneDNN on packed weights where `cpu_kernels.resolve_linear_kernel`
     allows it and the layers are not compiled, else "aten"; bf16: every forward on the packs,
     fp32: the row counts measured faster on them, see `packed_model`), "onednn" (always the
-    packs) or "aten" (HF's modules). Inductor cannot trace oneDNN's packed tensors, so compiled
-    layers always use "aten". `uses_packs(n)` says what a forward over n tokens runs.
+    packs) or "aten" (HF's modules; compiled layers always, inductor cannot trace the packs).
+    `uses_packs(n)` says what a forward over n tokens runs.
 
-    merged: where the packs do not run, q/k/v and gate/up as one product each on merged
-    weights (`packed_model.merged_layers`: the modules' parameters become views, no copy).
-    None: on CUDA only (launch-bound decode; a CPU streams the same bytes either way and has
-    the packs).
+    merged: where the packs do not run, q/k/v and gate/up as one product each
+    (`packed_model.merged_layers`: the parameters become views, no copy). None: on CUDA only
+    (launch-bound decode; a CPU streams the same bytes either way and has the packs).
     """
 
     def __init__(
@@ -222,9 +218,10 @@ class FastRunner:
     def layer_products(self, packed: bool) -> list:
         """Per layer what `decoder_layer` takes as `packed`: the oneDNN packs (packed), else
         the merged products, else None (HF's modules)."""
+        layers = len(self.layers)
         if packed:
-            return self._packs.layers
-        return self._merged if self._merged is not None else [None] * len(self.layers)
+            return self._packs.layers[:layers]
+        return self._merged[:layers] if self._merged is not None else [None] * layers
 
     def _grow(self, cache: StaticKVCache, needed: int) -> None:
         """Moves `cache` into buffers of at least `needed` positions (rare: copies once, and
@@ -275,8 +272,7 @@ class FastRunner:
         for window in set(self.windows) - {None}:
             # HF's sliding mask: key k visible from query q iff q - W < k <= q.
             masks[window] = causal & (key_positions[None, :] > positions[:, None] - window)
-        # Additive masks (0 / -inf), as SDPA would convert the boolean ones in every layer.
-        masks = {
+        masks = {  # additive (0 / -inf), as SDPA would convert the boolean ones in every layer
             window: torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(
                 ~mask, float("-inf")
             )
@@ -286,16 +282,13 @@ class FastRunner:
         if compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
         packs = self.layer_products(self.uses_packs(num_new))
-        # scatter_ index of the cache writes: [1, H_kv, n, D], the new tokens at their positions
-        index = positions[None, None, :, None].expand(
-            1, self.shape.num_kv_heads, num_new, self.shape.head_dim
-        )
+        where = cache_writes(positions[None], self.shape)  # the cache writes (attention.py)
         hidden = self.model.model.embed_tokens(input_ids)  # [1, n, H]
         for layer, packed, window, key_cache, value_cache in zip(
             self.layers, packs, self.windows, cache.keys, cache.values, strict=True
         ):
             hidden = layer_fn(
-                hidden, layer, packed, cos, sin, index, key_cache, value_cache, masks[window]
+                hidden, layer, packed, cos, sin, where, key_cache, value_cache, masks[window]
             )
         cache.length = start + num_new
         return norm(self.shape, self.model.model.norm, hidden)

@@ -142,10 +142,9 @@ class MergedLinear:
             self.weight = torch.cat([m.weight for m in modules])  # [sum of out, in]
             self.bias = None
             if any(m.bias is not None for m in modules):
-                self.bias = torch.cat(
-                    [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features)
-                     for m in modules]
-                )  # fmt: skip
+                zero = [m.weight.new_zeros(m.out_features) for m in modules]
+                biases = [m.bias if m.bias is not None else zero[i] for i, m in enumerate(modules)]
+                self.bias = torch.cat(biases)  # [sum of out]
             offset = 0
             for module in modules:
                 rows = module.out_features
