@@ -112,3 +112,25 @@ def test_a_smaller_wave_reuses_the_full_width_cache_and_graphs(captures):
         assert runner._kept.lengths.shape[0] == 4
     expected = eager.generate_batch(waves[1], batch=4)
     assert [r.output_ids for r in smaller] == [r.output_ids for r in expected]
+
+
+def test_the_fused_forward_is_what_engine_compile_asks_for_and_falls_back(monkeypatch):
+    """GraphedRunner compiles the static forward when the runner was compiled (engine.compile
+    resolved on); a capture that fails fused is tried again eager (on a CPU that fails too)."""
+    _, model, _ = make_tiny_pair(seed=0)
+    plain = GraphedRunner(BatchRunner(FastRunner(model, CPU, linear_kernel="aten")))
+    assert plain.fused is False
+    compiled = BatchRunner(FastRunner(model, CPU, compile=True, linear_kernel="aten"))
+    graphs = GraphedRunner(compiled)
+    assert graphs.fused is True
+    tries = []
+    original = GraphedRunner._capture
+
+    def counting(self, *args):
+        tries.append(self.fused)
+        return original(self, *args)
+
+    monkeypatch.setattr(GraphedRunner, "_capture", counting)
+    graphs.capture(compiled.new_cache(1, 64, keep=True), [(1, False)])
+    assert tries == [True, False]  # fused first, then eager
+    assert graphs.fused is False and graphs.failed is not None

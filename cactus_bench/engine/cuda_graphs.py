@@ -144,8 +144,13 @@ class GraphedRunner:
                 logits = self._forward(input_ids, counts, cache, all_logits)
             cache.lengths.copy_(lengths)
         except Exception as error:  # noqa: BLE001 - an op that cannot be captured, a compile error
-            self.failed = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0]}"
             cache.lengths.copy_(lengths)
+            if self.fused:  # the compiled forward failed: capture the eager one instead
+                logger.warning("fused capture failed (%s): capturing the eager forward", reason)
+                self.fused, self._forward = False, self.runner.static_forward
+                return self._capture(key, cache, rows, num_new, all_logits)
+            self.failed = reason
             logger.warning(
                 "CUDA graphs off, forwards run eagerly: capture failed (%s)", self.failed
             )
