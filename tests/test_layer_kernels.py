@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cactus_bench.bench.layer_kernels import cuda_kernels_per_layer, inductor_kernels_per_layer
+from cactus_bench.bench.layer_kernels import (
+    attention_backend,
+    cuda_kernels_per_layer,
+    inductor_kernels_per_layer,
+)
 from cactus_bench.models.tiny import make_tiny_pair
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -36,3 +40,8 @@ def test_the_per_layer_count_needs_two_layers():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer without CUDA")
 def test_no_profiled_count_without_cuda():
     assert cuda_kernels_per_layer(lambda: None, 3) is None
+
+
+def test_the_cpu_decode_attention_backend_is_flash(tiny_pair):
+    _, verifier, _ = tiny_pair
+    assert attention_backend(verifier, batch=8, num_new=4) == "FLASH_ATTENTION"

@@ -13,6 +13,8 @@ weight floor), so the launches per layer are the forward's cost driver there.
   gate/up: `FastRunner(merged=True)`); `merged=False` gives the unmerged count for comparison.
 - CUDA, `cuda_kernels_per_layer`: the device kernels `torch.profiler` records over one call,
   divided by the layers (the shared part included; None without CUDA).
+- `attention_backend`: the SDPA backend torch picks for the static forward's decode attention
+  of a model, on its device and dtype (attention.py says which and why).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import re
 
 import torch
 
+from cactus_bench.engine.attention import sdpa_backend
 from cactus_bench.engine.batch_cache import BatchRunner
+from cactus_bench.engine.compact_layer import LayerShape
 from cactus_bench.engine.fast_runner import FastRunner
 
 # A launch in inductor's wrapper code: a generated kernel's call, or an extern call.
@@ -91,3 +95,16 @@ def cuda_kernels_per_layer(call, layers: int) -> float | None:
         if event.device_type == torch.autograd.DeviceType.CUDA
     )
     return kernels / layers
+
+
+def attention_backend(model: torch.nn.Module, batch: int = 1, num_new: int = 1, capacity=4096):
+    """The SDPA backend of the static forward's attention for `model` (its device and dtype):
+    queries [B, H_q, n, D] over [B, H_kv, capacity, D] caches with an additive mask, as
+    `BatchRunner.static_forward` calls it."""
+    shape = LayerShape.of(model)
+    weight = model.model.embed_tokens.weight
+    like = {"dtype": weight.dtype, "device": weight.device}
+    query = torch.zeros((batch, shape.num_q_heads, num_new, shape.head_dim), **like)
+    cache = torch.zeros((batch, shape.num_kv_heads, capacity, shape.head_dim), **like)
+    mask = torch.zeros((batch, 1, num_new, capacity), **like)
+    return sdpa_backend(query, cache, cache, mask)
