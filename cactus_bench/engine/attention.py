@@ -2,19 +2,20 @@
 (`BatchRunner`): HF's Llama/Qwen attention in the same order, over a static KV cache.
 
 Inputs per call: hidden [B, n, H]; rotary angles cos, sin_signed [B | 1, 1, n, D] (rows at
-different positions get their own); `where` = (rows [B, 1], positions [B, n], index
-[B, H_kv, n, D], the same positions as a scatter index): row b's n new keys/values go to its
-own positions of the [B, H_kv, capacity, D] caches; an additive mask
+different positions get their own); `where` = (rows [B, 1], positions [B, n]): row b's n new
+keys/values go to its own positions of the [B, H_kv, capacity, D] caches; an additive mask
 [B | 1, 1, n, K] (or [n, K]) over the first K cached positions.
 
 - q, k and v come out of one product (`PackedLinear` on oneDNN, `MergedLinear` on the GPU path,
   else HF's three modules joined); RoPE is applied to the q and k heads at once, with
   rotate_half(x) * sin written as roll(x, D/2) * sin_signed, sin_signed being sin with its
   first half negated: equal bit for bit.
-- The cache writes: compiled, `cache[rows, :, positions] = new` (aten's index_put_), which
-  inductor writes in place, where a `scatter_` into a graph input made it copy every layer's
-  whole cache each forward (read in its generated code: a decode step's traffic doubled at long
-  contexts); eager, `scatter_`, which dispatches in half the time (3 against 7 us here).
+- The cache writes are `cache[rows, :, positions] = new` (aten's index_put_), which inductor
+  writes in place, where a `scatter_` into a graph input made it copy every layer's whole cache
+  each forward (read in its generated code: a decode step's traffic doubled at long contexts),
+  and which is fast eagerly in bf16, where ATen's CPU `scatter_` is not (here, SmolLM2's
+  shapes: 14 us a call at batch 1, 145 us at batch 8, against 4 us); an eager batch-1 forward
+  takes `index_copy_` (2.3 us).
 - The attention itself is `decode_attention`: one `F.scaled_dot_product_attention` call with
   `enable_gqa=True` over the cache's first K positions. No K/V is repeated over the query
   heads nor upcast: the fused backends read each key/value head once for its whole group.
@@ -67,24 +68,21 @@ def attention(shape, attn, packed, hidden, cos, sin, where, key_cache, value_cac
     qk = qk * cos + qk.roll(shape.head_dim // 2, dims=-1) * sin  # RoPE (module docstring)
     query, key = qk.split([num_q, shape.num_kv_heads], dim=1)  # [B, H_q | H_kv, n, D]
     value = heads[:, :, num_qk:].transpose(1, 2)  # [B, H_kv, n, D]
-    rows, positions, index = where  # [B, 1], [B, n], [B, H_kv, n, D] (module docstring)
-    if torch.compiler.is_compiling():  # the [B, n] index of [B, n, H_kv, D] writes, in place
+    rows, positions = where  # [B, 1], [B, n] (module docstring)
+    if batch == 1 and not torch.compiler.is_compiling():
+        key_cache.index_copy_(2, positions[0], key)
+        value_cache.index_copy_(2, positions[0], value)
+    else:  # the [B, n] index of [B, n, H_kv, D] writes
         key_cache[rows, :, positions] = key.transpose(1, 2)
         value_cache[rows, :, positions] = value.transpose(1, 2)
-    else:
-        key_cache.scatter_(2, index, key)
-        value_cache.scatter_(2, index, value)
     out = decode_attention(query, key_cache, value_cache, mask, shape.scaling)  # [B, H_q, n, D]
     out = out.transpose(1, 2).reshape(batch, num_new, -1)  # [B, n, H_q * D]
     return attn.o_proj(out) if packed is None else packed.o(out)
 
 
-def cache_writes(positions: torch.Tensor, shape) -> tuple[torch.Tensor, ...]:
-    """`where` for rows at positions [B, n]: (rows [B, 1], positions, index [B, H_kv, n, D])."""
-    batch, num_new = positions.shape
-    rows = torch.arange(batch, device=positions.device)[:, None]
-    index = positions[:, None, :, None].expand(batch, shape.num_kv_heads, num_new, shape.head_dim)
-    return rows, positions, index
+def cache_writes(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`where` for rows at positions [B, n]: (rows [B, 1], positions)."""
+    return torch.arange(positions.shape[0], device=positions.device)[:, None], positions
 
 
 def decode_attention(query, key_cache, value_cache, mask, scale: float) -> torch.Tensor:

@@ -250,7 +250,7 @@ class BatchRunner:
         }
         use_packs = not static and self._packed(batch * num_new, decode)
         packs = runner.layer_products(use_packs)
-        where = cache_writes(positions, runner.shape)  # row b's tokens at its positions
+        where = cache_writes(positions)  # row b's tokens at its positions
         hidden = runner.model.model.embed_tokens(input_ids)  # [B, n, H]
         for layer, packed, window, key_cache, value_cache in zip(
             runner.layers, packs, runner.windows, cache.keys, cache.values, strict=True

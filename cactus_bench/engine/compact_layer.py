@@ -93,7 +93,7 @@ def decoder_layer(shape, hidden, layer, packed, cos, sin, where, key_cache, valu
     projection modules, or their merged forms `packed`: oneDNN packs or merged weights), for
     batch 1 (`FastRunner`) and batch B (`BatchRunner`) alike. The attention block
     (attention.py) writes the n new keys/values into the [B, H_kv, capacity, D] caches at
-    `where` (rows [B, 1], positions [B, n], index [B, H_kv, n, D]) and attends;
+    `where` (rows [B, 1], positions [B, n]) and attends;
     cos, sin_signed: [B | 1, 1, n, D]; mask: additive [B | 1, 1, n, K] or [n, K], over the
     first K cached positions."""
     residual = hidden

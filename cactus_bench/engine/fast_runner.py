@@ -282,7 +282,7 @@ class FastRunner:
         if compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
         packs = self.layer_products(self.uses_packs(num_new))
-        where = cache_writes(positions[None], self.shape)  # the cache writes (attention.py)
+        where = cache_writes(positions[None])  # the cache writes (attention.py)
         hidden = self.model.model.embed_tokens(input_ids)  # [1, n, H]
         for layer, packed, window, key_cache, value_cache in zip(
             self.layers, packs, self.windows, cache.keys, cache.values, strict=True
