@@ -24,14 +24,15 @@ Which SDPA backend serves it (`sdpa_backend` reports torch's own choice for give
 - CPU: the fused flash kernel (`_scaled_dot_product_flash_attention_for_cpu`), in fp32 and
   bf16, with the mask and GQA: torch's CPU rules accept both (checked by a test that allows
   the flash backend alone). Math, which would repeat and upcast K/V, is never chosen.
-- CUDA (read from torch's dispatch rules, aten/src/ATen/native/transformers/cuda/sdp_utils.cpp,
-  not yet profiled on a lent card): flash refuses any explicit mask (`check_for_attn_mask`),
+- CUDA (read from torch's dispatch rules, aten/src/ATen/native/transformers/cuda/sdp_utils.cpp
+  at pytorch's main branch, 2026; the lent image's torch 2.11 may differ; not yet run on a
+  lent card): flash refuses any explicit mask (`check_for_attn_mask`),
   and the static forward needs one (rows sit at different lengths, and a CUDA graph cannot
   shorten the view per step). On an H100/H200 with cuDNN > 9.15 (torch's CUDA 13 wheels)
   torch tries cuDNN first, which takes a mask and GQA (head_dim <= 256, a multiple of 8): it
   serves the decode case; elsewhere the memory-efficient kernel does (mask and GQA on sm80+,
   head_dim a multiple of 8 in bf16). Both stream each cached key/value once per query group.
-  The GPU bench records the choice on the card (`sdpa_backend` on the 0.6B decode shapes).
+  `bench.layer_kernels.attention_backend(model)` says which on the card at hand.
 """
 
 from __future__ import annotations
