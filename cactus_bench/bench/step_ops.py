@@ -6,7 +6,8 @@ synchronisation (bench/op_count.py), so these counts say what a step costs a GPU
 runs it. Measured on the tiny pair (their counts depend on the code path, not on the sizes,
 except that a forward's ops grow with its layers: per-layer counts are given too):
 - forward: one batched forward of B rows, eager (`BatchRunner.forward`) and static (what a CUDA
-  graph captures, `static_forward`);
+  graph captures, `static_forward`); static rows add `kernels_per_layer`, the launches per layer
+  of that forward compiled by inductor on the GPU path's merged products (bench/layer_kernels.py);
 - verify: each catalogue rule's `verify` as the engine calls it (`uniforms=`, `check=False`);
 - step: one decode step of the batched engine (the verifier alone, SpS, Cactus) at batch B and
   m drafts, a middle step of a run (not the first nor the last): its stalls by kind (host_reads,
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from cactus_bench.bench.layer_kernels import inductor_kernels_per_layer
 from cactus_bench.bench.op_count import OpCounter, compiles_fullgraph, count_ops
 from cactus_bench.engine import AutoregressiveDecoder, BatchRequest, SpeculativeDecoder
 from cactus_bench.engine.batch_cache import BatchRunner
@@ -43,9 +45,12 @@ def forward_counts(model, batch: int, num_new: int) -> list[dict]:
         for path, forward in (("eager", runner.forward), ("static", runner.static_forward)):
             counter, _ = count_ops(forward, ids, counts, cache, num_new > 1)
             cache.lengths.zero_()
-            rows.append(
-                _row("forward", path, batch, num_new, counter, ops_per_layer=counter.ops / layers)
-            )
+            extra = {"ops_per_layer": counter.ops / layers}
+            if path == "static":
+                extra["kernels_per_layer"] = inductor_kernels_per_layer(model, batch, num_new)[
+                    "kernels"
+                ]
+            rows.append(_row("forward", path, batch, num_new, counter, **extra))
     return rows
 
 

@@ -20,22 +20,25 @@ host read: it attends over the whole buffer (the eager forward stops at the long
 it reads from the device) and writes no position past the buffer. It is what a CUDA graph
 captures (cuda_graphs.py); on a CPU `torch.compile(fullgraph=True)` traces it.
 
-It reuses a `FastRunner`'s model, rotary tables and oneDNN packs (`FastRunner.uses_packs` on the
-B * n rows of each product; `BATCH_PACKED_ROWS` for decode steps of more than 8 rows). The
-layers always run eagerly: compiled graphs are specialised on the batch-1 shapes. Where the
-fast forward cannot run (`fast_runner.unsupported_reason`), there is no batched forward either:
-decoders refuse batch > 1 there and run batch 1 through `generate`, request by request.
+It reuses a `FastRunner`'s model, oneDNN packs or merged products (packed_model.py) and the
+decoder layer (compact_layer.py, whose attention block attention.py serves batch 1 and B), and
+keeps its own rotary tables, which only grow, so that the single-row runner's tables can be
+rebuilt without moving what a captured graph reads. Packs: `FastRunner.uses_packs` on the B * n
+rows of each product (`BATCH_PACKED_ROWS` for decode steps of more than 8 rows). The layers run
+eagerly (the batch-1 compiled layer is specialised on batch-1 shapes); cuda_graphs.py may compile
+the whole static forward before capturing it. Where the fast forward cannot run
+(`fast_runner.unsupported_reason`), there is no batched forward either: decoders refuse
+batch > 1 there and run batch 1 through `generate`, request by request.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from cactus_bench.engine.compact_layer import decoder_layer, norm
+from cactus_bench.engine.attention import cache_writes, norm
+from cactus_bench.engine.compact_layer import decoder_layer, rope_tables
 from cactus_bench.engine.cpu_kernels import PROBE_ROWS
 from cactus_bench.engine.fast_runner import FastRunner
-from cactus_bench.engine.packed_model import packed_model
 from cactus_bench.engine.static_cache import bucket
 
 # fp32 `FastRunner`s measure their kernels on 1..8 rows only and leave larger products (their
@@ -114,28 +117,48 @@ class BatchRunner:
         self.runner = runner
         self.device = runner.device
         self._kept: BatchKVCache | None = None  # the last cache, when `keep` asked for it
+        self._rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None  # [capacity, D] x 2
 
     def new_cache(self, batch: int, capacity: int, keep: bool = False) -> BatchKVCache:
         """Zeroed buffers (masked positions still enter softmax(.) @ V as 0 * value, and
         uninitialised memory may hold NaN) for `batch` slots of at least `capacity` positions.
-        keep: reuse the last kept cache when it has `batch` slots and room enough (its lengths
-        reset): CUDA graphs captured on its buffers stay valid from one run to the next."""
+        keep: reuse the last kept cache when it has at least `batch` slots and room enough (its
+        lengths reset), so that CUDA graphs captured on its buffers stay valid from one run to
+        the next, a smaller final wave included: its extra slots stay empty (fed nothing, their
+        lengths 0) and the full-width graphs replay over them."""
         runner = self.runner
         capacity = bucket(capacity)
-        if runner._packs is not None:  # once per batched run: re-pack weights edited since
-            runner._packs = packed_model(runner.model)
+        runner.refresh_weights()  # once per batched run: weights replaced or edited since
         kept = self._kept
-        if keep and kept is not None and kept.lengths.shape[0] == batch:
+        if keep and kept is not None and kept.lengths.shape[0] >= batch:
             if kept.capacity >= capacity:
                 kept.lengths.zero_()
-                kept.host_lengths[:] = [0] * batch
+                kept.host_lengths[:] = [0] * len(kept.host_lengths)
                 return kept
-        runner.new_cache(capacity)  # builds the rotary tables for this capacity
+        tables = self._rope_tables
+        if tables is None or tables[0].shape[0] < capacity:  # grow only: graphs hold them
+            rotary = runner.model.model.rotary_emb
+            self._rope_tables = rope_tables(
+                rotary, capacity, runner.shape.head_dim, runner.dtype, self.device
+            )
+        self._kept = None  # dropped before the new buffers are allocated
         shape = (batch, runner.shape.num_kv_heads, capacity, runner.shape.head_dim)
         keys = [torch.zeros(shape, dtype=runner.dtype, device=self.device) for _ in runner.layers]
         cache = BatchKVCache(keys, [torch.zeros_like(key) for key in keys])
         self._kept = cache if keep else None
         return cache
+
+    def addresses(self, cache: BatchKVCache) -> tuple[int, ...]:
+        """The device addresses a static forward over `cache` reads or writes besides its
+        inputs: the cache's tensors, the rotary tables, the model's parameters and buffers and
+        the merged products. A CUDA graph captured on them is valid while they are unchanged."""
+        tensors = [*_tensors_of(cache), *self._rope_tables]
+        model = self.runner.model
+        tensors += [*model.parameters(), *model.buffers()]
+        for layer in self.runner.layer_products(packed=False):
+            if layer is not None:
+                tensors += [layer.qkv.weight, layer.gate_up.weight]
+        return tuple(tensor.data_ptr() for tensor in tensors)
 
     def prefill(self, cache: BatchKVCache, row: int, token_ids: list[int]) -> None:
         """Writes `token_ids` into slot `row` from position 0 (no logits): a one-row forward on
@@ -208,7 +231,7 @@ class BatchRunner:
                     f"batched cache of {cache.capacity} positions cannot hold position "
                     f"{visible - 1}: size it for the longest prompt + new tokens"
                 )
-        cos_table, sin_table = runner._rope_tables  # [capacity', D] x 2, capacity' >= capacity
+        cos_table, sin_table = self._rope_tables  # [capacity', D] x 2, capacity' >= capacity
         cos = cos_table[positions][:, None]  # [B, 1, n, D]
         sin = sin_table[positions][:, None]
         keys_at = torch.arange(visible, device=self.device)  # [K]
@@ -224,54 +247,24 @@ class BatchRunner:
             for window, mask in masks.items()
         }
         use_packs = not static and self._packed(batch * num_new, decode)
-        packs = runner._packs.layers if use_packs else [None] * len(runner.layers)
-        # scatter_ index for the cache writes: [B, H_kv, n, D], row b's tokens at its positions
-        index = positions[:, None, :, None].expand(
-            batch, runner.shape.num_kv_heads, num_new, runner.shape.head_dim
-        )
+        packs = runner.layer_products(use_packs)
+        where = cache_writes(positions)  # row b's tokens at its positions
         hidden = runner.model.model.embed_tokens(input_ids)  # [B, n, H]
         for layer, packed, window, key_cache, value_cache in zip(
             runner.layers, packs, runner.windows, cache.keys, cache.values, strict=True
         ):
             hidden = decoder_layer(
-                runner.shape, hidden, layer, packed, cos, sin, index, key_cache, value_cache,
-                masks[window], attend=batched_attention,
+                runner.shape, hidden, layer, packed, cos, sin, where, key_cache, value_cache,
+                masks[window],
             )  # fmt: skip
         cache.lengths.add_(counts)  # in place: a view's lengths are its parent's
         return norm(runner.shape, runner.model.model.norm, hidden)
 
 
-def batched_attention(shape, attn, packed, hidden, cos, sin, index, key_cache, value_cache, mask):
-    """`compact_layer.attention` for [B, n, H] inputs, the attention part of a batched
-    `decoder_layer`: the same operations in the same order, with per-row rotary angles (cos, sin
-    [B, 1, n, D]), per-row cache writes (`index`: the scatter index of each row's new keys at its
-    own positions, [B, H_kv, n, D]) and masks [B, 1, n, K]."""
-    batch, num_new = hidden.shape[:2]
-    if packed is None:
-        qkv = torch.cat([attn.q_proj(hidden), attn.k_proj(hidden), attn.v_proj(hidden)], dim=-1)
-    else:
-        qkv = packed.qkv(hidden)
-    heads = qkv.view(batch, num_new, -1, shape.head_dim)  # [B, n, H_q + 2 H_kv, D]
-    num_q, num_qk = shape.num_q_heads, shape.num_q_heads + shape.num_kv_heads
-    if shape.has_qk_norm:
-        query = norm(shape, attn.q_norm, heads[:, :, :num_q])
-        qk = torch.cat([query, norm(shape, attn.k_norm, heads[:, :, num_q:num_qk])], dim=2)
-    else:
-        qk = heads[:, :, :num_qk]
-    qk = qk.transpose(1, 2)  # [B, H_q + H_kv, n, D]
-    qk = qk * cos + qk.roll(shape.head_dim // 2, dims=-1) * sin  # RoPE (compact_layer)
-    query, key = qk.split([num_q, shape.num_kv_heads], dim=1)  # [B, H_q | H_kv, n, D]
-    value = heads[:, :, num_qk:].transpose(1, 2)  # [B, H_kv, n, D]
-    key_cache.scatter_(2, index, key)
-    value_cache.scatter_(2, index, value)
-    visible = mask.shape[-1]
-    out = F.scaled_dot_product_attention(
-        query,
-        key_cache[:, :, :visible],
-        value_cache[:, :, :visible],
-        attn_mask=mask,
-        scale=shape.scaling,
-        enable_gqa=True,
-    )  # [B, H_q, n, D]
-    out = out.transpose(1, 2).reshape(batch, num_new, -1)  # [B, n, H_q * D]
-    return attn.o_proj(out) if packed is None else packed.o(out)
+def _tensors_of(cache: BatchKVCache):
+    """Every tensor a cache holds (its attributes, and the tensors in its lists)."""
+    for value in vars(cache).values():
+        if isinstance(value, torch.Tensor):
+            yield value
+        elif isinstance(value, list | tuple):
+            yield from (item for item in value if isinstance(item, torch.Tensor))

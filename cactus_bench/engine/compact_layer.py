@@ -5,10 +5,9 @@ of dispatch each, that is several milliseconds a step on a CPU, so the layer kee
 but not its operation count:
 - RMSNorm: `F.rms_norm` (float32 inside), then HF's weight product in the input dtype (2
   operations instead of 8; the same bits as HF's module in fp32 and bf16 where measured).
-- q, k and v come out of one product (`PackedLinear` on oneDNN, or HF's three modules joined);
-  RoPE is applied to the q and k heads at once, with rotate_half(x) * sin written as
-  roll(x, D/2) * sin_signed, sin_signed being sin with its first half negated: equal bit for bit.
-- GQA attention without copies: `enable_gqa` broadcasts each key/value head over its group.
+- q, k and v come out of one product, and the MLP's gate and up out of one (oneDNN packs on a
+  CPU, merged weights on a GPU: packed_model.py); RoPE, the cache writes and GQA attention
+  without copies are the attention block's (attention.py), shared with the batched forward.
 
 Supported: Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm) causal LMs. Other architectures
 (Gemma 2: scaled embeddings, soft-capping, extra norms) run HF's own forward;
@@ -20,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
+
+from cactus_bench.engine.attention import attention, norm
 
 # Mistral is left out on purpose: its sliding window applies to every layer without layer_types.
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3")
@@ -78,14 +78,6 @@ class LayerShape:
         )
 
 
-def norm(shape: LayerShape, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """HF's RMSNorm `module(x)`: normalised in float32, its weight applied in the input dtype."""
-    if not shape.standard_norms:
-        return module(x)
-    # F.rms_norm computes in float32 and rounds once to x's dtype, as HF's .to(input_dtype).
-    return module.weight * F.rms_norm(x, module.weight.shape, eps=module.variance_epsilon)
-
-
 def rope_tables(rotary_emb, capacity: int, head_dim: int, dtype, device):
     """HF's own rotary embedding at positions 0..capacity-1: (cos, sin_signed) [capacity, D]."""
     positions = torch.arange(capacity, device=device)
@@ -96,19 +88,17 @@ def rope_tables(rotary_emb, capacity: int, head_dim: int, dtype, device):
     return cos[0].contiguous(), sin_signed
 
 
-def decoder_layer(
-    shape, hidden, layer, packed, cos, sin, where, key_cache, value_cache, mask, attend=None
-):
+def decoder_layer(shape, hidden, layer, packed, cos, sin, where, key_cache, value_cache, mask):
     """hidden [B, n, H] -> [B, n, H], as HF's Llama/Qwen decoder layer (its own norms; its
-    projection modules, or their oneDNN packs `packed`). The attention part is an argument, so
-    the single-row forward and the batched one (batch_cache.py) share the rest: `attend`
-    (default `attention`, B = 1) writes the n new keys/values into the [B, H_kv, capacity, D]
-    caches at `where` and attends. Here cos, sin_signed: [1, 1, n, D]; where: positions [n];
-    mask [n, K]: additive, over the first K cached positions."""
-    attend = attention if attend is None else attend
+    projection modules, or their merged forms `packed`: oneDNN packs or merged weights), for
+    batch 1 (`FastRunner`) and batch B (`BatchRunner`) alike. The attention block
+    (attention.py) writes the n new keys/values into the [B, H_kv, capacity, D] caches at
+    `where` (rows [B, 1], positions [B, n]) and attends;
+    cos, sin_signed: [B | 1, 1, n, D]; mask: additive [B | 1, 1, n, K] or [n, K], over the
+    first K cached positions."""
     residual = hidden
     hidden = norm(shape, layer.input_layernorm, hidden)
-    hidden = residual + attend(
+    hidden = residual + attention(
         shape, layer.self_attn, packed, hidden, cos, sin, where, key_cache, value_cache, mask
     )
     normed = norm(shape, layer.post_attention_layernorm, hidden)
@@ -116,36 +106,3 @@ def decoder_layer(
         return hidden + layer.mlp(normed)
     gate, up = packed.gate_up(normed).chunk(2, dim=-1)  # [B, n, I] x 2
     return hidden + packed.down(packed.act_fn(gate) * up)  # HF's MLP: down(act(gate) * up)
-
-
-def attention(shape, attn, packed, hidden, cos, sin, positions, key_cache, value_cache, mask):
-    """One attention block over the static cache (HF's Llama/Qwen attention, same order)."""
-    num_new = hidden.shape[1]
-    if packed is None:
-        qkv = torch.cat([attn.q_proj(hidden), attn.k_proj(hidden), attn.v_proj(hidden)], dim=-1)
-    else:
-        qkv = packed.qkv(hidden)  # one oneDNN call for q, k and v
-    heads = qkv.view(1, num_new, -1, shape.head_dim)  # [1, n, H_q + 2 H_kv, D]
-    num_q, num_qk = shape.num_q_heads, shape.num_q_heads + shape.num_kv_heads
-    if shape.has_qk_norm:
-        query = norm(shape, attn.q_norm, heads[:, :, :num_q])
-        qk = torch.cat([query, norm(shape, attn.k_norm, heads[:, :, num_q:num_qk])], dim=2)
-    else:
-        qk = heads[:, :, :num_qk]
-    qk = qk.transpose(1, 2)  # [1, H_q + H_kv, n, D]
-    qk = qk * cos + qk.roll(shape.head_dim // 2, dims=-1) * sin  # RoPE (module docstring)
-    query, key = qk.split([num_q, shape.num_kv_heads], dim=1)  # [1, H_q | H_kv, n, D]
-    value = heads[:, :, num_qk:].transpose(1, 2)  # [1, H_kv, n, D]
-    key_cache.index_copy_(2, positions, key)
-    value_cache.index_copy_(2, positions, value)
-    visible = mask.shape[-1]  # the first K cached positions (K = capacity when compiled)
-    out = F.scaled_dot_product_attention(
-        query,
-        key_cache[:, :, :visible],
-        value_cache[:, :, :visible],
-        attn_mask=mask,
-        scale=shape.scaling,
-        enable_gqa=True,
-    )  # [1, H_q, n, D]
-    out = out.transpose(1, 2).reshape(1, num_new, -1)  # [1, n, H_q * D]
-    return attn.o_proj(out) if packed is None else packed.o(out)

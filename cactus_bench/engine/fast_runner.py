@@ -2,52 +2,39 @@
 
 Why: HF's eager forward spends part of each batch-1 step on model-level glue (mask building,
 cache bookkeeping, attention dispatch) and, on GPUs, on kernel launches. This runner keeps the HF
-modules' weights and numerics (norms, projections, MLP, output head) and replaces the glue with
-a few lines (compact_layer.py) that `torch.compile` can trace into one graph per decoder layer
-and input length. On a CPU a batch-1 step is mostly the time to stream the weights through one
-core (SmolLM2-135M: 540 MB in fp32, 270 MB in bf16), so what matters there is that every linear
-layer streams its weights once per forward whatever the number of new tokens.
+modules' weights and numerics and replaces the glue with a few lines (compact_layer.py) that
+`torch.compile` can trace into one graph per decoder layer and input length. On a CPU a batch-1
+step is mostly the time to stream the weights through one core (SmolLM2-135M: 540 MB in fp32),
+so every linear layer must stream its weights once per forward whatever the new tokens.
 
-- `StaticKVCache` (static_cache.py): preallocated per-layer key/value buffers and a length;
-  roll-back moves the length.
-- The forward attends over the whole buffer with an additive mask (key position <= query
-  position, and inside the sliding window where a layer has one), so its shapes depend only on
-  the number of new tokens n and the capacity: the engine uses n = 1, 2 (the drafter's catch-up)
-  and m + 1.
-- The rotary tables are HF's own `rotary_emb` evaluated once for positions 0..capacity-1, so any
-  rope scaling that does not depend on the sequence length (default, linear, llama3, yarn) matches.
-- Linear kernels (cpu_kernels.py, packed_model.py): on an x86 CPU with oneDNN the projections
-  and the output head can run on weights packed once for oneDNN (q/k/v and gate/up fused), whose
-  cost hardly grows from 1 to 6 rows; elsewhere (CUDA, other CPUs, compiled layers) HF's modules
-  run them (`F.linear`). `linear_kernel` and `uses_packs(n)` say which.
+- `StaticKVCache` (static_cache.py): preallocated key/value buffers and a length; roll-back
+  moves the length.
+- The forward attends over the whole buffer with an additive mask (causal, and inside the
+  sliding window where a layer has one), so its shapes depend only on the number of new tokens n
+  (the engine uses 1, 2 and m + 1) and the capacity.
+- The rotary tables are HF's own `rotary_emb` at positions 0..capacity-1, so any rope scaling
+  that does not depend on the sequence length (default, linear, llama3, yarn) matches.
+- Linear kernels (cpu_kernels.py, packed_model.py): on an x86 CPU with oneDNN, weights packed
+  once for oneDNN (q/k/v and gate/up fused), whose cost hardly grows from 1 to 6 rows; elsewhere
+  (CUDA, other CPUs, compiled layers) `F.linear`, on q/k/v and gate/up merged into one product
+  each on a GPU (`merged`). `linear_kernel` and `uses_packs(n)` say which.
 
-Supported: Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm) causal LMs, any head module (the
-drafter's `SubsetLMHead` runs its product on the packs too; others run as modules). Other
-architectures (Gemma 2: scaled embeddings, soft-capping, extra norms) use the eager HF path;
-`unsupported_reason(model)` says why.
-
-A model that accelerate dispatched with a `device_map` (a verifier spread over GPUs with
-`device_map="auto"`, or layers offloaded to the CPU or disk) carries accelerate's hooks, which
-move each layer's weights and activations to its device around the module's `forward`. The
-compact forward calls the layers' parts directly and keeps one KV cache on one device, so it
-would bypass them: such a model runs HF's own forward instead (`runtime.make_runner` logs one
-line saying so; fast="on" refuses it). A device_map that puts the whole model on one device
-installs no hooks and keeps the fast forward.
+Supported: Llama, Qwen2 (q/k/v biases) and Qwen3 (q/k RMSNorm) causal LMs, any head module.
+Others (Gemma 2) use the eager HF path; `unsupported_reason(model)` says why. A model that
+accelerate dispatched over devices (`device_map="auto"`, offloading) carries hooks that move
+weights around each module's `forward`, which the compact forward would bypass: it runs HF's
+forward instead (`runtime.make_runner` says so). A device_map onto one device installs no hooks.
 """
 
 from __future__ import annotations
 
 import torch
 
-from cactus_bench.engine.compact_layer import (
-    LayerShape,
-    decoder_layer,
-    norm,
-    rope_tables,
-)
+from cactus_bench.engine.attention import cache_writes, norm
+from cactus_bench.engine.compact_layer import LayerShape, decoder_layer, rope_tables
 from cactus_bench.engine.compact_layer import unsupported_reason as architecture_reason
 from cactus_bench.engine.cpu_kernels import resolve_linear_kernel
-from cactus_bench.engine.packed_model import packed_model, unpackable_reason
+from cactus_bench.engine.packed_model import merged_layers, packed_model, unpackable_reason
 from cactus_bench.engine.static_cache import StaticKVCache
 from cactus_bench.engine.static_cache import bucket as _bucket
 
@@ -92,24 +79,25 @@ def enable_compile_cache() -> None:
 class FastRunner:
     """`ModelRunner`'s interface (new_cache, forward, prefilled_cache) on a `StaticKVCache`.
 
-    compile: False (the compact forward runs eagerly) or True: `torch.compile` of ONE decoder
-    layer, reused by every layer (torch >= 2.5 inlines nn.Modules, so the weights are graph inputs
-    and the 30 layers of SmolLM2 share one graph per input length: compiling the whole 30-layer
-    body instead took ~65 s per length here, one layer ~15 s, ~2 s from inductor's on-disk
-    cache). CPU: inductor; CUDA: mode="reduce-overhead" (CUDA graphs). Embedding, masks, final
-    norm and head stay eager (a handful of operations). Prefill always runs eagerly: prompt
-    lengths vary, and one forward over many tokens is dominated by its matrix products.
+    compile: False (eager) or True: `torch.compile` of ONE decoder layer, reused by every layer
+    (nn.Modules are inlined, so the weights are graph inputs and SmolLM2's 30 layers share one
+    graph per input length: the whole body took ~65 s per length here, one layer ~15 s, ~2 s
+    from inductor's cache). CPU: inductor; CUDA: mode="reduce-overhead". Embedding, masks, final
+    norm and head stay eager; prefill always runs eagerly (its products dominate).
 
     sizes: new-token counts to compile for (e.g. {1, m + 1}); a forward over n tokens is padded
-    to the smallest registered size >= n, so the last steps of a request, which draft fewer than
-    m tokens, reuse the m + 1 graph. Padded positions are written past the cache length, where
-    they are stale (masked, later overwritten); their logits are dropped.
+    to the smallest registered size >= n (the last steps of a request reuse the m + 1 graph);
+    padded positions are written past the cache length (stale, masked) and their logits dropped.
 
     linear_kernel: "auto" (oneDNN on packed weights where `cpu_kernels.resolve_linear_kernel`
     allows it and the layers are not compiled, else "aten"; bf16: every forward on the packs,
     fp32: the row counts measured faster on them, see `packed_model`), "onednn" (always the
-    packs) or "aten" (HF's modules). Inductor cannot trace oneDNN's packed tensors, so compiled
-    layers always use "aten". `uses_packs(n)` says what a forward over n tokens runs.
+    packs) or "aten" (HF's modules; compiled layers always, inductor cannot trace the packs).
+    `uses_packs(n)` says what a forward over n tokens runs.
+
+    merged: where the packs do not run, q/k/v and gate/up as one product each
+    (`packed_model.merged_layers`: the parameters become views, no copy). None: on CUDA only
+    (launch-bound decode; a CPU streams the same bytes either way and has the packs).
     """
 
     def __init__(
@@ -119,6 +107,7 @@ class FastRunner:
         compile: bool = False,
         sizes: tuple[int, ...] = (1,),
         linear_kernel: str = "auto",
+        merged: bool | None = None,
     ):
         reason = unsupported_reason(model)
         if reason is not None:
@@ -142,6 +131,10 @@ class FastRunner:
         self.linear_kernel = self._resolve_kernel(linear_kernel)
         self._packs = packed_model(model) if self.linear_kernel == "onednn" else None
         self._always_packed = linear_kernel == "onednn"  # else packs.packed_for(n) decides
+        if merged is None:
+            merged = device.type == "cuda"
+        self.merged = bool(merged) and unpackable_reason(model) is None
+        self._merged = merged_layers(model) if self.merged else None
         self._layer = self._eager_layer
         if self.compiled:
             enable_compile_cache()
@@ -208,12 +201,27 @@ class FastRunner:
         """A new cache holding `token_ids` (no logits are computed). Roll-back is always
         possible: sliding windows are applied by the mask, the buffers keep every position."""
         cache = self.new_cache(max(capacity, len(token_ids) + max(self.sizes)))
-        if self._packs is not None:  # once per request: re-pack weights edited since
-            self._packs = packed_model(self.model)
+        self.refresh_weights()
         if token_ids:
             ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
             self._run(ids, cache, compiled=False)
         return cache
+
+    def refresh_weights(self) -> None:
+        """Once per request: merge again parameters replaced since, re-pack weights edited
+        since (both keyed on the parameters' data pointers, the packs also on versions)."""
+        if self._merged is not None:
+            self._merged = merged_layers(self.model)
+        if self._packs is not None:
+            self._packs = packed_model(self.model)
+
+    def layer_products(self, packed: bool) -> list:
+        """Per layer what `decoder_layer` takes as `packed`: the oneDNN packs (packed), else
+        the merged products, else None (HF's modules)."""
+        layers = len(self.layers)
+        if packed:
+            return self._packs.layers[:layers]
+        return self._merged[:layers] if self._merged is not None else [None] * layers
 
     def _grow(self, cache: StaticKVCache, needed: int) -> None:
         """Moves `cache` into buffers of at least `needed` positions (rare: copies once, and
@@ -264,8 +272,7 @@ class FastRunner:
         for window in set(self.windows) - {None}:
             # HF's sliding mask: key k visible from query q iff q - W < k <= q.
             masks[window] = causal & (key_positions[None, :] > positions[:, None] - window)
-        # Additive masks (0 / -inf), as SDPA would convert the boolean ones in every layer.
-        masks = {
+        masks = {  # additive (0 / -inf), as SDPA would convert the boolean ones in every layer
             window: torch.zeros(mask.shape, dtype=self.dtype, device=self.device).masked_fill_(
                 ~mask, float("-inf")
             )
@@ -274,13 +281,14 @@ class FastRunner:
         layer_fn = self._layer if compiled else self._eager_layer
         if compiled and self.device.type == "cuda":
             torch.compiler.cudagraph_mark_step_begin()  # the last step's outputs are consumed
-        packs = self._packs.layers if self.uses_packs(num_new) else [None] * len(self.layers)
+        packs = self.layer_products(self.uses_packs(num_new))
+        where = cache_writes(positions[None])  # the cache writes (attention.py)
         hidden = self.model.model.embed_tokens(input_ids)  # [1, n, H]
         for layer, packed, window, key_cache, value_cache in zip(
             self.layers, packs, self.windows, cache.keys, cache.values, strict=True
         ):
             hidden = layer_fn(
-                hidden, layer, packed, cos, sin, positions, key_cache, value_cache, masks[window]
+                hidden, layer, packed, cos, sin, where, key_cache, value_cache, masks[window]
             )
         cache.length = start + num_new
         return norm(self.shape, self.model.model.norm, hidden)

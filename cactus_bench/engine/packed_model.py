@@ -13,6 +13,15 @@ and rebuilt when any parameter is replaced or edited in place (its data pointer 
 changes), which `FastRunner` checks once per request. With fp32 weights the packing also times
 the MLP's gate/up products on 1..8 rows both ways (`cpu_kernels.time_rows`, ~1 s) and keeps the
 row counts the packs win (`faster_rows`); bf16 weights always take the packs.
+
+`merged_layers(model)`: the same fusion for the GPU path (and compiled layers), where oneDNN's
+packs cannot run: q/k/v and gate/up each become one `F.linear` over one weight tensor (7
+products a layer become 4, so 3 fewer kernel launches, each streaming its weights once). The
+merge costs no memory: the modules' own parameters become views of the merged tensors (same
+values, HF's forward unchanged). Two consequences: a `state_dict` then holds tensors sharing
+storage (safetensors refuses or drops shared tensors: clone the model before saving it), and
+a parameter replaced later (e.g. `model.to(...)`) is no longer a view, which `merged_layers`
+notices (data pointers) and merges again.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from cactus_bench.engine.cpu_kernels import (
     PROBE_MIN_BYTES,
@@ -31,6 +41,7 @@ from cactus_bench.engine.cpu_kernels import (
 )
 
 _PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> PackedModel
+_MERGED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> _Merged
 
 
 @dataclass
@@ -120,3 +131,77 @@ def _pack_head(head: torch.nn.Module):
     weight, bias, finish = parts()
     product = PackedLinear([weight], [bias])
     return lambda hidden: finish(product(hidden))
+
+
+class MergedLinear:
+    """y = x W^T + b over weights merged along `out` ([sum of out, in]); the merged modules'
+    parameters are views of `weight` and `bias` (module docstring)."""
+
+    def __init__(self, modules: tuple[torch.nn.Linear, ...]):
+        with torch.inference_mode(False), torch.no_grad():  # plain tensors: training still works
+            self.weight = torch.cat([m.weight for m in modules])  # [sum of out, in]
+            self.bias = None
+            if any(m.bias is not None for m in modules):
+                zero = [m.weight.new_zeros(m.out_features) for m in modules]
+                biases = [m.bias if m.bias is not None else zero[i] for i, m in enumerate(modules)]
+                self.bias = torch.cat(biases)  # [sum of out]
+            offset = 0
+            for module in modules:
+                rows = module.out_features
+                module.weight.data = self.weight[offset : offset + rows]
+                if module.bias is not None:
+                    module.bias.data = self.bias[offset : offset + rows]
+                offset += rows
+        if self.weight.device.type == "cuda":  # compiled graphs read them in place, uncopied
+            for tensor in (self.weight, self.bias):
+                if tensor is not None:
+                    torch._dynamo.mark_static_address(tensor)
+        self.modules = modules
+
+    def views_intact(self) -> bool:
+        """Whether every merged module still reads its weights from the merged tensor."""
+        offset = 0
+        for module in self.modules:
+            if module.weight.data_ptr() != self.weight[offset].data_ptr():
+                return False
+            offset += module.out_features
+        return True
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """[..., in] -> [..., sum of out]: the merged modules' outputs side by side."""
+        return F.linear(x, self.weight, self.bias)
+
+
+@dataclass
+class MergedLayer:
+    """A decoder layer's products as `decoder_layer` calls them (the `PackedLayer` interface)."""
+
+    qkv: MergedLinear  # [H] -> [(H_q + 2 H_kv) * D]
+    o: torch.nn.Module  # HF's o_proj
+    gate_up: MergedLinear  # [H] -> [2 I]
+    down: torch.nn.Module  # HF's down_proj
+    act_fn: object
+
+
+def merged_layers(model: torch.nn.Module) -> list[MergedLayer]:
+    """Each decoder layer's q/k/v and gate/up merged (module docstring); built on first use and
+    again when a parameter was replaced since. Needs `unpackable_reason(model)` to be None."""
+    layers = _MERGED.get(model)
+    if layers is not None and all(
+        part.views_intact() for layer in layers for part in (layer.qkv, layer.gate_up)
+    ):
+        return layers
+    layers = []
+    for layer in model.model.layers[: model.config.num_hidden_layers]:
+        attn, mlp = layer.self_attn, layer.mlp
+        layers.append(
+            MergedLayer(
+                qkv=MergedLinear((attn.q_proj, attn.k_proj, attn.v_proj)),
+                o=attn.o_proj,
+                gate_up=MergedLinear((mlp.gate_proj, mlp.up_proj)),
+                down=mlp.down_proj,
+                act_fn=mlp.act_fn,
+            )
+        )
+    _MERGED[model] = layers
+    return layers
