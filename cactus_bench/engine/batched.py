@@ -155,7 +155,9 @@ def generate_batch(decoder, requests, batch: int, on_finish=None) -> list[Reques
         decoder.graph_capture_s = sum(
             graphs[name].capture(caches[name], sizes[name]) for name in (graphs or {})
         )
-        slots = decoder.slot_state(batch)
+        # Under graphs a kept cache may be wider than this run's batch (a smaller final wave
+        # reuses the full-width cache and graphs): the slot state spans all its rows.
+        slots = decoder.slot_state(next(iter(caches.values())).lengths.shape[0] if keep else batch)
         run = BatchRun(runners, caches, clock, time.perf_counter(), [], graphs, sizes, slots)
         run.step_graphs = decoder.step_graphs(caches, slots)
         capture_s = run.step_graphs.capture_s if run.step_graphs is not None else 0.0
