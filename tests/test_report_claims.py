@@ -244,6 +244,9 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
             "output_ids": [1],
             "num_draft_tokens": 2,
             "accepted_per_step": [1],
+            "out_of_head_commits": 1,  # the record's per-request diagnostics (engine/record.py)
+            "repeat_share": 0.25,
+            "ends_in_loop": True,
         },
     ]
     path = tmp_path / "paper_claims.records.jsonl"
@@ -266,6 +269,8 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
     assert table.prompt_strict.tolist() == [1, 0]
     assert table.inst_followed.tolist() == [2, 1] and table.inst_total.tolist() == [2, 2]
     assert table.accepted.tolist() == [1, 2] and table.steps.tolist() == [1, 2]
+    assert table.out_of_head[0] == 1 and table.ends_in_loop[0] == 1
+    assert table.repeat_share[0] == 0.25 and table.iloc[1, -3:].isna().all()  # older records
     with pytest.raises(ValueError, match="prompt 0: IFEval re-scores its answer 0") as caught:
         write_requests(csv, lambda seed, texts: [score_one("no") for _ in texts])
     assert "\n" not in str(caught.value)

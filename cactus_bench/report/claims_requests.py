@@ -41,6 +41,10 @@ REQUEST_COLUMNS = (
     "prompt_strict",  # IFEval prompt-level strict: every instruction followed (0/1)
     "inst_followed",  # instructions followed (strict)
     "inst_total",  # instructions in the prompt
+    # per-request diagnostics (engine/record.py), empty in lines scored before they existed
+    "out_of_head",  # accepted drafts with q(x) < 0.2 max q (empty for the verifier alone)
+    "repeat_share",  # share of the answer's 4-grams that occurred earlier in it
+    "ends_in_loop",  # 1 when the answer ends in a repeated block, else 0
 )
 
 
@@ -113,12 +117,16 @@ def write_requests(csv: Path, score) -> Path:
                     "prompt_strict": int(strict),
                     "inst_followed": int(sum(followed)),
                     "inst_total": len(followed),
+                    "out_of_head": record.get("out_of_head_commits"),
+                    "repeat_share": record.get("repeat_share"),
+                    "ends_in_loop": _flag(record.get("ends_in_loop")),
                 }
             )
         check_instruction_total(row, followed_total, sum(x["inst_total"] for x in lines[-n:]))
     out = requests_path(csv)
     table = pd.DataFrame(lines, columns=list(REQUEST_COLUMNS))
-    table.astype({"accepted": "Int64", "steps": "Int64"}).to_csv(out, index=False)
+    integers = {name: "Int64" for name in ("accepted", "steps", "out_of_head", "ends_in_loop")}
+    table.astype(integers).to_csv(out, index=False)
     return out
 
 
@@ -158,8 +166,12 @@ def _committed_lines(kept: pd.DataFrame, row, scores: list) -> list[dict] | None
     check_instruction_total(row, int(mine.inst_followed.sum()), int(mine.inst_total.sum()))
     return [
         {column: (None if pd.isna(value) else value) for column, value in line.items()}
-        for line in mine[list(REQUEST_COLUMNS)].to_dict("records")
+        for line in mine.reindex(columns=list(REQUEST_COLUMNS)).to_dict("records")
     ]
+
+
+def _flag(value) -> int | None:
+    return None if value is None else int(bool(value))
 
 
 def load_requests(csv: Path) -> pd.DataFrame | None:
