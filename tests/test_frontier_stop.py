@@ -191,3 +191,14 @@ def test_chunks_carry_the_stop_set_onto_each_rows_support():
     assert int((expected > 0).sum()) >= 3 and int((expected == 0).sum()) >= 3  # both kinds
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(full, expected, atol=1e-6, rtol=0)
+
+
+def test_the_committed_subset_run_has_every_stop_statistic_and_draws_its_figure():
+    csv = REPO / "results" / "frontier" / "subset_ifeval32" / "smollm2_135m.csv"
+    frame = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    frame["parameter"] = frame.parameter.fillna("").astype(str)
+    assert missing_statistics(frame) == []
+    assert set(frame.prompt_set) == {"held_out:ifeval32"}
+    ratio = frame[frame.statistic == "stop_mass_ratio"].set_index(["rule", "parameter"]).value
+    assert ratio[("sps", "")] == pytest.approx(1.0, abs=1e-9)
+    assert stop_figure(frame) is not None
