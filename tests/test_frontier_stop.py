@@ -202,3 +202,15 @@ def test_the_committed_subset_run_has_every_stop_statistic_and_draws_its_figure(
     ratio = frame[frame.statistic == "stop_mass_ratio"].set_index(["rule", "parameter"]).value
     assert ratio[("sps", "")] == pytest.approx(1.0, abs=1e-9)
     assert stop_figure(frame) is not None
+
+
+def test_a_rule_without_a_grid_here_runs_as_one_arm_at_its_defaults():
+    # A rule file added to the catalogue reaches the frontier without an edit of arms.py: no
+    # grid there, one arm at the rule's defaults (as greedy), and every statistic above applies.
+    arms = build_arms(FrontierConf(rules=["cactus", "greedy", "a_new_rule"], deltas=[1.0]))
+    assert [(arm.family, arm.parameter) for arm in arms] == [
+        ("sps", ""),
+        ("cactus", "delta=1"),
+        ("greedy", ""),
+        ("a_new_rule", ""),
+    ]
