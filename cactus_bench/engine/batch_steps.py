@@ -37,7 +37,8 @@ import time
 import torch
 
 from cactus_bench.engine.batched import BatchRun, BatchStep, Row, group_by_sampling, record_step
-from cactus_bench.engine.device_step import RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.commit_stats import step_out_of_head
+from cactus_bench.engine.device_step import GuardState, RuleGroup, apply_rules, draft_loop
 from cactus_bench.engine.sampling import BAD_LAW, bad_rows, draw_tokens
 from cactus_bench.engine.step_forward import StepForward, processor, span_caches
 
@@ -138,16 +139,21 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
     verified = clock.mark()
 
     groups = _rule_groups(decoder, rows, rules, wanted, state, drafts, stop - first)
-    emitted = apply_rules(groups, drafted_out, target, logits, draws, state.greedy, m)
-    state.advance(emitted, drafts, to_vocab, span_caches(run, first, stop))
+    think = _think_ids(decoder)
+    guard = GuardState(state.answer_offsets, state.in_think, think)  # before `advance`
+    emitted = apply_rules(groups, drafted_out, target, logits, draws, state.greedy, m, guard)
+    # [S'] accepted drafts with q(x) < c max q (commit_stats.py), read with the tokens
+    off_head = step_out_of_head(target, drafted_out.ids, emitted, decoder.out_of_head_c)
+    state.advance(emitted, drafts, to_vocab, span_caches(run, first, stop), think)
     ruled = clock.mark()
-    result = _read(emitted, bad)  # the step's one host read
+    result = _read(torch.cat([emitted, off_head[:, None]], dim=1), bad)  # the one host read
 
     tokens_by_row = []
     for row, count in zip(rows, wanted, strict=True):
-        indices = result[row.slot - first]
+        *indices, num_off_head = result[row.slot - first]
         tokens = _vocab_ids(decoder, [index for index in indices if index >= 0])
         _advance(row, count, tokens)
+        row.record.out_of_head_per_step.append(num_off_head)
         tokens_by_row.append(tokens)
     _roll_back(run, rows, wanted)
     step = BatchStep(
@@ -190,6 +196,12 @@ def _rule_groups(decoder, rows, rules, wanted, state, drafts, span) -> list[Rule
         width = _support_width([rows[i] for i in positions])
         groups.append(RuleGroup(rule, count, mask, width, bonus_is_argmax))
     return groups
+
+
+def _think_ids(decoder) -> tuple:
+    """The sampler-space (<think>, </think>) ids the rows' think state follows, or ()."""
+    think_ids = decoder.think_ids
+    return () if think_ids is None else (think_ids.open, think_ids.close)
 
 
 def _support_width(rows: list[Row]) -> int | None:
