@@ -208,7 +208,8 @@ def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch, 
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_with_graphs_a_step_is_two_replays(tiny_pair):
+@pytest.mark.parametrize("rule_name", ["sps", "guarded"])
+def test_with_graphs_a_step_is_two_replays(tiny_pair, rule_name):
     """CPU proxies: test_the_device_step_traces_whole, test_a_replayed_draft_loop_..."""
     drafter, verifier, tokenizer = tiny_pair
     models = []
@@ -216,7 +217,7 @@ def test_with_graphs_a_step_is_two_replays(tiny_pair):
         copy = type(model)(model.config).cuda().eval()
         copy.load_state_dict(model.state_dict())
         models.append(copy)
-    rule = make_sampler("sps")
+    rule = _rule(rule_name)
     decoder = SpeculativeDecoder(
         *models, tokenizer, rule, 3, PAPER_SAMPLING, [], device="cuda", cuda_graphs="on"
     )

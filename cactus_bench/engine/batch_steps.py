@@ -4,13 +4,14 @@ vectorised over rows, with ONE stall: its result's read.
 A step runs on the device from its inputs to its emitted tokens: the drafter's m forwards (each
 drafted token feeds the next forward as a tensor), the verifier's one forward, the rule, and
 every random draw. The only value read back is the step's result, each row's emitted tokens
-(accepted drafts, then the recovered or bonus token; -1 pads the tail) with a flag for rows
-whose laws could not be sampled, in one copy: the host needs them for EOS and stop strings and
-for the next step's bookkeeping. On a GPU every other host read is a synchronisation that
-idles the device, and a step without them can replay captured graphs back to back. Nor does a
-step build a tensor from host data (a blocking copy on CUDA) or synchronise to time itself:
-what it needs per row lives in the slots' device buffers (slot_state.py), and its phases are
-timed by `Clock.mark` (CUDA events read after the step's read).
+(accepted drafts, then the recovered or bonus token; -1 pads the tail), its out-of-head
+commits (commit_stats.py) and a flag for rows whose laws could not be sampled, in one copy:
+the host needs them for EOS and stop strings and for the next step's bookkeeping. On a GPU
+every other host read is a synchronisation that idles the device, and a step without them can
+replay captured graphs back to back. Nor does a step build a tensor from host data (a blocking
+copy on CUDA) or synchronise to time itself: what it needs per row (the guards' answer offset
+and think state included) lives in the slots' device buffers (slot_state.py), and its phases
+are timed by `Clock.mark` (CUDA events read after the step's read).
 
 The device part is tensor-only (device_step.py): the drafter's loop, and the rule with the
 bonus draw; under CUDA graphs the loop is one captured graph (step_graphs.py), so a step is
@@ -212,7 +213,8 @@ def _support_width(rows: list[Row]) -> int | None:
 
 
 def _read(tokens: torch.Tensor, bad: torch.Tensor) -> list[list[int]]:
-    """The step's one host read: tokens [R, k] and the rows' bad-law flags [R], in one copy."""
+    """The step's one host read: tokens [R, k] (a speculative step's: the emitted ids, then the
+    out-of-head count) and the rows' bad-law flags [R], in one copy."""
     both = torch.cat([tokens, bad.long()[:, None]], dim=1).tolist()
     if any(row[-1] for row in both):
         raise ValueError(BAD_LAW)
