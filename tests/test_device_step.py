@@ -11,21 +11,35 @@ import torch
 
 from cactus_bench.bench.op_count import OpCounter, compiles_fullgraph
 from cactus_bench.engine import BatchRequest, SpeculativeDecoder
-from cactus_bench.engine.device_step import RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.commit_stats import step_out_of_head
+from cactus_bench.engine.device_step import GuardState, RuleGroup, apply_rules, draft_loop
 from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, request_keys, step_uniforms, uniforms
 from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits
 from cactus_bench.engine.slot_state import SlotState
 from cactus_bench.samplers import make_sampler
+from cactus_bench.samplers.guards import ThinkIds
+from cactus_bench.tasks.stop_set import StopSet
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 PROMPTS = ([5, 6, 7, 8, 9], [11, 12, 13])
+THINK = (7, 12)  # stand-ins for <think>, </think>: the first prompt opens it, the second closes
+
+
+def _rule(name: str):
+    """A rule by name; "guarded": Cactus with both per-position guards, on THINK's ids."""
+    if name != "guarded":
+        return make_sampler(name)
+    rule = make_sampler("cactus", delta=1.0, strict_first=4, relax_in="think")
+    rule.vocab_stop_set = StopSet(stop_ids=(0,), think_open=THINK[0], think_close=THINK[1])
+    return rule
 
 
 def _device_step(tiny_pair, rule_name: str, m: int):
     """(step, its runners' caches): one speculative step over two prefilled slots, as the
-    engine runs it but on the static forwards (what a CUDA graph captures)."""
+    engine runs it but on the static forwards (what a CUDA graph captures), with the guards'
+    mask and think state and the out-of-head count."""
     drafter, verifier, tokenizer = tiny_pair
-    rule = make_sampler(rule_name)
+    rule = _rule(rule_name)
     decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, m, PAPER_SAMPLING, [])
     runners = decoder.batch_runners(len(PROMPTS))
     caches = {name: runner.new_cache(len(PROMPTS), 64) for name, runner in runners.items()}
@@ -33,7 +47,9 @@ def _device_step(tiny_pair, rule_name: str, m: int):
     for slot, prompt in enumerate(PROMPTS):
         for name, runner in runners.items():
             runner.prefill(caches[name], slot, prompt[:-1])
-        slots.start(slot, 7 + slot, PAPER_SAMPLING, len(prompt), 20, prompt[-1])
+        inside = decoder.think_ids is not None and decoder.think_ids.inside_after(prompt)
+        slots.start(slot, 7 + slot, PAPER_SAMPLING, len(prompt), 20, prompt[-1], inside)
+    think = () if decoder.think_ids is None else THINK  # no token_map: sampler space = vocab
     state = slots.view(0, len(PROMPTS))
 
     def same(indices):
@@ -63,25 +79,28 @@ def _device_step(tiny_pair, rule_name: str, m: int):
         logits = runners["verifier"].static_forward(ids, 1 + drafts, caches["verifier"], True)
         target = process(logits)
         groups = [RuleGroup(rule, m, None, None, False)]
-        emitted = apply_rules(groups, out, target, logits, draws, state.greedy, m)
-        state.advance(emitted, drafts, same, caches)
-        return emitted, out.bad
+        guard = GuardState(state.answer_offsets, state.in_think, think)
+        emitted = apply_rules(groups, out, target, logits, draws, state.greedy, m, guard)
+        off_head = step_out_of_head(target, out.ids, emitted, 0.2)
+        state.advance(emitted, drafts, same, caches, think)
+        return emitted, out.bad, off_head
 
-    return step, caches
+    return step, caches, slots
 
 
-@pytest.mark.parametrize("rule", ["sps", "cactus"])
+@pytest.mark.parametrize("rule", ["sps", "cactus", "guarded"])
 def test_the_device_step_traces_whole(tiny_pair, rule):
-    step, _ = _device_step(tiny_pair, rule, m=3)
+    step, _, _ = _device_step(tiny_pair, rule, m=3)
     with torch.inference_mode():
         traced, reason = compiles_fullgraph(step)
     assert traced, reason
 
 
-def test_the_device_step_stalls_never_and_emits_each_row_s_tokens(tiny_pair):
-    step, caches = _device_step(tiny_pair, "sps", m=3)
+@pytest.mark.parametrize("rule", ["sps", "guarded"])
+def test_the_device_step_stalls_never_and_emits_each_row_s_tokens(tiny_pair, rule):
+    step, caches, slots = _device_step(tiny_pair, rule, m=3)
     with torch.inference_mode(), OpCounter() as counter:
-        emitted, bad = step()
+        emitted, bad, off_head = step()
     assert counter.stalls == 0, dict(counter.stalls_by_kind)
     rows = emitted.tolist()
     for tokens in rows:  # 1..m + 1 tokens, then -1
@@ -92,6 +111,15 @@ def test_the_device_step_stalls_never_and_emits_each_row_s_tokens(tiny_pair):
     accepted = torch.tensor([sum(t >= 0 for t in row) - 1 for row in rows])
     lengths = torch.tensor([len(p) for p in PROMPTS])
     assert torch.equal(caches["verifier"].lengths, lengths + accepted)
+    assert torch.equal(slots.view(0, 2).answer_offsets, accepted + 1)  # the guards' offset
+    assert (off_head >= 0).all() and (off_head <= accepted).all()
+    if rule == "guarded":  # the think state follows the prompt and the emitted tokens
+        think_ids = ThinkIds(*THINK, *THINK)
+        after = [
+            think_ids.inside_after(prompt + [t for t in tokens if t >= 0])
+            for prompt, tokens in zip(PROMPTS, rows, strict=True)
+        ]
+        assert slots.in_think.tolist() == after
 
 
 def test_one_call_draws_what_each_stream_draws_alone():
@@ -144,7 +172,8 @@ def _tensors(outputs) -> list[torch.Tensor]:
     return [drafts, draws, out.ids, *out.probs, *out.unscaled, out.bad]
 
 
-def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch):
+@pytest.mark.parametrize("rule_name", ["cactus", "guarded"])
+def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch, rule_name):
     """The captured path's host side (keys, the host's cache lengths, static outputs read after
     each replay, the counters) on a CPU, with a graph that re-runs the loop on replay."""
     from cactus_bench.engine.step_graphs import StepGraphs
@@ -161,7 +190,7 @@ def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch):
     requests = [BatchRequest([5, 6, 7, 8][: 2 + i % 3], 11, seed=i) for i in range(5)]
     sampled = {}
     for captured in (False, True):
-        rule = make_sampler("cactus", delta=1.0)
+        rule = make_sampler("cactus", delta=1.0) if rule_name == "cactus" else _rule(rule_name)
         decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
         if captured:
             graphs = StepGraphs(torch.device("cpu"))
@@ -179,7 +208,8 @@ def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_with_graphs_a_step_is_two_replays(tiny_pair):
+@pytest.mark.parametrize("rule_name", ["sps", "guarded"])
+def test_with_graphs_a_step_is_two_replays(tiny_pair, rule_name):
     """CPU proxies: test_the_device_step_traces_whole, test_a_replayed_draft_loop_..."""
     drafter, verifier, tokenizer = tiny_pair
     models = []
@@ -187,7 +217,7 @@ def test_with_graphs_a_step_is_two_replays(tiny_pair):
         copy = type(model)(model.config).cuda().eval()
         copy.load_state_dict(model.state_dict())
         models.append(copy)
-    rule = make_sampler("sps")
+    rule = _rule(rule_name)
     decoder = SpeculativeDecoder(
         *models, tokenizer, rule, 3, PAPER_SAMPLING, [], device="cuda", cuda_graphs="on"
     )

@@ -343,33 +343,51 @@ def test_stop_exact_binds_the_engine_stop_ids(tiny_pair):
     assert rule.stop_ids.tolist() == [5, 9]
 
 
-def test_batched_steps_apply_the_same_mask_as_batch_one(tiny_pair):
-    """generate_batch (batch_steps.py, rows' host state) decodes what generate (device state)
-    decodes, row by row, for the per-position guards; the unguarded rule differs."""
+def _guarded_decoder(tiny_pair, **guards):
     from cactus_bench.engine import SamplingParams, SpeculativeDecoder
     from cactus_bench.tasks.stop_set import StopSet
 
     drafter, verifier, tok = tiny_pair
-    for guards in ({"strict_first": 7}, {"relax_in": "think"}):
-        rule = make_sampler("cactus", delta=2.0, **guards)
-        rule.vocab_stop_set = StopSet(stop_ids=(0,), think_open=3, think_close=4)
-        decoder = SpeculativeDecoder(
-            drafter,
-            verifier,
-            tok,
-            rule,
-            num_draft_tokens=3,
-            sampling=SamplingParams(temperature=1.0, top_k=8),
-            eos_token_ids=[verifier.config.vocab_size + 1],
-            fast="on",
-        )
-        prompts = [[41, 7], [41, 3, 9], [5, 3, 4, 8]]  # the last two open, then close, <think>
-        requests = [
-            {"prompt_ids": p, "max_new_tokens": 20, "seed": s} for s, p in enumerate(prompts)
-        ]
-        batched = decoder.generate_batch(requests, batch=3)
-        for request, record in zip(requests, batched, strict=True):
-            assert record.output_ids == decoder.generate(**request).output_ids, guards
+    rule = make_sampler("cactus", delta=2.0, **guards)
+    # <think> and </think> stand-ins: ids these answers emit, so the think state moves
+    rule.vocab_stop_set = StopSet(stop_ids=(0, 9), think_open=218, think_close=113)
+    return SpeculativeDecoder(
+        drafter,
+        verifier,
+        tok,
+        rule,
+        num_draft_tokens=3,
+        sampling=SamplingParams(temperature=1.0, top_k=8),
+        eos_token_ids=[verifier.config.vocab_size + 1],
+        fast="on",
+    )
+
+
+BATCHED_GUARDS = [
+    {"strict_first": 7},
+    {"relax_in": "think"},
+    {"strict_first": 4, "relax_in": "think"},
+    {"stop": "exact"},
+    {"near_top": 0.2},
+]
+
+
+@pytest.mark.parametrize("guards", BATCHED_GUARDS, ids=lambda g: ",".join(g))
+def test_batched_steps_apply_the_same_guards_as_batch_one(tiny_pair, guards):
+    """generate_batch (batch_steps.py: the rows' guard state in the slots' device buffers)
+    decodes what generate decodes, row by row, and the guard changes the unguarded rule's
+    tokens, so a batched step that dropped it would fail."""
+    prompts = [[41, 7], [41, 218, 9], [5, 218, 113, 8], [218, 12]]  # out, in, closed, in
+    # 8 answers of 32 tokens: enough that one crosses a marker between steps (a step that
+    # kept the prompt's think state decodes another answer for it)
+    requests = [
+        {"prompt_ids": prompts[seed % 4], "max_new_tokens": 32, "seed": seed} for seed in range(8)
+    ]
+    decoder = _guarded_decoder(tiny_pair, **guards)
+    batched = [record.output_ids for record in decoder.generate_batch(requests, batch=3)]
+    assert batched == [decoder.generate(**request).output_ids for request in requests]
+    unguarded = _guarded_decoder(tiny_pair).generate_batch(requests, batch=3)
+    assert batched != [record.output_ids for record in unguarded]
 
 
 @pytest.mark.parametrize(("name", "params"), FAMILY, ids=IDS)

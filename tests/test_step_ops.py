@@ -30,6 +30,24 @@ def test_a_decode_step_stalls_once(tiny_pair, arm, m, batch):
     assert row["forwards"] == (1 if arm == "verifier" else m + 1)
 
 
+@pytest.mark.parametrize("batch", [1, 8])
+def test_a_guarded_step_stalls_once(tiny_pair, monkeypatch, batch):
+    """Cactus with strict_first and relax_in = think (stand-in think ids the prompt opens):
+    the relax mask, the think state and the out-of-head count ride on the step's one read."""
+    from cactus_bench.bench import step_ops
+    from cactus_bench.samplers import make_sampler
+    from cactus_bench.tasks.stop_set import StopSet
+
+    plain = step_counts(*tiny_pair, "cactus", batch, m=3)
+    rule = make_sampler("cactus", delta=1.0, strict_first=4, relax_in="think")
+    rule.vocab_stop_set = StopSet(stop_ids=(0,), think_open=7, think_close=4)  # PROMPT opens
+    monkeypatch.setattr(step_ops, "make_sampler", lambda name, **params: rule)
+    row = step_counts(*tiny_pair, "cactus", batch, m=3)
+    assert row["stalls"] == 1, row["stalls_by_kind"]
+    assert row["stalls_by_kind"] == "Tensor.tolist=1"
+    assert row["aten_ops"] > plain["aten_ops"]  # the mask and the think state were built
+
+
 def test_eager_work_between_forwards_grows_boundedly_with_m(tiny_pair):
     few, many = (step_counts(*tiny_pair, "sps", 1, m=m) for m in (3, 10))
     per_draft = (many["eager_ops_outside_forwards"] - few["eager_ops_outside_forwards"]) / 7

@@ -4,13 +4,14 @@ vectorised over rows, with ONE stall: its result's read.
 A step runs on the device from its inputs to its emitted tokens: the drafter's m forwards (each
 drafted token feeds the next forward as a tensor), the verifier's one forward, the rule, and
 every random draw. The only value read back is the step's result, each row's emitted tokens
-(accepted drafts, then the recovered or bonus token; -1 pads the tail) with a flag for rows
-whose laws could not be sampled, in one copy: the host needs them for EOS and stop strings and
-for the next step's bookkeeping. On a GPU every other host read is a synchronisation that
-idles the device, and a step without them can replay captured graphs back to back. Nor does a
-step build a tensor from host data (a blocking copy on CUDA) or synchronise to time itself:
-what it needs per row lives in the slots' device buffers (slot_state.py), and its phases are
-timed by `Clock.mark` (CUDA events read after the step's read).
+(accepted drafts, then the recovered or bonus token; -1 pads the tail), its out-of-head
+commits (commit_stats.py) and a flag for rows whose laws could not be sampled, in one copy:
+the host needs them for EOS and stop strings and for the next step's bookkeeping. On a GPU
+every other host read is a synchronisation that idles the device, and a step without them can
+replay captured graphs back to back. Nor does a step build a tensor from host data (a blocking
+copy on CUDA) or synchronise to time itself: what it needs per row (the guards' answer offset
+and think state included) lives in the slots' device buffers (slot_state.py), and its phases
+are timed by `Clock.mark` (CUDA events read after the step's read).
 
 The device part is tensor-only (device_step.py): the drafter's loop, and the rule with the
 bonus draw; under CUDA graphs the loop is one captured graph (step_graphs.py), so a step is
@@ -37,7 +38,8 @@ import time
 import torch
 
 from cactus_bench.engine.batched import BatchRun, BatchStep, Row, group_by_sampling, record_step
-from cactus_bench.engine.device_step import RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.commit_stats import step_out_of_head
+from cactus_bench.engine.device_step import GuardState, RuleGroup, apply_rules, draft_loop
 from cactus_bench.engine.sampling import BAD_LAW, bad_rows, draw_tokens
 from cactus_bench.engine.step_forward import StepForward, processor, span_caches
 
@@ -138,16 +140,21 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
     verified = clock.mark()
 
     groups = _rule_groups(decoder, rows, rules, wanted, state, drafts, stop - first)
-    emitted = apply_rules(groups, drafted_out, target, logits, draws, state.greedy, m)
-    state.advance(emitted, drafts, to_vocab, span_caches(run, first, stop))
+    think = _think_ids(decoder)
+    guard = GuardState(state.answer_offsets, state.in_think, think)  # before `advance`
+    emitted = apply_rules(groups, drafted_out, target, logits, draws, state.greedy, m, guard)
+    # [S'] accepted drafts with q(x) < c max q (commit_stats.py), read with the tokens
+    off_head = step_out_of_head(target, drafted_out.ids, emitted, decoder.out_of_head_c)
+    state.advance(emitted, drafts, to_vocab, span_caches(run, first, stop), think)
     ruled = clock.mark()
-    result = _read(emitted, bad)  # the step's one host read
+    result = _read(torch.cat([emitted, off_head[:, None]], dim=1), bad)  # the one host read
 
     tokens_by_row = []
     for row, count in zip(rows, wanted, strict=True):
-        indices = result[row.slot - first]
+        *indices, num_off_head = result[row.slot - first]
         tokens = _vocab_ids(decoder, [index for index in indices if index >= 0])
         _advance(row, count, tokens)
+        row.record.out_of_head_per_step.append(num_off_head)
         tokens_by_row.append(tokens)
     _roll_back(run, rows, wanted)
     step = BatchStep(
@@ -192,6 +199,12 @@ def _rule_groups(decoder, rows, rules, wanted, state, drafts, span) -> list[Rule
     return groups
 
 
+def _think_ids(decoder) -> tuple:
+    """The sampler-space (<think>, </think>) ids the rows' think state follows, or ()."""
+    think_ids = decoder.think_ids
+    return () if think_ids is None else (think_ids.open, think_ids.close)
+
+
 def _support_width(rows: list[Row]) -> int | None:
     """Columns a rule may restrict each row to: with top-k on, p and q each keep <= k tokens,
     so their union holds <= 2k; None (full rows) where a row samples without top-k."""
@@ -200,7 +213,8 @@ def _support_width(rows: list[Row]) -> int | None:
 
 
 def _read(tokens: torch.Tensor, bad: torch.Tensor) -> list[list[int]]:
-    """The step's one host read: tokens [R, k] and the rows' bad-law flags [R], in one copy."""
+    """The step's one host read: tokens [R, k] (a speculative step's: the emitted ids, then the
+    out-of-head count) and the rows' bad-law flags [R], in one copy."""
     both = torch.cat([tokens, bad.long()[:, None]], dim=1).tolist()
     if any(row[-1] for row in both):
         raise ValueError(BAD_LAW)

@@ -255,7 +255,10 @@ def _start_row(decoder, run: BatchRun, slot: int, index: int, request: Request) 
         runner.prefill(run.caches[name], slot, request.prompt_ids[:-1])
         row.pending[name] = request.prompt_ids[-1:]
     prompt = request.prompt_ids
-    run.slots.start(slot, request.seed, params, len(prompt), request.max_new_tokens, prompt[-1])
+    think_ids = getattr(decoder, "think_ids", None)  # relax_in = think: the prompt's state
+    inside = think_ids is not None and think_ids.inside_after(prompt)
+    budget = request.max_new_tokens
+    run.slots.start(slot, request.seed, params, len(prompt), budget, prompt[-1], inside)
     record.started_s = run.since(started)
     fed = [len(request.prompt_ids) - 1]
     step = BatchStep("prefill", run.since(started), [slot], [index], fed)

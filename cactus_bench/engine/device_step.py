@@ -7,7 +7,9 @@ and a CUDA graph can capture it.
 - `draft_loop`: m' times: the drafter's forward, its processed law p_j, the draw n_j ~ p_j from
   the step's uniforms, and n_j as the next input (rows done drafting are fed nothing).
 - `apply_rules`: each row's rule on (drafts, p, q) with its own uniforms, or the bonus token
-  drawn from q where a row made no draft, into the step's emitted tokens [S, m + 1].
+  drawn from q where a row made no draft, into the step's emitted tokens [S, m + 1]. A rule
+  with per-position guards (strict_first, relax_in = think) gets its `relax` mask, built here
+  from the rows' guard state in the slots' buffers (`GuardState`, samplers/guards.py).
 
 A slot with no request (budget 0) takes part with junk values; its flags are masked and its
 emitted tokens stay -1. batch_steps.py runs them with the engine's forwards; the uniforms'
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from cactus_bench.engine.sampling import bad_rows, draw_tokens
+from cactus_bench.samplers.guards import NO_GUARDS, relax_mask
 
 
 @dataclass
@@ -69,10 +72,22 @@ class RuleGroup:
     greedy_bonus: bool  # its bonus token is the argmax (the rule's `bonus_is_argmax`)
 
 
-def apply_rules(groups, drafts: Drafts, target, logits, draws, greedy, m: int) -> torch.Tensor:
+@dataclass
+class GuardState:
+    """The rows' state the per-position guards read (slot_state.py), at the step's start."""
+
+    offsets: torch.Tensor  # [S] int64: answer tokens emitted before the step
+    in_think: torch.Tensor  # [S] bool: inside <think> at the step's start
+    think: tuple  # (open, close) sampler-space <think>, </think> ids, or () without them
+
+
+def apply_rules(
+    groups, drafts: Drafts, target, logits, draws, greedy, m: int, guard: GuardState | None = None
+) -> torch.Tensor:
     """The step's emitted tokens [S, m + 1]: per row, its accepted drafts then the recovered or
     bonus token, -1 after. target [S, m' + 1, K] the processed q; logits the verifier's
-    restricted logits (for rules that read unscaled laws); draws [S, 2m + 1] (step_uniforms)."""
+    restricted logits (for rules that read unscaled laws); draws [S, 2m + 1] (step_uniforms);
+    guard: the rows' guard state, for rules with per-position guards."""
     rows = target.shape[0]
     accept_u, last_u = draws[:, m : 2 * m], draws[:, 2 * m]  # [S, m], [S]
     emitted = torch.full((rows, m + 1), -1, dtype=torch.long, device=target.device)
@@ -85,6 +100,12 @@ def apply_rules(groups, drafts: Drafts, target, logits, draws, greedy, m: int) -
             if getattr(group.rule, "reads_unscaled", False):
                 extra["unscaled_draft_probs"] = torch.stack(drafts.unscaled[:count], 1)
                 extra["unscaled_target_probs"] = logits[:, : count + 1].float().softmax(-1)
+            guards = getattr(group.rule, "guards", NO_GUARDS)
+            if guards.per_position:  # [S, m_b] True: the rule's law at that position
+                if guard is None:
+                    raise ValueError(f"{guards} need the rows' guard state (apply_rules guard=)")
+                state = (guard.offsets, guard.in_think, drafts.ids[:, :count])
+                extra["relax"] = relax_mask(*state, guards, *guard.think)
             out = group.rule.verify(
                 drafts.ids[:, :count],  # [S, m_b]
                 torch.stack(drafts.probs[:count], 1),  # [S, m_b, K]

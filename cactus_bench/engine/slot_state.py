@@ -17,7 +17,10 @@ Per slot s:
   `groups`, for `process_logits` per group);
 - drafter_ids [S, 2], drafter_count [S]: the ids the drafter has still to read (1 or 2 after a
   step: the last accepted draft's successor, or the last draft and the bonus), vocabulary ids;
-- verifier_id [S]: the one id the verifier has still to read (the last emitted token).
+- verifier_id [S]: the one id the verifier has still to read (the last emitted token);
+- prompt_len [S] int64, in_think [S] bool: the guards' state (samplers/guards.py): an answer's
+  tokens so far are seq_len - prompt_len, and whether the row is inside <think> at the step's
+  start (from the prompt at `start`, then followed on the device from each step's tokens).
 A bonus step (no draft: one token left) leaves the drafter's ids as they were: its row ends.
 """
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.engine.draws import LAST, keyed_uniforms, request_keys, step_uniforms
+from cactus_bench.samplers.guards import think_after
 
 
 class SlotState:
@@ -35,7 +39,9 @@ class SlotState:
         self.device = device
         zeros = torch.zeros(slots, dtype=torch.long, device=device)
         self.keys, self.seq_len, self.budget, self.group = (zeros.clone() for _ in range(4))
+        self.prompt_len = zeros.clone()
         self.greedy = torch.zeros(slots, dtype=torch.bool, device=device)
+        self.in_think = torch.zeros(slots, dtype=torch.bool, device=device)
         self.drafter_ids = torch.zeros((slots, 2), dtype=torch.long, device=device)
         self.drafter_count = zeros.clone()
         self.verifier_id = zeros.clone()
@@ -46,15 +52,18 @@ class SlotState:
         indices stay, as captured laws compare against them)."""
         self.budget.zero_()
 
-    def start(self, slot: int, seed: int, params, prompt_len: int, budget: int, last: int):
-        """A request takes `slot`: one copy of its values (outside any step)."""
+    def start(self, slot, seed, params, prompt_len, budget, last, inside_think=False):
+        """A request takes `slot`: one copy of its values (outside any step). inside_think:
+        the prompt leaves the row inside <think> (guards.ThinkIds.inside_after)."""
         group = self.groups.setdefault(params, len(self.groups))
-        values = [seed, prompt_len, budget, group, int(params.is_greedy), last, 1, last]
+        flags = [int(params.is_greedy), int(inside_think)]
+        values = [seed, prompt_len, budget, group, *flags, last, 1, last]
         row = torch.tensor(values, dtype=torch.long, device=self.device)
         self.keys[slot] = request_keys(row[:1])[0]
         self.seq_len[slot], self.budget[slot], self.group[slot] = row[1:4]
-        self.greedy[slot] = row[4].bool()
-        self.drafter_ids[slot, 0], self.drafter_count[slot], self.verifier_id[slot] = row[5:]
+        self.prompt_len[slot] = row[1]
+        self.greedy[slot], self.in_think[slot] = row[4].bool(), row[5].bool()
+        self.drafter_ids[slot, 0], self.drafter_count[slot], self.verifier_id[slot] = row[6:]
 
     def stop(self, slot: int) -> None:
         """The slot's request ended (EOS, stop string or budget): the slot turns inactive."""
@@ -77,11 +86,17 @@ class SlotView:
             state.drafter_count[window],
         )
         self.verifier_id = state.verifier_id[window]
+        self.prompt_len, self.in_think = state.prompt_len[window], state.in_think[window]
         self.groups = state.groups
 
     @property
     def active(self) -> torch.Tensor:
         return self.budget > 0  # [S'] bool
+
+    @property
+    def answer_offsets(self) -> torch.Tensor:
+        """[S'] int64: each row's answer tokens emitted before this step (the guards' offset)."""
+        return self.seq_len - self.prompt_len
 
     def drafts(self, m: int) -> torch.Tensor:
         """[S'] m_b = min(m, remaining - 1): drafts each row makes (0 for an empty slot)."""
@@ -106,13 +121,17 @@ class SlotView:
         self.seq_len.add_(emitted)
         self.budget.sub_(emitted.long())
 
-    def advance(self, emitted: torch.Tensor, drafts: torch.Tensor, to_vocab, caches: dict):
+    def advance(self, emitted, drafts, to_vocab, caches: dict, think: tuple = ()):
         """After a step that emitted `emitted` [S', m + 1] (sampler indices, -1 past each row's
         tokens) with drafts [S'] m_b: the ids each model reads next, the lengths, the budget, and
         each cache rolled back to its row's accepted prefix (speculative.py's docstring: the
         verifier holds L + accepted positions, the drafter L + kept; a bonus step leaves the
-        drafter untouched). All on the device."""
-        emitted_count = (emitted >= 0).sum(-1)  # [S'] a + 1; 0 for an empty slot
+        drafter untouched); think (the sampler-space <think>, </think> ids, or none): the
+        rows' think state after their tokens. All on the device."""
+        valid = emitted >= 0  # [S', m + 1]
+        if think:
+            self.in_think.copy_(think_after(self.in_think, emitted, valid, *think))
+        emitted_count = valid.sum(-1)  # [S'] a + 1; 0 for an empty slot
         accepted = (emitted_count - 1).clamp(min=0)  # [S'] a
         some = emitted_count > 0
         last = to_vocab(emitted.gather(1, accepted[:, None]).squeeze(1).clamp(min=0))
