@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from cactus_bench.report.error_bars import EXCLUDED_NOTE, clipped_errors, mark_excluded
 from cactus_bench.report.figure_parts import describe, figure_title, machine_line, sampler_color
 from cactus_bench.report.tables import method_label, method_sort_key, task_sort_key, task_title
 
@@ -52,7 +53,9 @@ def al_length_score(rows: pd.DataFrame, pair: str, m) -> Figure:
             high = np.array([_value(r, f"{column}_ci_high") for r in ordered]) * scale
             shown = ~np.isnan(values)
             bounded = shown & ~np.isnan(low)
-            errors = np.vstack([values - low, high - values])[:, bounded]
+            # an interval wholly beside its estimate (a percentile bootstrap can give one) is
+            # clipped at the estimate and its point marked, as in every run figure
+            errors, excluded = clipped_errors(values[bounded], low[bounded], high[bounded])
             if column == "length_ratio":  # a ratio around 1: points, not bars from 0
                 for index in np.flatnonzero(shown):
                     ax.plot(values[index], y[index], "o", color=colors[index])
@@ -68,6 +71,7 @@ def al_length_score(rows: pd.DataFrame, pair: str, m) -> Figure:
                 capsize=2.5,
                 elinewidth=1,
             )
+            mark_excluded(ax, values[bounded], y[bounded], excluded, "0.2")
             if column == "length_ratio":
                 ax.axvline(1.0, color="0.25", linewidth=1)
                 seen = np.append(low[bounded], values[shown])
@@ -81,6 +85,11 @@ def al_length_score(rows: pd.DataFrame, pair: str, m) -> Figure:
             ax.grid(alpha=0.3, axis="x")
     samplers = dict.fromkeys(r for r in rows["sampler"])  # one legend entry per rule family
     handles = [Patch(color=sampler_color(name), alpha=0.8, label=name) for name in samplers]
+    marks = {}  # the excluded-interval note, once for the figure
+    for ax in figure.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            marks.setdefault(label, handle)
+    handles += [handle for label, handle in marks.items() if label == EXCLUDED_NOTE]
     figure.legend(
         handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False
     )
