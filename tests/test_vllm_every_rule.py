@@ -20,7 +20,7 @@ from test_samplers_fly import laws, step_law
 from test_vllm_v2 import HostReads
 
 from cactus_bench.samplers import SAMPLERS, make_sampler
-from cactus_bench.vllm import bridge, bridge_v2, working_set
+from cactus_bench.vllm import bridge, bridge_v2, memory, working_set
 from cactus_bench.vllm.padded_rows import PLACEHOLDER_TOKEN_ID
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -168,7 +168,7 @@ def test_a_step_in_chunks_emits_what_the_whole_step_does(name, monkeypatch):
     rule = make_sampler(name)
     args, per_state = v2_layout(*sparse_pair(m=3, vocab=64, seed=3), seed=4)
     whole = bridge_v2.rejection_sample_v2(*args, *per_state, rule=rule)
-    per_request = 4 * 64 * (working_set.BRIDGE_BYTES_PER_LOGIT + 8)
+    per_request = 4 * 64 * memory.bridge_bytes_per_logit(name)
     for requests in (1, 2, 4):
         monkeypatch.setattr(working_set, "CAP_BYTES", requests * per_request)
         chunked = bridge_v2.rejection_sample_v2(*args, *per_state, rule=rule)

@@ -137,6 +137,19 @@ def rejection_sample_v2(
     return out, (num_accepted + 1).to(torch.int32)
 
 
+class DraftRows:
+    """The drafter's law of V2's rows, softmax(values / T), built only for the rows a chunk
+    asks for (working_set.chunk_of): [L, V] float32 at once would sit outside the cap."""
+
+    def __init__(self, values, row, local, scale, vocab: int):
+        self.values, self.row, self.local, self.scale = values, row, local, scale  # [L] each
+        self.vocab = vocab
+
+    def __getitem__(self, rows: torch.Tensor) -> torch.Tensor:  # [n] -> [n, V] float32
+        raw = self.values[self.row[rows], self.local[rows], : self.vocab].float()
+        return torch.softmax(raw / self.scale[rows].unsqueeze(-1), dim=-1)
+
+
 def v2_step(
     target_logits: torch.Tensor,  # [L, V]
     draft_logits_cache,  # DraftLogitsCache | [R_max, K, V'] | None
@@ -178,9 +191,8 @@ def v2_step(
             max=values.shape[1] - 1
         )  # [L] a row's draft step within its request
         row = rows_of_state[request_of_row].clamp(min=0)  # [L]
-        raw = values[row, local, :vocab].float()  # [L, V]
-        scale = torch.where(greedy, 1.0, temps)[request_of_row]
-        drafter = torch.softmax(raw / scale.unsqueeze(-1), dim=-1)
+        scale = torch.where(greedy, 1.0, temps)[request_of_row]  # [L]
+        drafter = DraftRows(values, row, local, scale, vocab)
     step = Step(
         ids=shifted.clamp(min=0).long(),  # an id >= vocab is rejected (verify_step), not clamped
         target=target_logits[:, :vocab],

@@ -3,7 +3,8 @@
 vLLM 0.34's runner V2 has no support compaction in the bridge (bridge_v2.py: no host read), so
 each of a step's L = B (m + 1) rows is handled whole: softmaxed laws, the rule's float64 plans
 [B, m, V] (samplers/rules/), the residual rows. At batch 64, m = 20 and V = 151,936 that is
-about 10 GB at once (BRIDGE_BYTES_PER_LOGIT), where vLLM itself caps its logits buffer at 1 GB.
+5 GB at once for SpS and 13-16 GB for the PlanRule rules (memory.BRIDGE_BYTES_PER_LOGIT),
+where vLLM itself caps its logits buffer at 1 GB.
 `verify_bounded` therefore verifies the requests in chunks whose rows fit `cap_bytes`
 (DEFAULT_CAP_BYTES unless the run sets backend.bridge_working_set_gib): every size is a shape
 (batch, m, V, dtypes), so choosing the chunks reads nothing from the device, and a chunk's rows
@@ -24,14 +25,11 @@ from __future__ import annotations
 import torch
 
 from cactus_bench.samplers import AcceptanceRule
+from cactus_bench.vllm.memory import bridge_bytes_per_logit
 from cactus_bench.vllm.padded_rows import Step, Uniforms, verify_step
 
 GIB = 1 << 30
 DEFAULT_CAP_BYTES = GIB  # backend.bridge_working_set_gib's default, as vLLM's logits cap
-# Peak bytes the bridge allocates per logit of a step's rows ([L, V]) beyond its inputs,
-# measured on the CPU through verify_step for every catalogue rule (the largest, a PlanRule
-# rule's float64 plans; tests/test_vllm_memory.py measures it at two sizes and checks this).
-BRIDGE_BYTES_PER_LOGIT = 72
 CAP_ENV = "CACTUS_BENCH_VLLM_BRIDGE_GIB"  # set by engines.build_llm before vLLM starts
 CAP_BYTES: int | None = None  # this process's cap (register() reads CAP_ENV); None: default
 # {device: [2] int64 (drafts verified, drafts accepted)}, summed over this process's steps
@@ -64,25 +62,24 @@ def tally_totals() -> tuple[int, int]:
     return sum(t[0] for t in totals), sum(t[1] for t in totals)
 
 
-def requests_per_chunk(step: Step, cap_bytes: int) -> int:
-    """How many requests' rows (m draft rows and a bonus row each) fit `cap_bytes`."""
+def requests_per_chunk(rule: AcceptanceRule, step: Step, cap_bytes: int) -> int:
+    """How many requests' rows (m draft rows and a bonus row each) fit `cap_bytes`, at the
+    rule's measured bytes per logit (cactus_bench.vllm.memory)."""
     batch, m = step.valid.shape
-    vocab = step.target.shape[-1]
-    copies = step.target.element_size()  # a chunk's gathered rows
-    if step.draft_probs is not None:
-        copies += step.draft_probs.element_size()
-    per_request = (m + 1) * vocab * (BRIDGE_BYTES_PER_LOGIT + copies)
+    per_request = (m + 1) * step.target.shape[-1] * bridge_bytes_per_logit(rule.name)
     return max(1, min(batch, cap_bytes // per_request))
 
 
 def verify_bounded(rule: AcceptanceRule, step: Step, uniforms: Uniforms, cap_bytes=None):
     """`verify_step` in chunks of requests under `cap_bytes` (None: this process's CAP_BYTES,
-    else DEFAULT_CAP_BYTES); the step's counts go to DRAFT_TALLY.
+    else DEFAULT_CAP_BYTES); the step's counts go to DRAFT_TALLY. A drafter law built per
+    chunk (bridge_v2.DraftRows) always goes through the chunks, one or more.
     -> (token_ids [B, width + 1] int64, num_accepted [B] int64)."""
     batch = step.valid.shape[0]
     cap_bytes = cap_bytes or CAP_BYTES or DEFAULT_CAP_BYTES
-    per_chunk = requests_per_chunk(step, cap_bytes)
-    if per_chunk >= batch:
+    per_chunk = requests_per_chunk(rule, step, cap_bytes)
+    built = step.draft_probs is None or isinstance(step.draft_probs, torch.Tensor)
+    if per_chunk >= batch and built:
         out, num_accepted = verify_step(rule, step, uniforms)
     else:
         drawn = DrawnOnce(uniforms, batch)
