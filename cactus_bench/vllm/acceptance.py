@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler, rule_from_checked
-from cactus_bench.vllm import patches
+from cactus_bench.vllm import patches, working_set
 from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1
 from cactus_bench.vllm.bridge_v2 import rejection_sample_v2
 from cactus_bench.vllm.export import register_architecture
@@ -201,6 +201,7 @@ def register() -> list[InstalledRule]:
         if os.environ.get(EXPAND_FIX_ENV, "").strip() == "1":
             patches.install_expand_fix(_is_cpu_platform())
         return []
+    working_set.CAP_BYTES = working_set.cap_from_env(os.environ)
     handles = []
     for name in PATCH_TARGETS:
         try:

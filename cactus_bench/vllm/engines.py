@@ -30,6 +30,7 @@ from cactus_bench.vllm.export import export_vllm_drafter
 from cactus_bench.vllm.lines import V1, V2
 from cactus_bench.vllm.runner import EXTENSION, check_workers, select_runner
 from cactus_bench.vllm.v2_law import METHOD
+from cactus_bench.vllm.working_set import CAP_ENV
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
 GIB = 1 << 30
@@ -53,6 +54,9 @@ class VllmOptions:
     # GPU) would size the sampler's start-up run for 256 x (m + 1) full-vocabulary rows that
     # memory.plan_memory does not reserve; a batched run sets its batch (and plans with it)
     batch: int = 1
+    # the rule's bridge verifies each step in chunks of requests under this many GiB
+    # (cactus_bench.vllm.working_set; memory.plan_memory reserves it)
+    bridge_working_set_gib: float = 1.0
 
 
 # ---- building the engine -------------------------------------------------------------------------
@@ -142,10 +146,14 @@ def build_llm(
     if vllm_own and rule is not None:
         raise ValueError(f"acceptance={acceptance} is vLLM's own sampler; pass rule=None")
     rule_name = None
+    options = kwargs.get("options") or VllmOptions()
     if rule is not None:
         text = rule_spec(*rule, checked=rule_checked)
         rule_name = parse_rule_spec(text).name  # unchecked: a bad rule fails here, before loading
         os.environ[RULE_ENV] = text
+        if not options.bridge_working_set_gib > 0:
+            raise ValueError("backend.bridge_working_set_gib must be > 0")
+        os.environ[CAP_ENV] = repr(float(options.bridge_working_set_gib))
     if vllm_own:
         os.environ.pop(RULE_ENV, None)
         os.environ[EXPAND_FIX_ENV] = "1"
@@ -155,7 +163,6 @@ def build_llm(
 
     from cactus_bench.vllm.acceptance import register  # lazy: pulls in torch
 
-    options = kwargs.get("options") or VllmOptions()
     if current_platform.is_cpu():
         if not options.kv_cache_gib:
             options = replace(options, kv_cache_gib=CPU_KV_CACHE_GIB)
