@@ -26,6 +26,7 @@ from typing import Any
 from cactus_bench.models.registry import EMBEDDED_PREFIX, SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID
 from cactus_bench.models.smollm2 import prepare_smollm2
 from cactus_bench.vllm.acceptance import EXPAND_FIX_ENV, RULE_ENV, parse_rule_spec, rule_spec
+from cactus_bench.vllm.conformance import require_installed
 from cactus_bench.vllm.export import export_vllm_drafter
 from cactus_bench.vllm.lines import V1, V2
 from cactus_bench.vllm.runner import EXTENSION, check_workers, select_runner
@@ -104,6 +105,10 @@ def llm_kwargs(
         "enforce_eager": options.enforce_eager,
         "tensor_parallel_size": options.tensor_parallel_size,
         "max_num_seqs": int(options.batch),  # vLLM's word for the batch
+        # the model's generation_config.json must not change the run's sampling: vLLM's own
+        # defaults ("vllm"), whatever path a release takes to read them (the runner always
+        # passes every sampling parameter too); conformance.py checks the argument exists
+        "generation_config": "vllm",
     }
     if options.max_model_len:
         kwargs["max_model_len"] = int(options.max_model_len)
@@ -158,6 +163,7 @@ def build_llm(
         os.environ.pop(RULE_ENV, None)
         os.environ[EXPAND_FIX_ENV] = "1"
     line = select_runner()  # before vLLM reads its configuration (runner.py says why)
+    label, line = require_installed(line)  # what the line patches is there: else one line
     from vllm import LLM  # lazy: vLLM is installed only in .venv-vllm
     from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
 
@@ -181,6 +187,8 @@ def build_llm(
     llm = LLM(**arguments)
     speculative = "speculative_config" in arguments
     check_workers(llm, rule_name if speculative else None, vllm_own=vllm_own and speculative)
+    llm.cactus_rule = rule_name if speculative else None  # the decoder checks its counts
+    llm.cactus_vllm = f"{label} ({line})"  # the release and line the rows record
     return llm
 
 

@@ -94,7 +94,7 @@ class CactusWorkerExtension:
 def worker_report(worker) -> dict:
     """What this worker process runs: its line and runner class, and whether our rule and the
     drafter's law are in (V1: the patched module global; V2: the registered speculator)."""
-    from cactus_bench.vllm import acceptance, patches  # lazy: pulls in torch
+    from cactus_bench.vllm import acceptance, patches, working_set  # lazy: pulls in torch
 
     runner = getattr(worker, "model_runner", None)
     runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
@@ -127,6 +127,9 @@ def worker_report(worker) -> dict:
         if v1_sampler is not None and acceptance._is_cpu_platform()
         else None,
         "draft_probs_fallbacks": acceptance.FALLBACKS["draft_probs_none"],
+        "fallback_drafts": acceptance.FALLBACKS["draft_probs_none_drafts"],
+        # the drafts the bridge verified and accepted so far (working_set.DRAFT_TALLY)
+        **dict(zip(("rule_drafted", "rule_accepted"), working_set.tally_totals(), strict=True)),
         # calls so far in this process: a report after decoding proves both ran
         "draft_law_calls": draft_law_calls,
         "bridge_calls": patches.CALLS["bridge"],
