@@ -158,6 +158,9 @@ class Imported:
             if found is None:
                 return None
         # what vLLM defined, not a replacement this process installed (acceptance, patches)
+        from cactus_bench.vllm.patches import ORIGINALS  # lazy: torch
+
+        found = ORIGINALS.get((module, qualname), found)
         return getattr(found, "cactus_original", None) or getattr(found, "__wrapped__", found)
 
     def has(self, module: str, qualname: str) -> bool:
