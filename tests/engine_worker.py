@@ -121,6 +121,7 @@ def main() -> None:
     spec_llm.collective_rpc(record_laws)
     records = [run(spec, seed) for seed in range(job["seeds"])]
     (seen,) = spec_llm.collective_rpc(laws_seen)
+    checks_start = time.perf_counter()  # the SpS and removed-patch runs: their seconds reported
     # the same engine with SpS's rule in its worker, then with no patch at all: refused
     spec_llm.collective_rpc(install, args=('{"name": "sps"}',))
     sps = VllmDecoder(
@@ -134,6 +135,7 @@ def main() -> None:
     except RuntimeError as error:
         refusal = str(error)
     spec_llm.collective_rpc(install, args=('{"name": "cactus", "delta": 1.0}',))
+    checks_s = time.perf_counter() - checks_start
     # more requests than slots, all submitted at once: vLLM's continuous batching
     requests = [
         {"prompt_ids": prompt, "max_new_tokens": job["batch_tokens"], "seed": 100 + index}
@@ -171,6 +173,7 @@ def main() -> None:
                 "seen": seen,
                 "sps_records": sps_records,
                 "refusal": refusal,
+                "checks_s": checks_s,
                 "after": after,
                 "batched": {
                     "records": batched,

@@ -39,7 +39,9 @@ def result():
         batch_tokens=BATCH_TOKENS,
     )
     # functions sent to the engine's worker (engine_worker.py) are pickled: vLLM asks for this
-    return run_worker("engine_worker.py", job, VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+    out, log = run_worker("engine_worker.py", job, VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+    print(f"engine worker: the SpS and removed-patch runs took {out['checks_s']:.1f} s")
+    return out, log
 
 
 def test_engine_start_proves_runner_v1_with_the_rule(result):
@@ -133,8 +135,9 @@ def test_the_models_generation_config_cannot_change_the_sampling(result):
     assert defaults["top_k"] in (0, -1)  # off
     assert out["seen"], "the bridge recorded no step"
     for step in out["seen"]:
-        assert set(step["temperature"]) == {SAMPLING["temperature"]}
-        assert step["temperature"] != GENERATION_CONFIG["temperature"]
+        assert step["temperature"] == pytest.approx(
+            [SAMPLING["temperature"]] * len(step["temperature"])
+        )  # float32
         assert step["support"] <= SAMPLING["top_k"]
     assert max(step["support"] for step in out["seen"]) > GENERATION_CONFIG["top_k"]
 

@@ -186,7 +186,8 @@ def build_llm(
         arguments["enable_chunked_prefill"] = False
     llm = LLM(**arguments)
     speculative = "speculative_config" in arguments
-    check_workers(llm, rule_name if speculative else None, vllm_own=vllm_own and speculative)
+    cap = int(options.bridge_working_set_gib * GIB) if rule_name and speculative else None
+    check_workers(llm, rule_name if speculative else None, vllm_own and speculative, cap)
     llm.cactus_rule = rule_name if speculative else None  # the decoder checks its counts
     llm.cactus_vllm = f"{label} ({line})"  # the release and line the rows record
     return llm

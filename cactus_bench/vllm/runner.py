@@ -126,6 +126,7 @@ def worker_report(worker) -> dict:
         )
         if v1_sampler is not None and acceptance._is_cpu_platform()
         else None,
+        "bridge_cap_bytes": working_set.CAP_BYTES,  # read from the engine's settings at start
         "draft_probs_fallbacks": acceptance.FALLBACKS["draft_probs_none"],
         "fallback_drafts": acceptance.FALLBACKS["draft_probs_none_drafts"],
         # the drafts the bridge verified and accepted so far (working_set.DRAFT_TALLY)
@@ -150,7 +151,9 @@ def runner_is_v1(runner_class: type) -> bool:
     return V1_RUNNER_MODULE in modules and not any(m.startswith(V2_RUNNER_PACKAGE) for m in modules)
 
 
-def check_reports(reports: list[Mapping], rule_name: str | None, vllm_own: bool = False) -> None:
+def check_reports(
+    reports: list[Mapping], rule_name: str | None, vllm_own: bool = False, cap_bytes=None
+) -> None:
     """One line unless every worker runs its line's runner (a report's "line": V1 when absent)
     with `rule_name` and the drafter's law installed;
     `vllm_own` (vLLM's own speculative sampling, rule_name None): with neither installed, and
@@ -174,6 +177,12 @@ def check_reports(reports: list[Mapping], rule_name: str | None, vllm_own: bool 
             _check_vllm_own(report)
         if rule_name is None:
             continue
+        if cap_bytes is not None and report.get("bridge_cap_bytes", cap_bytes) != cap_bytes:
+            raise RuntimeError(
+                f"a vLLM worker's bridge works under {report['bridge_cap_bytes']} bytes, not the "
+                f"run's {cap_bytes} (backend.bridge_working_set_gib): the setting did not reach "
+                "the engine core; build the engine with cactus_bench.vllm.engines.build_llm"
+            )
         if report["rule"] != rule_name or not report["draft_law"]:
             raise RuntimeError(
                 f"cactus_bench's rule is not installed in a vLLM worker ({report['runner']}: "
@@ -198,8 +207,9 @@ def _check_vllm_own(report: Mapping) -> None:
         )
 
 
-def check_workers(llm, rule_name: str | None, vllm_own: bool = False) -> list[dict]:
-    """Ask every worker of `llm` (built with `worker_extension_cls=EXTENSION`); raise or return."""
+def check_workers(llm, rule_name: str | None, vllm_own: bool = False, cap_bytes=None):
+    """Ask every worker of `llm` (built with `worker_extension_cls=EXTENSION`); raise or return
+    the reports. `cap_bytes`: the bridge's working-set cap each worker must have read."""
     reports = llm.collective_rpc(REPORT_METHOD)
-    check_reports(reports, rule_name, vllm_own)
+    check_reports(reports, rule_name, vllm_own, cap_bytes)
     return reports
