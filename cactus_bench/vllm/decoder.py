@@ -22,7 +22,11 @@ What is measured, and how (never invented):
   no metrics raises rather than report an empty AL.
 - `draft_probs_fallbacks`: verification steps of this request that went to vLLM's own sampler
   because vLLM passed no draft probabilities (near max_model_len; cactus_bench.vllm.acceptance),
-  read from the workers' reports (cactus_bench.vllm.runner) around the request.
+  read from the workers' reports (cactus_bench.vllm.runner) around the request, with the drafts
+  the rule's bridge verified and accepted (`rule_drafted`, `rule_accepted`:
+  cactus_bench.vllm.working_set). Those must equal vLLM's own counts (less the fallback
+  steps' drafts), else the run is refused in one line (outputs.check_rule_counts): a patch that
+  sat inert for some steps would otherwise report vLLM's acceptance as the rule's.
 - total_time_s is the wall time of `llm.generate`; vLLM does not expose per-phase times, so the
   runner writes the draft/verify/sampler/prefill columns as empty cells for this backend.
 - `generate_batch` submits every request at once to an engine built for `batch` at once
@@ -31,10 +35,10 @@ What is measured, and how (never invented):
   loop's own work since the step before) split over the requests that step returned tokens for,
   so the shares sum to the run's wall time, as on the HF engine (engine/batched.py);
   `started_s` is the start of its first step (its prefill),
-  `finished_s` the end of its last. Fallback steps are read from the workers as each request
-  ends, so each record carries those since the previous request ended (their sum is the
-  run's); the reads are left off the clock (their seconds: `last_batch_reads_s`), and the
-  submission counts with the first step.
+  `finished_s` the end of its last. The workers' counts are read as each request ends, so
+  each record carries those since the previous request ended (their sum is the run's, and the
+  rule's counts are checked against vLLM's on the run's totals); the reads are left off the
+  clock (their seconds: `last_batch_reads_s`), and the submission counts with the first step.
 """
 
 from __future__ import annotations

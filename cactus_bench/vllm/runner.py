@@ -19,8 +19,9 @@ whether the rule and the drafter's law are installed in its process, and raises 
 otherwise; an engine of vLLM's own speculative sampling (acceptance=vllm) must have neither, and
 on vLLM's CPU platform the expand fix (patches.py). The same call reports how often the bridge
 fell back to vLLM's own sampler for a step without draft probabilities (near max_model_len;
-cactus_bench.vllm.acceptance), and how often the drafter law and the bridge ran (gpu-check asks
-again after decoding).
+cactus_bench.vllm.acceptance), how often the drafter law and the bridge ran (gpu-check asks
+again after decoding), the drafts the bridge verified and accepted (the decoder reads them
+around each request) and the working-set cap the bridge read at start.
 """
 
 from __future__ import annotations
