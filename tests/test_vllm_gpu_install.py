@@ -1,7 +1,8 @@
 """`make setup-vllm TARGET=gpu` resolves on PyPI: what a CUDA node would install, worked out here.
 
-The GPU build cannot be installed on this CPU machine (vLLM 0.34.0, the Makefile's
-VLLM_GPU_VERSION, pulls a CUDA torch of several GB), but its two pip steps can be resolved
+The GPU build cannot be installed on this CPU machine (the Makefile's VLLM_GPU_VERSION, 0.33.0
+while 0.34.0's flashinfer pin is missing from PyPI, pulls a CUDA torch of several GB), but its
+two pip steps can be resolved
 without installing anything (`pip install --dry-run --ignore-installed --report`, metadata only):
 1. `vllm==VLLM_GPU_VERSION` alone: the torch and transformers vLLM brings, and that this torch
    is the CUDA build (it depends on NVIDIA's runtime wheels);

@@ -145,3 +145,10 @@ def test_start_check_of_vllms_own_sampler_refuses_our_patches_in_one_line():
         with pytest.raises(RuntimeError, match=match) as error:
             runner.check_reports([report], None, vllm_own=True)
         assert "\n" not in str(error.value)
+
+
+def test_start_check_refuses_a_working_set_cap_that_did_not_reach_the_workers():
+    runner.check_reports([_report(bridge_cap_bytes=1 << 30)], "cactus", cap_bytes=1 << 30)
+    with pytest.raises(RuntimeError, match="did not reach the engine core") as error:
+        runner.check_reports([_report(bridge_cap_bytes=None)], "cactus", cap_bytes=1 << 30)
+    assert "\n" not in str(error.value)

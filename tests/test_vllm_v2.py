@@ -204,7 +204,8 @@ def test_the_v2_layout_compiles_whole():
         cache = Cache(values, row_mapping)
         layout = (target, cache, draft_sampled, cu, pos, state, temperature, seed, steps)
         step, uniforms = bridge_v2.v2_step(*layout)
-        return step.draft_probs, step.row_of, step.valid, step.bonus_rows, uniforms.accept((4, 3))
+        drafter = step.draft_probs[torch.arange(step.target.shape[0])]  # every row's law
+        return drafter, step.row_of, step.valid, step.bonus_rows, uniforms.accept((4, 3))
 
     tensors = (target, cache.values, cache.row_mapping, draft_sampled, cu, pos, state)
     compiled = torch.compile(layout, fullgraph=True, dynamic=False, backend="eager")

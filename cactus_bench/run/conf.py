@@ -60,6 +60,7 @@ class BackendConf:
     tensor_parallel_size: int = 1  # vllm: GPUs per engine
     max_model_len: int | None = None  # vllm: context cap (None: the model's own)
     kv_cache_gib: float | None = None  # vllm: KV cache per engine (None: GPU share; CPU 1 GiB)
+    bridge_working_set_gib: float = 1.0  # vllm: the rule bridge's memory cap (chunks under it)
 
 
 @dataclass

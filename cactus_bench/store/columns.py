@@ -103,6 +103,18 @@ _SCHEMA: tuple[Column, ...] = (
         "probabilities (near max_model_len): the rule did not run there (backend=vllm; empty on "
         "hf, which always has them)",
     ),
+    Column(
+        "rule_drafted",
+        "int",
+        "drafts the rule's bridge verified inside vLLM's workers, beside vLLM's own count "
+        "(draft_tokens_drafted); a run where they differ is refused (backend=vllm with a rule)",
+    ),
+    Column("rule_accepted", "int", "drafts the rule's bridge accepted (backend=vllm with a rule)"),
+    Column(
+        "vllm_version",
+        "str",
+        "the vLLM release and line that ran, after its start-up conformance check (backend=vllm)",
+    ),
     # timing
     Column("prefill_time_s", "float", "seconds of both models' prompt passes, summed"),
     Column("draft_time_s", "float", "seconds spent drafting, summed over prompts"),

@@ -44,6 +44,9 @@ class _Totals:
     times: dict[str, float]
     prefill_time_s: float | None  # None when a record lacks it (optional in older records)
     draft_probs_fallbacks: int | None = None  # vLLM's records only (vllm/decoder.py)
+    rule_drafted: int | None = None  # vLLM's records with a rule: the bridge's own counts
+    rule_accepted: int | None = None
+    vllm_version: str | None = None
 
 
 def _as_dict(record) -> Mapping:
@@ -112,6 +115,10 @@ def _totals(records: Iterable, arm: str) -> _Totals:
         if record.get("draft_probs_fallbacks") is not None:
             fallbacks = int(record["draft_probs_fallbacks"])
             totals.draft_probs_fallbacks = (totals.draft_probs_fallbacks or 0) + fallbacks
+        for key in ("rule_drafted", "rule_accepted"):
+            if record.get(key) is not None:
+                setattr(totals, key, (getattr(totals, key) or 0) + int(record[key]))
+        totals.vllm_version = totals.vllm_version or record.get("vllm_version")
         prefill = record.get("prefill_time_s")
         totals.prefill_time_s = (
             None
@@ -157,6 +164,9 @@ def summarise(records: Iterable, baseline_records: Iterable | None = None) -> di
         "generated_tokens": spec.generated,
         "num_steps": spec.num_steps,
         "draft_probs_fallbacks": spec.draft_probs_fallbacks if speculative else None,
+        "rule_drafted": spec.rule_drafted if speculative else None,
+        "rule_accepted": spec.rule_accepted if speculative else None,
+        "vllm_version": spec.vllm_version,
         "prefill_time_s": spec.prefill_time_s,
         "draft_time_s": spec.times["draft_time_s"] if speculative else None,
         "verify_time_s": spec.times["verify_time_s"],

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler, rule_from_checked
-from cactus_bench.vllm import patches
+from cactus_bench.vllm import patches, working_set
 from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1
 from cactus_bench.vllm.bridge_v2 import rejection_sample_v2
 from cactus_bench.vllm.export import register_architecture
@@ -138,10 +138,11 @@ def install_rule(module, rule: AcceptanceRule) -> InstalledRule:
     replaces the previous bridge, never wraps it.
 
     A V1 step without draft probabilities goes to vLLM's own sampler, as vLLM handles it, and
-    is counted in FALLBACKS["draft_probs_none"]: near max_model_len vLLM 0.33 zeroes the drafts
-    it cannot fit and passes `draft_probs=None` (v1/worker/gpu_model_runner.py, "Zero out draft
-    tokens"); its sampler then reads each draft as a point mass. A rule that never reads the
-    drafter's law (greedy, tas) and all-greedy steps stay with the bridge.
+    is counted in FALLBACKS["draft_probs_none"] (its drafts in "draft_probs_none_drafts"):
+    near max_model_len vLLM 0.33 zeroes the drafts it cannot fit and passes `draft_probs=None`
+    (v1/worker/gpu_model_runner.py, "Zero out draft tokens"); its sampler then reads each
+    draft as a point mass. A rule that never reads the drafter's law (greedy, tas) and
+    all-greedy steps stay with the bridge.
     """
     current = getattr(module, "rejection_sample", None)
     if current is None:
@@ -153,6 +154,9 @@ def install_rule(module, rule: AcceptanceRule) -> InstalledRule:
     def replacement(*args, **kwargs):
         if v1 and needs_draft_probs(rule) and _v1_without_draft_probs(args, kwargs):
             FALLBACKS["draft_probs_none"] += 1
+            FALLBACKS["draft_probs_none_drafts"] += int(
+                sum(args[1] if len(args) > 1 else kwargs["num_draft_tokens"])
+            )
             return original(*args, **kwargs)
         patches.CALLS["bridge"] += 1  # the worker report proves the rule ran (gpu-check)
         return bridge(*args, rule=rule, **kwargs)
@@ -201,6 +205,7 @@ def register() -> list[InstalledRule]:
         if os.environ.get(EXPAND_FIX_ENV, "").strip() == "1":
             patches.install_expand_fix(_is_cpu_platform())
         return []
+    working_set.CAP_BYTES = working_set.cap_from_env(os.environ)
     handles = []
     for name in PATCH_TARGETS:
         try:

@@ -50,6 +50,7 @@ import torch
 
 from cactus_bench.samplers import AcceptanceRule
 from cactus_bench.vllm.padded_rows import Step, verify_step
+from cactus_bench.vllm.working_set import verify_bounded
 
 FIX_GREEDY_DRAFTS = 'set speculative_config draft_sample_method="probabilistic"'
 FIX_OWN_METHOD = "unset it in speculative_config (a cactus_bench rule replaces vLLM's)"
@@ -226,5 +227,5 @@ def rejection_sample_v1(
         regular=min(counts, default=0) == max(counts, default=0) > 0,
     )
     generators = getattr(sampling_metadata, "generators", None) or {}
-    out, _ = verify_step(rule, step, GeneratorUniforms(generators, counts, device))
+    out, _ = verify_bounded(rule, step, GeneratorUniforms(generators, counts, device))
     return out.to(torch.int32)

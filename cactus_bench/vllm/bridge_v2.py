@@ -2,8 +2,11 @@
 
 The V2 half of cactus_bench.vllm.bridge (which holds V1's layout, the layouts' description and
 what both share). vLLM 0.34's `rejection_sample` hands the drafter's logits in a
-`DraftLogitsCache`; V2 runs CUDA graphs by default, so nothing here reads the device from the
-host (`Step.support_reads=False`: full rows, no support compaction). Random numbers come from
+`DraftLogitsCache`. Under 0.34 the draft steps run inside V2's CUDA graphs (the registered
+speculator's law, v2_law.py) while this rejection step runs eagerly, between graph replays; it
+still reads nothing from the device on the host (`Step.support_reads=False`: full rows, no support
+compaction), so the step never stalls V2's asynchronous scheduling, and it verifies in
+chunks of requests under the working-set cap (working_set.py). Random numbers come from
 vLLM's per-request seed and the request's position through a counter-based hash, so a seeded
 request is reproducible with no generator object and no loop over requests.
 """
@@ -20,7 +23,8 @@ from cactus_bench.vllm.bridge import (
     padded_rows,
     refuse_unknown,
 )
-from cactus_bench.vllm.padded_rows import PLACEHOLDER_TOKEN_ID, Step, verify_step
+from cactus_bench.vllm.padded_rows import PLACEHOLDER_TOKEN_ID, Step
+from cactus_bench.vllm.working_set import verify_bounded
 
 
 # ---- random numbers: vLLM V2's per-request seeds -----------------------------------------------
@@ -111,8 +115,8 @@ def rejection_sample_v2(
     `skip_masked_vocab_blocks` only lets vLLM's kernel skip vocabulary blocks where the target
     is -inf everywhere; the bridge reads each row whole, so ignoring it changes nothing.
     Request b's rows are cu_num_logits[b] .. cu_num_logits[b + 1] - 1: one per draft slot,
-    then its bonus row. No host read (the runner's CUDA-graph mode): full rows, no support
-    compaction (padded_rows.Step.support_reads).
+    then its bonus row. No host read (an eager step between V2's graph replays, which a read
+    would stall): full rows, no support compaction (padded_rows.Step.support_reads).
     """
     for name in V2_IGNORED:
         options.pop(name, None)
@@ -129,8 +133,21 @@ def rejection_sample_v2(
         raise ValueError(no_draft_probs(rule))
     layout = (target_logits, draft_logits_cache, draft_sampled, cu_num_logits, pos, idx_mapping)
     step, uniforms = v2_step(*layout, temperature, seed, num_speculative_steps)
-    out, num_accepted = verify_step(rule, step, uniforms)
+    out, num_accepted = verify_bounded(rule, step, uniforms)
     return out, (num_accepted + 1).to(torch.int32)
+
+
+class DraftRows:
+    """The drafter's law of V2's rows, softmax(values / T), built only for the rows a chunk
+    asks for (working_set.chunk_of): [L, V] float32 at once would sit outside the cap."""
+
+    def __init__(self, values, row, local, scale, vocab: int):
+        self.values, self.row, self.local, self.scale = values, row, local, scale  # [L] each
+        self.vocab = vocab
+
+    def __getitem__(self, rows: torch.Tensor) -> torch.Tensor:  # [n] -> [n, V] float32
+        raw = self.values[self.row[rows], self.local[rows], : self.vocab].float()
+        return torch.softmax(raw / self.scale[rows].unsqueeze(-1), dim=-1)
 
 
 def v2_step(
@@ -174,11 +191,10 @@ def v2_step(
             max=values.shape[1] - 1
         )  # [L] a row's draft step within its request
         row = rows_of_state[request_of_row].clamp(min=0)  # [L]
-        raw = values[row, local, :vocab].float()  # [L, V]
-        scale = torch.where(greedy, 1.0, temps)[request_of_row]
-        drafter = torch.softmax(raw / scale.unsqueeze(-1), dim=-1)
+        scale = torch.where(greedy, 1.0, temps)[request_of_row]  # [L]
+        drafter = DraftRows(values, row, local, scale, vocab)
     step = Step(
-        ids=shifted.clamp(min=0, max=vocab - 1).long(),
+        ids=shifted.clamp(min=0).long(),  # an id >= vocab is rejected (verify_step), not clamped
         target=target_logits[:, :vocab],
         target_is_logits=True,
         draft_probs=drafter,

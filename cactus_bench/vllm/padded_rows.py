@@ -28,7 +28,7 @@ global draw for the rest; runner V2: a counter-based hash of vLLM's per-request 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -45,7 +45,8 @@ COMPACT_SHARE = 0.5
 class Step:
     """One vLLM step in flat rows (R rows; V1: R = drafts, V2: R = drafts + bonus rows)."""
 
-    ids: torch.Tensor  # [R] int64: the draft id verified at each row (any valid id elsewhere)
+    ids: torch.Tensor  # [R] int64: the draft id verified at each row (any id >= 0 elsewhere;
+    # one >= V, a drafter id outside the verifier's vocabulary, is rejected, never clamped)
     target: torch.Tensor  # [R, V] the verifier's processed logits (or probabilities)
     target_is_logits: bool
     draft_probs: torch.Tensor | None  # [R, V] the drafter's law (None: greedy drafts)
@@ -56,7 +57,8 @@ class Step:
     bonus_ids: torch.Tensor | None  # [B] int64 a bonus id vLLM drew (V1) ...
     bonus_rows: torch.Tensor | None  # ... or [B] int64: the row of target holding its law (V2)
     width: int  # output columns minus one (max_spec_len / num_speculative_steps)
-    regular: bool = False  # every request has M drafts in rows b M .. b M + M - 1 (V1's layout)
+    regular: bool = False  # request b's M draft slots are rows b M .. b M + M - 1 (V1's layout;
+    # a chunk's, working_set.chunk_of, whose bonus rows follow)
     # compact rows to their support, at two host reads (V1); False: full rows, no host read
     # (V2, whose bridge must not read the device)
     support_reads: bool = True
@@ -166,11 +168,14 @@ def verify_step(rule: AcceptanceRule, step: Step, uniforms: Uniforms):
     num_accepted = torch.zeros(batch, dtype=torch.long, device=device)
     last = torch.zeros(batch, dtype=torch.long, device=device)
     ids = step.ids[step.row_of] if m else step.ids.new_zeros((batch, 0))  # [B, M] vocab ids
+    vocab = step.target.shape[-1]
+    outside = ids >= vocab  # [B, M] drafts the verifier cannot emit: rejected, not clamped
+    step = replace(step, ids=step.ids.clamp(max=vocab - 1))  # a valid index for the gathers
 
     if m and not step.all_greedy:
         live_rows = None if step.greedy is None else _rule_rows(step)
         compact = compact_rows(step, live_rows)
-        accepted, residual_at = _accept(rule, compact, step, uniforms)
+        accepted, residual_at = _accept(rule, compact, step, uniforms, step.valid & ~outside)
         num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
         rejected = num_accepted < counts
         at = num_accepted.clamp(max=m - 1)  # the recovery's position (bonus rows ignore it)
@@ -190,7 +195,7 @@ def verify_step(rule: AcceptanceRule, step: Step, uniforms: Uniforms):
 
     if step.greedy is not None:  # vLLM's greedy verification, whatever the rule
         argmax = step.target.argmax(dim=-1)  # [R] over the full vocabulary (raw logits)
-        match = (argmax[step.row_of] == ids) & step.valid if m else step.valid
+        match = (argmax[step.row_of] == ids) & step.valid & ~outside if m else step.valid
         k_greedy = match.long().cumprod(dim=1).sum(dim=1)
         if step.bonus_rows is not None:
             greedy_bonus = argmax[step.bonus_rows]
@@ -222,21 +227,22 @@ def _rule_rows(step: Step) -> torch.Tensor:
     return owned == 0
 
 
-def _accept(rule, compact: Compact, step: Step, uniforms: Uniforms):
-    """-> (accepted [B, M] bool, residual_at(position [B], u_last [B]) -> slot [B])."""
+def _accept(rule, compact: Compact, step: Step, uniforms: Uniforms, allowed: torch.Tensor):
+    """-> (accepted [B, M] bool, residual_at(position [B], u_last [B]) -> slot [B]);
+    allowed [B, M]: the drafts that may be accepted (valid, inside the verifier's vocabulary)."""
     batch, m = step.row_of.shape
     rows = torch.arange(batch, device=step.row_of.device)
     # [B, M, K] drafter rows: a view when request b's drafts are rows b M .. b M + M - 1
-    p = compact.p.view(batch, m, -1) if step.regular else compact.p[step.row_of]
+    p = compact.p[: batch * m].view(batch, m, -1) if step.regular else compact.p[step.row_of]
     slot = compact.ids[step.row_of].unsqueeze(-1)  # [B, M, 1]
     if hasattr(rule, "plan"):  # samplers/rules/: the builder's (a, r), every position at once
-        q = compact.q.view(batch, m, -1) if step.regular else compact.q[step.row_of]
-        accept, residual = rule.plan(p, q)  # [B, M, K] float64 each
+        q = compact.q[: batch * m].view(batch, m, -1) if step.regular else compact.q[step.row_of]
+        accept, residual = rule.plan(p, q, check=False)  # [B, M, K] float64 each; no host read
         uniform = uniforms.accept((batch, m))
-        accepted = (uniform < accept.gather(-1, slot).squeeze(-1)) & step.valid
+        accepted = (uniform < accept.gather(-1, slot).squeeze(-1)) & allowed
         if getattr(rule, "reads_window", False):  # FLy: a rejection kept by the drafts after it
             # padding is False in `accepted`, so a window reaching past a row's drafts never fits
-            accepted = rule.builder.across_window(accepted, p, q, slot.squeeze(-1)) & step.valid
+            accepted = rule.builder.across_window(accepted, p, q, slot.squeeze(-1)) & allowed
 
         def residual_at(at, u_last):
             return invert_cdf(residual[rows, at], u_last)
@@ -263,7 +269,7 @@ def _accept(rule, compact: Compact, step: Step, uniforms: Uniforms):
         accepted = accept >= 0.5
     else:
         accepted = uniforms.accept((batch, m)) < accept
-    accepted &= step.valid
+    accepted &= allowed
 
     def residual_at(at, u_last):
         q_row = q[rows, at].to(dtype) / q_sums[rows, at].unsqueeze(-1)  # [B, K]

@@ -34,6 +34,7 @@ SAMPLING_EPS = 1e-5  # vLLM's _SAMPLING_EPS: temperatures below it are greedy
 # Calls of the patched functions in this process, read by the worker report (gpu-check) so a
 # run proves the patches ran: "draft_law" here, "bridge" by cactus_bench.vllm.acceptance.
 CALLS: Counter = Counter()
+ORIGINALS: dict[tuple[str, str], object] = {}  # (module, name) -> vLLM's function we replaced
 
 
 # ---- 1. the drafter's law -----------------------------------------------------------------------
@@ -144,6 +145,9 @@ def install_draft_law() -> bool:
         return False
     if not hasattr(module, DRAFT_LAW_FUNCTION):
         return False
+    current = getattr(module, DRAFT_LAW_FUNCTION)
+    if current is not sample_processed_drafts:  # vLLM's own, for the conformance check
+        ORIGINALS[(PROPOSER_MODULE, DRAFT_LAW_FUNCTION)] = current
     setattr(module, DRAFT_LAW_FUNCTION, sample_processed_drafts)
     return True
 

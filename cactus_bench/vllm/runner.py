@@ -19,8 +19,9 @@ whether the rule and the drafter's law are installed in its process, and raises 
 otherwise; an engine of vLLM's own speculative sampling (acceptance=vllm) must have neither, and
 on vLLM's CPU platform the expand fix (patches.py). The same call reports how often the bridge
 fell back to vLLM's own sampler for a step without draft probabilities (near max_model_len;
-cactus_bench.vllm.acceptance), and how often the drafter law and the bridge ran (gpu-check asks
-again after decoding).
+cactus_bench.vllm.acceptance), how often the drafter law and the bridge ran (gpu-check asks
+again after decoding), the drafts the bridge verified and accepted (the decoder reads them
+around each request) and the working-set cap the bridge read at start.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class CactusWorkerExtension:
 def worker_report(worker) -> dict:
     """What this worker process runs: its line and runner class, and whether our rule and the
     drafter's law are in (V1: the patched module global; V2: the registered speculator)."""
-    from cactus_bench.vllm import acceptance, patches  # lazy: pulls in torch
+    from cactus_bench.vllm import acceptance, patches, working_set  # lazy: pulls in torch
 
     runner = getattr(worker, "model_runner", None)
     runner_class = f"{type(runner).__module__}.{type(runner).__qualname__}"
@@ -126,7 +127,11 @@ def worker_report(worker) -> dict:
         )
         if v1_sampler is not None and acceptance._is_cpu_platform()
         else None,
+        "bridge_cap_bytes": working_set.CAP_BYTES,  # read from the engine's settings at start
         "draft_probs_fallbacks": acceptance.FALLBACKS["draft_probs_none"],
+        "fallback_drafts": acceptance.FALLBACKS["draft_probs_none_drafts"],
+        # the drafts the bridge verified and accepted so far (working_set.DRAFT_TALLY)
+        **dict(zip(("rule_drafted", "rule_accepted"), working_set.tally_totals(), strict=True)),
         # calls so far in this process: a report after decoding proves both ran
         "draft_law_calls": draft_law_calls,
         "bridge_calls": patches.CALLS["bridge"],
@@ -147,7 +152,9 @@ def runner_is_v1(runner_class: type) -> bool:
     return V1_RUNNER_MODULE in modules and not any(m.startswith(V2_RUNNER_PACKAGE) for m in modules)
 
 
-def check_reports(reports: list[Mapping], rule_name: str | None, vllm_own: bool = False) -> None:
+def check_reports(
+    reports: list[Mapping], rule_name: str | None, vllm_own: bool = False, cap_bytes=None
+) -> None:
     """One line unless every worker runs its line's runner (a report's "line": V1 when absent)
     with `rule_name` and the drafter's law installed;
     `vllm_own` (vLLM's own speculative sampling, rule_name None): with neither installed, and
@@ -171,6 +178,12 @@ def check_reports(reports: list[Mapping], rule_name: str | None, vllm_own: bool 
             _check_vllm_own(report)
         if rule_name is None:
             continue
+        if cap_bytes is not None and report.get("bridge_cap_bytes", cap_bytes) != cap_bytes:
+            raise RuntimeError(
+                f"a vLLM worker's bridge works under {report['bridge_cap_bytes']} bytes, not the "
+                f"run's {cap_bytes} (backend.bridge_working_set_gib): the setting did not reach "
+                "the engine core; build the engine with cactus_bench.vllm.engines.build_llm"
+            )
         if report["rule"] != rule_name or not report["draft_law"]:
             raise RuntimeError(
                 f"cactus_bench's rule is not installed in a vLLM worker ({report['runner']}: "
@@ -195,8 +208,9 @@ def _check_vllm_own(report: Mapping) -> None:
         )
 
 
-def check_workers(llm, rule_name: str | None, vllm_own: bool = False) -> list[dict]:
-    """Ask every worker of `llm` (built with `worker_extension_cls=EXTENSION`); raise or return."""
+def check_workers(llm, rule_name: str | None, vllm_own: bool = False, cap_bytes=None):
+    """Ask every worker of `llm` (built with `worker_extension_cls=EXTENSION`); raise or return
+    the reports. `cap_bytes`: the bridge's working-set cap each worker must have read."""
     reports = llm.collective_rpc(REPORT_METHOD)
-    check_reports(reports, rule_name, vllm_own)
+    check_reports(reports, rule_name, vllm_own, cap_bytes)
     return reports

@@ -163,6 +163,7 @@ def engine_options(identity: RunIdentity, verifier_path: str, drafter_path: str 
         "kv_cache_gib": backend.kv_cache_gib,
         "cpu_threads": conf.threads,
         "batch": conf.batch,  # vLLM's continuous batching decodes `batch` at once
+        "bridge_working_set_gib": backend.bridge_working_set_gib,
     }
     return {
         spec: VllmOptions(gpu_memory_utilization=share.get(name, 0.0), **common)
@@ -192,6 +193,8 @@ def planned_shares(identity, sizes, engines, max_model_len, card_bytes, gpus) ->
             share=backend.gpu_memory_utilization,
             batch=identity.conf.batch,
             draft_tokens=identity.conf.m if identity.speculative else 0,
+            rule=identity.sampler if identity.conf.acceptance == "rule" else "sps",
+            cap_gib=backend.bridge_working_set_gib,
         )
     except ValueError as error:
         raise ConfigError(f"backend=vllm: {error}") from None
