@@ -40,7 +40,15 @@ def test_cfg_job_shows_the_budget_the_rule_will_use():
     done = _cli("sampler=cactus_0.25", "delta=0.75", "--cfg", "job")
     assert done.returncode == 0, done.stderr
     sampler = done.stdout.split("sampler:\n")[1].split("\nbackend:")[0]
-    assert sampler.splitlines() == ["  name: cactus", "  delta: 0.75"]
+    lines = sampler.splitlines()
+    assert lines[:2] == ["  name: cactus", "  delta: 0.75"]
+    # then the guards at their defaults (docs/rules.md, Guards), nothing else
+    assert [line.split(":")[0].strip() for line in lines[2:]] == [
+        "stop",
+        "strict_first",
+        "relax_in",
+        "near_top",
+    ]
     assert "0.25" not in done.stdout
 
 
