@@ -199,12 +199,7 @@ def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list
         "speedup_tokens",
         "speedup_tokens_ci_low",
         "speedup_tokens_ci_high",
-        "speedup_walltime",
-        "speedup_walltime_ci_low",
-        "speedup_walltime_ci_high",
-        "length_ratio",
-        "length_ratio_ci_low",
-        "length_ratio_ci_high",
+        *LENGTH_BOARD,
         "frontier_acceptance",
         "frontier_kl",
     ]
