@@ -305,29 +305,43 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
 
 
 def test_the_experiment_sweeps_exactly_the_reports_arms():
-    """configs/experiment/paper_claims.yaml and report/claims.py's ARMS name the same arms, at
-    the settings the page states (541 prompts, batch 8, m = 2, cached baseline, <= 512 tokens).
-    The sweep's order is its own (the claims' arms run first); the table keeps ARMS's order."""
+    """configs/experiment/paper_claims.yaml and report/claims.py's ARMS and LENGTH_ARMS name the
+    same arms, at the settings the page states (541 prompts, batch 8, m = 2, cached baseline,
+    <= 512 tokens); the one arm at another m (SpS at m = 1) is the Makefile's second command.
+    The sweep's order is its own (the claims' arms run first); the table keeps the report's."""
+    from pathlib import Path
+
     from test_run_conf import compose_cfg, compose_run_conf, sweep_params
 
     from cactus_bench.report.claims import ARMS as REPORT_ARMS
+    from cactus_bench.report.claims import LENGTH_ARMS, SWEEP_M
     from cactus_bench.run.checks import validate
 
     params = sweep_params(compose_cfg(["experiment=paper_claims"], hydra_node=True))
     assert params["task"] == ["ifeval"] and params["model"] == ["smollm2_135m"]
+    commands = [[f"sampler={preset}"] for preset in params["sampler"]]
+    make = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "experiment=paper_claims data_dir=$(abspath $(DATA_DIR)) sampler=sps m=1" in make
+    commands.append(["sampler=sps", "m=1"])
     ran = []
-    for preset in params["sampler"]:
-        conf = compose_run_conf(["experiment=paper_claims", "task=ifeval", f"sampler={preset}"])
-        assert (conf.limit, conf.batch, conf.m, conf.baseline) == (None, 8, 2, "cached")
+    for command in commands:
+        conf = compose_run_conf(["experiment=paper_claims", "task=ifeval", *command])
+        assert (conf.limit, conf.batch, conf.baseline) == (None, 8, "cached")
         assert conf.max_new_tokens <= 512
         rule_params = validate(conf)
-        ran.append((rule_params.rule, rule_params.values().get("delta")))
+        guards = sorted(rule_params.guards_set().items())  # those set away from their defaults
+        key = (rule_params.rule, rule_params.values().get("delta"), conf.m, guards)
+        ran.append(key)
         if rule_params.rule == "fly":
             assert rule_params.window == 1  # vLLM's min(6, m - 1)
         if rule_params.rule == "cactus_exact":
             assert rule_params.divergence == "kl"
-    assert len(set(ran)) == len(ran)
-    assert sorted(ran, key=str) == sorted(((s, d) for _, s, d in REPORT_ARMS), key=str)
+    assert len({str(key) for key in ran}) == len(ran)
+    reported = [
+        (arm.sampler, arm.delta, arm.m, sorted(arm.guards)) for arm in REPORT_ARMS + LENGTH_ARMS
+    ]
+    assert sorted(map(str, ran)) == sorted(map(str, reported))
+    assert SWEEP_M == 2 and sum(key[2] != SWEEP_M for key in ran) == 1
 
 
 def test_a_score_verdict_gives_each_metric_its_own_outcome():
