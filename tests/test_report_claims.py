@@ -390,3 +390,33 @@ def test_the_page_quotes_the_committed_verdicts_word_for_word():
     page = (root / "docs/paper-claims-embedded.md").read_text().splitlines()
     quoted = [line for line in page if line.startswith("- (")]
     assert len(verdicts) >= 5 and quoted == verdicts
+
+
+def test_guarded_arms_are_lines_of_their_own_and_the_length_section_reads_them(tmp_path):
+    """A Cactus δ = 1 row with a guard set is its own arm, not a second 'Cactus (δ = 1)' row; the
+    length section appears only with such rows and says which guard removes the inflation."""
+    from cactus_bench.report.claims import arm_rows
+    from cactus_bench.report.claims_length import HEADING
+
+    csv = fabricated(tmp_path)
+    _, page = write_claims_tables(csv, tmp_path / "bare", None, QUICK)
+    assert HEADING not in page.read_text()  # a sweep without the study's arms: no section
+    rows, requests = pd.read_csv(csv), pd.read_csv(tmp_path / "paper_claims.requests.csv")
+    rows["sampler_params"] = None  # the fabricated rows name no parameters: no guard set
+    bare = rows[rows.run_id == "cactus_1.0"].iloc[0]
+    for run, guard, reason in (("stop", "stop", "eos"), ("near", "near_top", "length")):
+        value = "exact" if guard == "stop" else 0.2
+        params = json.dumps({"delta": 1.0, guard: value})
+        rows.loc[len(rows)] = {**bare, "run_id": run, "sampler_params": params}
+        mine = requests[requests.run_id == "cactus_1.0"].assign(run_id=run, stop_reason=reason)
+        requests = pd.concat([requests, mine], ignore_index=True)
+    rows.to_csv(csv, index=False)
+    requests.to_csv(tmp_path / "paper_claims.requests.csv", index=False)
+    labels = [label for label, _ in arm_rows(claims_rows(csv))]
+    assert labels[-2:] == ["Cactus (δ = 1) stop=exact", "Cactus (δ = 1) near_top=0.2"]
+    assert labels.count("Cactus (δ = 1)") == 1
+    _, page = write_claims_tables(csv, tmp_path / "guarded", None, QUICK)
+    text = page.read_text()
+    assert HEADING in text and text.index(HEADING) < text.index("## Verdicts")
+    assert "- Cactus (δ = 1) stop=exact removes the cap-out inflation" in text  # never capped
+    assert "- Cactus (δ = 1) near_top=0.2 does not remove the cap-out inflation" in text

@@ -4,7 +4,8 @@ its page byte for byte (docs/paper-claims-embedded.md says how to run them).
 
 Per arm (claims.py's lines and rows, the per-prompt table where there is one): AL, λ against the
 verifier alone, the share of answers that end on the token budget and its paired difference from
-SpS, the row's out-of-head commits per 1,000 tokens, repeat share and loop share (all answers),
+SpS (the share from the row's own cap_out_share where there is no per-prompt table), the row's
+out-of-head commits per 1,000 tokens, repeat share and loop share (all answers),
 and the same diagnostics over the capped answers only (the per-prompt table): a capped answer
 that loops points to loops, one that commits far below q's head to wandering, neither to a
 lower stop hazard. The sentences under the table compare each guarded Cactus arm with the bare
@@ -33,6 +34,11 @@ def _interval(value, low, high, form: str, scale: float = 1.0) -> str:
     return f"{text} [{_num(low, form, scale)}, {_num(high, form, scale)}]"
 
 
+def _first(*values):
+    """The first value that is not empty (the per-prompt table's, else the row's own)."""
+    return next((v for v in values if v is not None and not pd.isna(v)), None)
+
+
 def capped_diagnostics(table: pd.DataFrame | None) -> dict:
     """Over the answers that ended on the budget: their count, loop share, mean repeat share
     and out-of-head commits per 1,000 of their tokens (None where the table lacks them)."""
@@ -40,10 +46,14 @@ def capped_diagnostics(table: pd.DataFrame | None) -> dict:
         return {}
     capped = table[table.stop_reason == "length"]
     found = {"capped": len(capped)}
-    if len(capped) and capped.ends_in_loop.notna().all():
+
+    def whole(column: str) -> bool:  # tables scored before the diagnostics existed lack them
+        return len(capped) > 0 and column in capped and capped[column].notna().all()
+
+    if whole("ends_in_loop") and whole("repeat_share"):
         found["capped_loop_share"] = float(capped.ends_in_loop.mean())
         found["capped_repeat_share"] = float(capped.repeat_share.mean())
-    if len(capped) and capped.out_of_head.notna().all():
+    if whole("out_of_head"):
         per_token = capped.out_of_head.sum() / capped.generated_tokens.sum()
         found["capped_out_of_head_per_1k"] = 1000.0 * float(per_token)
     return found
@@ -76,7 +86,7 @@ def length_section(arms: pd.DataFrame, rows: dict, per_prompt: dict) -> list[str
                 get("length_ratio_ci_high"),
                 "{:.3f}",
             ),
-            _num(get("ends_on_budget"), "{:.1f}", 100),
+            _num(_first(get("ends_on_budget"), row.get("cap_out_share")), "{:.1f}", 100),
             _interval(
                 get("budget_diff_sps"),
                 get("budget_diff_sps_ci_low"),
@@ -114,10 +124,7 @@ def guard_sentences(arms: pd.DataFrame) -> list[str]:
         )
         high = guarded.get("budget_diff_sps_ci_high")
         difference = _interval(guarded.budget_diff_sps, low, high, "{:+.1f}", 100)
-        text = (
-            f"- {label} {verdict}: ends on the budget {difference} "
-            "points against SpS (paired)"
-        )
+        text = f"- {label} {verdict}: ends on the budget {difference} points against SpS (paired)"
         if BARE in by.index:
             bare = by.loc[BARE]
             text += (
