@@ -191,9 +191,10 @@ batch-report:  ## re-draw the batch sweep's table, crossover, cost model and fig
 		$(if $(COST_TABLE),--cost-table $(COST_TABLE))
 
 # The paper's quality claims and the length study on every IFEval prompt
-# (docs/paper-claims-embedded.md): the sweep and SpS at m = 1 (resumable: rerun after a kill;
-# finished rows are skipped), the per-prompt table from its records, then the claims table and
-# figure through `make tables plots`, which rebuild them from the committed CSVs alone.
+# (docs/paper-claims-embedded.md): the sweep, SpS at m = 1 and the time-to-answer run on 100
+# prompts (resumable: rerun after a kill; finished rows are skipped), the per-prompt table from
+# its records, then the claims table and figure through `make tables plots`, which rebuild them
+# from the committed CSVs alone.
 CLAIMS_CSV := results/paper_claims/paper_claims.csv
 paper-claims:  ## the paper's claims and the length study on all 541 IFEval prompts, 14 arms (CPU, hours; needs DATA_DIR)
 ifeq ($(strip $(DATA_DIR)),)
@@ -201,6 +202,7 @@ ifeq ($(strip $(DATA_DIR)),)
 endif
 	$(PYTHON) run.py experiment=paper_claims data_dir=$(abspath $(DATA_DIR))
 	$(PYTHON) run.py experiment=paper_claims data_dir=$(abspath $(DATA_DIR)) sampler=sps m=1
+	$(PYTHON) run.py experiment=paper_claims_time data_dir=$(abspath $(DATA_DIR))
 	$(PYTHON) scripts/paper_claims_requests.py --csv $(CLAIMS_CSV) --data-dir $(abspath $(DATA_DIR))
 	$(MAKE) tables plots CSV=$(CLAIMS_CSV) OUT=results/paper_claims
 

@@ -102,8 +102,8 @@ def length_section(arms: pd.DataFrame, rows: dict, per_prompt: dict) -> list[str
             _num(capped.get("capped_loop_share"), "{:.1f}", 100),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *guard_sentences(arms), ""]
-    return lines
+    sentences = guard_sentences(arms)
+    return lines + [""] + (sentences + [""] if sentences else [])
 
 
 def guard_sentences(arms: pd.DataFrame) -> list[str]:

@@ -138,8 +138,7 @@ HOW_IT_RAN: tuple[Setting, ...] = (
         "c of the out-of-head diagnostic: an accepted draft x with q(x) < c max q is out of "
         "the verifier's head (out_of_head_per_1k); empty in rows before it existed (0.2)",
         _opt(float, OUT_OF_HEAD_C, Check("in (0, 1]", lambda v: 0 < v <= 1)),
-        unhashed=OUT_OF_HEAD_C,
-        verifier_value=None,
+        unhashed=OUT_OF_HEAD_C,  # the verifier alone records it too: its hash stays the same
     ),
     Setting(
         "limit",
