@@ -190,15 +190,19 @@ batch-report:  ## re-draw the batch sweep's table, crossover, cost model and fig
 	$(PYTHON) -m cactus_bench.report batch --csv results/batch/batch_sweep.csv --out results/batch \
 		$(if $(COST_TABLE),--cost-table $(COST_TABLE))
 
-# The paper's quality claims on every IFEval prompt (docs/paper-claims-embedded.md): the sweep
-# (resumable: rerun after a kill), the per-prompt table from its records, then the claims table
-# and figure through `make tables plots`, which rebuild them from the committed CSVs alone.
+# The paper's quality claims and the length study on every IFEval prompt
+# (docs/paper-claims-embedded.md): the sweep, SpS at m = 1 and the time-to-answer run on 100
+# prompts (resumable: rerun after a kill; finished rows are skipped), the per-prompt table from
+# its records, then the claims table and figure through `make tables plots`, which rebuild them
+# from the committed CSVs alone.
 CLAIMS_CSV := results/paper_claims/paper_claims.csv
-paper-claims:  ## the paper's claims on all 541 IFEval prompts, 8 arms (CPU, hours; needs DATA_DIR)
+paper-claims:  ## the paper's claims and the length study on all 541 IFEval prompts, 14 arms (CPU, hours; needs DATA_DIR)
 ifeq ($(strip $(DATA_DIR)),)
 	@echo "paper-claims: needs the IFEval data: make paper-claims DATA_DIR=/path/like/shared/data" >&2; exit 2
 endif
 	$(PYTHON) run.py experiment=paper_claims data_dir=$(abspath $(DATA_DIR))
+	$(PYTHON) run.py experiment=paper_claims data_dir=$(abspath $(DATA_DIR)) sampler=sps m=1
+	$(PYTHON) run.py experiment=paper_claims_time data_dir=$(abspath $(DATA_DIR))
 	$(PYTHON) scripts/paper_claims_requests.py --csv $(CLAIMS_CSV) --data-dir $(abspath $(DATA_DIR))
 	$(MAKE) tables plots CSV=$(CLAIMS_CSV) OUT=results/paper_claims
 

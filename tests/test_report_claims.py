@@ -305,29 +305,43 @@ def test_the_per_prompt_table_rescores_each_answer_and_refuses_a_disagreement(tm
 
 
 def test_the_experiment_sweeps_exactly_the_reports_arms():
-    """configs/experiment/paper_claims.yaml and report/claims.py's ARMS name the same arms, at
-    the settings the page states (541 prompts, batch 8, m = 2, cached baseline, <= 512 tokens).
-    The sweep's order is its own (the claims' arms run first); the table keeps ARMS's order."""
+    """configs/experiment/paper_claims.yaml and report/claims.py's ARMS and LENGTH_ARMS name the
+    same arms, at the settings the page states (541 prompts, batch 8, m = 2, cached baseline,
+    <= 512 tokens); the one arm at another m (SpS at m = 1) is the Makefile's second command.
+    The sweep's order is its own (the claims' arms run first); the table keeps the report's."""
+    from pathlib import Path
+
     from test_run_conf import compose_cfg, compose_run_conf, sweep_params
 
     from cactus_bench.report.claims import ARMS as REPORT_ARMS
+    from cactus_bench.report.claims import LENGTH_ARMS, SWEEP_M
     from cactus_bench.run.checks import validate
 
     params = sweep_params(compose_cfg(["experiment=paper_claims"], hydra_node=True))
     assert params["task"] == ["ifeval"] and params["model"] == ["smollm2_135m"]
+    commands = [[f"sampler={preset}"] for preset in params["sampler"]]
+    make = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert "experiment=paper_claims data_dir=$(abspath $(DATA_DIR)) sampler=sps m=1" in make
+    commands.append(["sampler=sps", "m=1"])
     ran = []
-    for preset in params["sampler"]:
-        conf = compose_run_conf(["experiment=paper_claims", "task=ifeval", f"sampler={preset}"])
-        assert (conf.limit, conf.batch, conf.m, conf.baseline) == (None, 8, 2, "cached")
+    for command in commands:
+        conf = compose_run_conf(["experiment=paper_claims", "task=ifeval", *command])
+        assert (conf.limit, conf.batch, conf.baseline) == (None, 8, "cached")
         assert conf.max_new_tokens <= 512
         rule_params = validate(conf)
-        ran.append((rule_params.rule, rule_params.values().get("delta")))
+        guards = sorted(rule_params.guards_set().items())  # those set away from their defaults
+        key = (rule_params.rule, rule_params.values().get("delta"), conf.m, guards)
+        ran.append(key)
         if rule_params.rule == "fly":
             assert rule_params.window == 1  # vLLM's min(6, m - 1)
         if rule_params.rule == "cactus_exact":
             assert rule_params.divergence == "kl"
-    assert len(set(ran)) == len(ran)
-    assert sorted(ran, key=str) == sorted(((s, d) for _, s, d in REPORT_ARMS), key=str)
+    assert len({str(key) for key in ran}) == len(ran)
+    reported = [
+        (arm.sampler, arm.delta, arm.m, sorted(arm.guards)) for arm in REPORT_ARMS + LENGTH_ARMS
+    ]
+    assert sorted(map(str, ran)) == sorted(map(str, reported))
+    assert SWEEP_M == 2 and sum(key[2] != SWEEP_M for key in ran) == 1
 
 
 def test_a_score_verdict_gives_each_metric_its_own_outcome():
@@ -376,3 +390,33 @@ def test_the_page_quotes_the_committed_verdicts_word_for_word():
     page = (root / "docs/paper-claims-embedded.md").read_text().splitlines()
     quoted = [line for line in page if line.startswith("- (")]
     assert len(verdicts) >= 5 and quoted == verdicts
+
+
+def test_guarded_arms_are_lines_of_their_own_and_the_length_section_reads_them(tmp_path):
+    """A Cactus δ = 1 row with a guard set is its own arm, not a second 'Cactus (δ = 1)' row; the
+    length section appears only with such rows and says which guard removes the inflation."""
+    from cactus_bench.report.claims import arm_rows
+    from cactus_bench.report.claims_length import HEADING
+
+    csv = fabricated(tmp_path)
+    _, page = write_claims_tables(csv, tmp_path / "bare", None, QUICK)
+    assert HEADING not in page.read_text()  # a sweep without the study's arms: no section
+    rows, requests = pd.read_csv(csv), pd.read_csv(tmp_path / "paper_claims.requests.csv")
+    rows["sampler_params"] = None  # the fabricated rows name no parameters: no guard set
+    bare = rows[rows.run_id == "cactus_1.0"].iloc[0]
+    for run, guard, reason in (("stop", "stop", "eos"), ("near", "near_top", "length")):
+        value = "exact" if guard == "stop" else 0.2
+        params = json.dumps({"delta": 1.0, guard: value})
+        rows.loc[len(rows)] = {**bare, "run_id": run, "sampler_params": params}
+        mine = requests[requests.run_id == "cactus_1.0"].assign(run_id=run, stop_reason=reason)
+        requests = pd.concat([requests, mine], ignore_index=True)
+    rows.to_csv(csv, index=False)
+    requests.to_csv(tmp_path / "paper_claims.requests.csv", index=False)
+    labels = [label for label, _ in arm_rows(claims_rows(csv))]
+    assert labels[-2:] == ["Cactus (δ = 1) stop=exact", "Cactus (δ = 1) near_top=0.2"]
+    assert labels.count("Cactus (δ = 1)") == 1
+    _, page = write_claims_tables(csv, tmp_path / "guarded", None, QUICK)
+    text = page.read_text()
+    assert HEADING in text and text.index(HEADING) < text.index("## Verdicts")
+    assert "- Cactus (δ = 1) stop=exact removes the cap-out inflation" in text  # never capped
+    assert "- Cactus (δ = 1) near_top=0.2 does not remove the cap-out inflation" in text

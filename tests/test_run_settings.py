@@ -130,3 +130,15 @@ def test_a_new_setting_is_one_line(monkeypatch):
     assert fresh.config_hash != before[0]
     assert fresh.baseline_key([[1]], "cpu") != before[1]
     assert run_settings.check_options(identity.conf) == "repeats must be >= 5 (got 1)"
+
+
+def test_out_of_head_c_default_is_the_engines_and_set_ones_are_hashed():
+    from cactus_bench.engine.commit_stats import OUT_OF_HEAD_C
+    from cactus_bench.run_settings.how_it_ran import OUT_OF_HEAD_C as SETTING_DEFAULT
+
+    assert SETTING_DEFAULT == OUT_OF_HEAD_C  # one default: the run's is the engine's
+    default, wider = identity_of("sampler=sps"), identity_of("sampler=sps", "out_of_head_c=0.1")
+    assert "out_of_head_c" not in default.hash_fields  # 0.2 rows keep their hashes
+    assert default.columns("r")["out_of_head_c"] == 0.2
+    assert wider.hash_fields["out_of_head_c"] == 0.1 == wider.columns("r")["out_of_head_c"]
+    assert "out_of_head_c" not in identity_of("sampler=verifier").hash_fields

@@ -25,6 +25,7 @@ run's power, printed beside the verdicts, whose margins are fixed before the run
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -37,16 +38,62 @@ from cactus_bench.report.leaderboard_power import (
 )
 from cactus_bench.store.bootstrap import BOOTSTRAP_RESAMPLES, percentile_interval, resample_counts
 
-# The sweep's arms in the table's order: (label, sampler, delta or None)
+# The experiment's draft length (configs/experiment/paper_claims.yaml; a test holds them equal):
+# an arm drafts it unless it names another m
+SWEEP_M = 2
+# the guard columns (docs/rules.md, Guards) that tell a guarded arm from its bare rule: a row's
+# `sampler_params` names a guard only where it was set away from its default
+GUARDS = ("stop", "strict_first", "relax_in", "near_top")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One line of the table: the rows of `sampler` at `delta` (None: any), draft length `m`
+    (the verifier alone drafts nothing) and exactly the guards `guards` set."""
+
+    label: str
+    sampler: str
+    delta: float | None = None
+    m: int = SWEEP_M
+    guards: tuple[tuple[str, object], ...] = ()
+
+    def matches(self, row: pd.Series) -> bool:
+        if row.sampler != self.sampler:
+            return False
+        if self.delta is not None and not np.isclose(float(row.delta), self.delta):
+            return False
+        if self.sampler != "verifier" and int(row.m) != self.m:
+            return False
+        return row_guards(row) == dict(self.guards)
+
+
+def row_guards(row: pd.Series) -> dict:
+    """{guard: value} of the guards the row set (its `sampler_params`; none in older rows)."""
+    params = row.get("sampler_params")
+    found = json.loads(params) if isinstance(params, str) and params else {}
+    return {name: found[name] for name in GUARDS if name in found}
+
+
+# The claims' arms in the table's order: every one is needed before verdicts are written
 ARMS = (
-    ("verifier alone", "verifier", None),
-    ("SpS", "sps", None),
-    ("TAS", "tas", None),
-    ("Cactus (δ = 0.5)", "cactus", 0.5),
-    ("Cactus (δ = 1)", "cactus", 1.0),
-    ("Cactus (δ = 2)", "cactus", 2.0),
-    ("Cactus-exact (KL, δ = 1)", "cactus_exact", 1.0),
-    ("FLy", "fly", None),
+    Arm("verifier alone", "verifier"),
+    Arm("SpS", "sps"),
+    Arm("TAS", "tas"),
+    Arm("Cactus (δ = 0.5)", "cactus", 0.5),
+    Arm("Cactus (δ = 1)", "cactus", 1.0),
+    Arm("Cactus (δ = 2)", "cactus", 2.0),
+    Arm("Cactus-exact (KL, δ = 1)", "cactus_exact", 1.0),
+    Arm("FLy", "fly"),
+)
+# The length study's arms (docs/paper-claims-embedded.md, "Does a guard remove the cap-out
+# inflation?"), after the claims' arms: lines of the table where the CSV has their rows
+LENGTH_ARMS = (
+    Arm("Cactus (δ = 1) stop=exact", "cactus", 1.0, guards=(("stop", "exact"),)),
+    Arm("Cactus (δ = 1) near_top=0.2", "cactus", 1.0, guards=(("near_top", 0.2),)),
+    Arm("near-top rule (α = 0.2)", "topband"),
+    Arm("SpS (m = 1)", "sps", m=1),
+    Arm("Cactus (δ = 0.05)", "cactus", 0.05),
+    Arm("Cactus (δ = 0.25)", "cactus", 0.25),
 )
 # the row's length columns each line carries (against the verifier alone)
 LENGTH_LINE = (
@@ -57,23 +104,30 @@ LENGTH_LINE = (
     "speedup_tokens",
     "speedup_walltime",
 )
-CACTUS = ("Cactus (δ = 0.5)", "Cactus (δ = 1)", "Cactus (δ = 2)", "Cactus-exact (KL, δ = 1)")
+# the Cactus arms the claims judge (claims_verdicts.py), each where the CSV has its row
+CACTUS = (
+    "Cactus (δ = 0.5)",
+    "Cactus (δ = 1)",
+    "Cactus (δ = 2)",
+    "Cactus-exact (KL, δ = 1)",
+    "Cactus (δ = 0.05)",
+    "Cactus (δ = 0.25)",
+)
 
 
 def arm_rows(rows: pd.DataFrame) -> list[tuple[str, pd.Series]]:
-    """(label, row) for each arm of ARMS the rows have, in ARMS's order; one row per arm."""
+    """(label, row) for each arm of ARMS and LENGTH_ARMS the rows have, in that order; one row
+    per arm."""
     found = []
-    for label, sampler, delta in ARMS:
-        hit = rows[rows.sampler == sampler]
-        if delta is not None:
-            hit = hit[np.isclose(hit.delta.astype(float), delta)]
+    for arm in ARMS + LENGTH_ARMS:
+        hit = [row for _, row in rows.iterrows() if arm.matches(row)]
         if len(hit) > 1:
             raise ValueError(
-                f"paper claims: {len(hit)} rows for {label}: keep one finished row per arm "
+                f"paper claims: {len(hit)} rows for {arm.label}: keep one finished row per arm "
                 "(one m, one budget) in the CSV"
             )
         if len(hit) == 1:
-            found.append((label, hit.iloc[0]))
+            found.append((arm.label, hit[0]))
     return found
 
 

@@ -4,7 +4,9 @@ numbers): OUT/tables/paper_claims.{md,csv} and OUT/figures/paper_claims_score_vs
 experiment `paper_claims` (report/__main__.py), byte for byte the same from the same files.
 
 Verdicts are written only for a finished sweep: every arm of claims.ARMS with a row, each on all
-IFEVAL_PROMPTS prompts; until then the page says which arms and prompts are still missing.
+IFEVAL_PROMPTS prompts; until then the page says which arms and prompts are still missing. The
+length study's arms (claims.LENGTH_ARMS) add lines and a section (claims_length.py) where they
+have rows, and nothing where they have none.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from cactus_bench.report.claims import ARMS, arm_rows, claim_arms
+from cactus_bench.report.claims_length import length_section
 from cactus_bench.report.claims_requests import lm_eval_instructions, load_requests
 from cactus_bench.report.claims_settings import ClaimSettings, claim_settings
 from cactus_bench.report.claims_verdicts import claim_verdicts, shown
@@ -139,9 +142,9 @@ def _has_params(params) -> bool:
 
 def missing_for_verdicts(rows: pd.DataFrame) -> list[str]:
     """What the sweep still lacks before verdicts are written (empty: finished)."""
-    labels = {label for label, _, _ in ARMS}
+    order = [arm.label for arm in ARMS]
     present = {label for label, row in arm_rows(rows) if int(row.n_prompts) == IFEVAL_PROMPTS}
-    return sorted(labels - present, key=[label for label, _, _ in ARMS].index)
+    return sorted(set(order) - present, key=order.index)
 
 
 def write_claims_tables(
@@ -167,6 +170,7 @@ def write_claims_tables(
             "No per-prompt table beside the CSV: instruction level, budget share and the AL "
             "difference need `python -m cactus_bench.report claims-requests` (make paper-claims).\n"
         )
+    parts += length_section(arms, dict(arm_rows(rows)), per_prompt)  # [] without its arms
     missing = missing_for_verdicts(rows)
     parts += ["## Verdicts", ""]
     if missing:

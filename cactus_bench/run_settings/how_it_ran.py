@@ -20,6 +20,9 @@ BASELINE_MODES = ("interleave", "cached", "none")
 # sampler and drafter law: sampled drafts from softmax(logits / T), or its default argmax drafts).
 ACCEPTANCE_MODES = ("rule", "vllm", "vllm_greedy")
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+# The out-of-head diagnostic's default c, the engine's (engine/commit_stats.py OUT_OF_HEAD_C;
+# the engine layer sits beside this one, so a test holds the two equal)
+OUT_OF_HEAD_C = 0.2
 
 
 def _opt(kind: Any, default: Any, check: Check | None = None, key: str = "") -> Option:
@@ -128,6 +131,14 @@ HOW_IT_RAN: tuple[Setting, ...] = (
             ("relax_in", str),
             ("near_top", float),
         )
+    ),
+    # the out-of-head diagnostic's c (engine/commit_stats.py): 0.2 rows keep their hashes
+    Setting(
+        "out_of_head_c",
+        "c of the out-of-head diagnostic: an accepted draft x with q(x) < c max q is out of "
+        "the verifier's head (out_of_head_per_1k); empty in rows before it existed (0.2)",
+        _opt(float, OUT_OF_HEAD_C, Check("in (0, 1]", lambda v: 0 < v <= 1)),
+        unhashed=OUT_OF_HEAD_C,  # the verifier alone records it too: its hash stays the same
     ),
     Setting(
         "limit",

@@ -194,7 +194,7 @@ _SCHEMA: tuple[Column, ...] = (
     Column(
         "out_of_head_per_1k",
         "float",
-        "accepted drafts x with q(x) < c max q per 1,000 generated tokens, c = 0.2 "
+        "accepted drafts x with q(x) < c max q per 1,000 generated tokens, c: out_of_head_c "
         "(engine/commit_stats.py; q: the verifier's sampling law), counted on the device",
     ),
     Column(

@@ -45,6 +45,7 @@ def hf_decoders(identity: RunIdentity, rule) -> Decoders:
             sampling=sampling,
             device=conf.device,
             token_map=pair.token_map,
+            out_of_head_c=conf.out_of_head_c,  # the diagnostic's c; the batched step reads it too
             **engine,
         )
     else:
