@@ -6,12 +6,15 @@ counters the GPU records read (`device_stats`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
 import pytest
 import torch
 
 from cactus_bench.bench.op_count import OpCounter, compiles_fullgraph
 from cactus_bench.engine import BatchRequest, SpeculativeDecoder
-from cactus_bench.engine.device_step import RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.device_step import RuleGroup, draft_loop, verify_side
 from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, request_keys, step_uniforms, uniforms
 from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits
 from cactus_bench.engine.slot_state import SlotState
@@ -59,18 +62,19 @@ def _device_step(tiny_pair, rule_name: str, m: int):
             m,
             False,
         )
-        ids = torch.cat([state.verifier_id[:, None], out.ids], dim=1)
-        logits = runners["verifier"].static_forward(ids, 1 + drafts, caches["verifier"], True)
-        target = process(logits)
-        groups = [RuleGroup(rule, m, None, None, False)]
-        emitted = apply_rules(groups, out, target, logits, draws, state.greedy, m)
-        state.advance(emitted, drafts, same, caches)
-        return emitted, out.bad
+        return verify_side(verifier_forward, process, same, state, (drafts, draws, out), *rest)
 
+    def verifier_forward(ids, counts):
+        return runners["verifier"].static_forward(ids, counts, caches["verifier"], True)
+
+    def groups(drafts):  # the rule over every slot with m drafts
+        return [RuleGroup(rule, m, None, None, False)]
+
+    rest = (groups, m, caches)
     return step, caches
 
 
-@pytest.mark.parametrize("rule", ["sps", "cactus"])
+@pytest.mark.parametrize("rule", ["sps", "cactus", "fly"])
 def test_the_device_step_traces_whole(tiny_pair, rule):
     step, _ = _device_step(tiny_pair, rule, m=3)
     with torch.inference_mode():
@@ -140,47 +144,131 @@ class _ReplayedGraph:
 
 
 def _tensors(outputs) -> list[torch.Tensor]:
-    drafts, draws, out = outputs
-    return [drafts, draws, out.ids, *out.probs, *out.unscaled, out.bad]
+    """Every tensor of a step function's outputs (tuples, lists, dataclasses), in order."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if dataclasses.is_dataclass(outputs):
+        outputs = [getattr(outputs, field.name) for field in dataclasses.fields(outputs)]
+    return [tensor for item in outputs for tensor in _tensors(item)]
 
 
-def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch):
-    """The captured path's host side (keys, the host's cache lengths, static outputs read after
-    each replay, the counters) on a CPU, with a graph that re-runs the loop on replay."""
+def _fake_capture(self, fn, state):
+    saved = [tensor.clone() for tensor in state]
+    graph = _ReplayedGraph(fn)
+    graph.outputs = fn()  # capture allocates the static outputs; the state is put back
+    for tensor, value in zip(state, saved, strict=True):
+        tensor.copy_(value)
+    return graph, graph.outputs
+
+
+def _graphed_run(tiny_pair, monkeypatch, rule, requests, batch, captured: bool, counted=None):
+    """(records, step log, device_stats, StepGraphs or None) of one batched run, its steps'
+    functions captured by the CPU stand-in graph when `captured`; counted(step) wraps steps."""
     from cactus_bench.engine.step_graphs import StepGraphs
 
-    def fake_capture(self, fn, state):
-        saved = [tensor.clone() for tensor in state]
-        graph = _ReplayedGraph(fn)
-        graph.outputs = fn()  # capture allocates the static outputs; the state is put back
-        for tensor, value in zip(state, saved, strict=True):
-            tensor.copy_(value)
-        return graph, graph.outputs
-
     drafter, verifier, tokenizer = tiny_pair
-    requests = [BatchRequest([5, 6, 7, 8][: 2 + i % 3], 11, seed=i) for i in range(5)]
+    decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
+    graphs = None
+    if captured:
+        graphs = StepGraphs(torch.device("cpu"))
+        monkeypatch.setattr(StepGraphs, "_capture", _fake_capture)
+        monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots: graphs)
+    if counted is not None:
+        decoder.batch_step = counted(type(decoder).batch_step.__get__(decoder))
+    records = decoder.generate_batch(requests, batch=batch)
+    steps = [s for s in decoder.step_log if s.kind == "decode"]
+    return records, steps, decoder.device_stats(), graphs
+
+
+# Budgets that end rows at different steps: bonus steps, ragged drafts, a smaller final wave.
+RAGGED = [BatchRequest([5, 6, 7, 8][: 2 + i % 3], 6 + 2 * i, seed=i) for i in range(6)]
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("rule", ["sps", "cactus", "fly"])
+def test_a_replayed_step_decodes_the_eager_tokens(tiny_pair, monkeypatch, rule, batch):
+    """The captured path (the draft loop and the verify side, device_step.verify_side, each a
+    graph) on a CPU with graphs that re-run their function: the eager path's tokens, two
+    replays a drafting step (one a bonus step), no eager forward, the rule timed in verify."""
+    settings = {"cactus": {"delta": 1.0}, "fly": {"window": 1}}.get(rule, {})
     sampled = {}
     for captured in (False, True):
-        rule = make_sampler("cactus", delta=1.0)
-        decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
-        if captured:
-            graphs = StepGraphs(torch.device("cpu"))
-            monkeypatch.setattr(StepGraphs, "_capture", fake_capture)
-            monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots, graphs=graphs: graphs)
-        records = decoder.generate_batch(requests, batch=3)
+        made = make_sampler(rule, **settings)
+        records, steps, stats, graphs = _graphed_run(
+            tiny_pair, monkeypatch, made, RAGGED, batch, captured
+        )
         sampled[captured] = [record.output_ids for record in records]
-        steps = [s for s in decoder.step_log if s.kind == "decode"]
+        if not captured:
+            assert stats["phase_ms"]["rule"] > 0  # eager: the rule's phase of its own
     assert sampled[True] == sampled[False]
-    stats = decoder.device_stats()
     drafting = sum(max(step.drafts) > 0 for step in steps)
-    assert stats["graph_replays"] == drafting > 0  # one replay a drafting step
-    assert stats["eager_forwards"] == len(steps)  # the verifier's (no forward graphs here)
-    assert len(graphs._graphs) >= 1 and graphs.capture_s > 0
+    assert drafting > 0
+    if batch == 1:
+        assert drafting < len(steps)  # bonus steps ran: the verify graph alone
+    else:  # rows with different m_b in a step (masked rule groups), and a smaller final wave
+        assert any(len(set(step.drafts)) > 1 for step in steps)
+        assert any(len(step.slots) < batch for step in steps)
+    assert stats["graph_replays"] == drafting + len(steps)  # 2 a drafting step, 1 a bonus
+    assert stats["eager_forwards"] == 0 and stats["capture_failed"] is False
+    assert stats["phase_ms"]["rule"] is None and all(step.rule_in_verify for step in steps)
+    kinds = {key[0] for key in graphs._graphs}
+    assert kinds == {"draft", "verify"} and graphs.capture_s > 0
+
+
+@pytest.mark.parametrize("rule", ["sps", "fly"])
+def test_a_replayed_step_stalls_once(tiny_pair, monkeypatch, rule):
+    """The captured path's host side reads its static outputs once a step, never more."""
+    counters = []
+
+    def counted(step):
+        def run(run, rows):
+            with OpCounter() as counter:
+                emitted = step(run, rows)
+            counters.append(counter)
+            return emitted
+
+        return run
+
+    made = make_sampler(rule, **({"window": 1} if rule == "fly" else {}))
+    _, steps, stats, _ = _graphed_run(tiny_pair, monkeypatch, made, RAGGED, 4, True, counted)
+    assert stats["graph_replays"] > len(steps)  # the steps replayed their graphs
+    assert [c.stalls for c in counters] == [1] * len(steps), [
+        dict(c.stalls_by_kind) for c in counters
+    ]
+    assert all(dict(c.stalls_by_kind) == {"Tensor.tolist": 1} for c in counters)
+
+
+def test_a_failed_verify_capture_runs_the_step_eagerly(tiny_pair, monkeypatch, caplog):
+    """The first step's loop is captured (stand-in), its verify side's capture really fails (a
+    CPU has no CUDA stream): one logged line, capture_failed, the eager path's tokens."""
+    from cactus_bench.engine.step_graphs import StepGraphs
+
+    real, captures = StepGraphs._capture, []
+
+    def first_only(self, fn, state):
+        captures.append(fn)
+        return (_fake_capture if len(captures) == 1 else real)(self, fn, state)
+
+    rule = make_sampler("sps")
+    eager, *_ = _graphed_run(tiny_pair, monkeypatch, rule, RAGGED, 4, False)
+    graphs = StepGraphs(torch.device("cpu"))
+    monkeypatch.setattr(StepGraphs, "_capture", first_only)
+    drafter, verifier, tokenizer = tiny_pair
+    decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
+    monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots: graphs)
+    with caplog.at_level(logging.WARNING, logger="cactus_bench.engine.step_graphs"):
+        records = decoder.generate_batch(RAGGED, batch=4)
+    stats = decoder.device_stats()
+    assert [r.output_ids for r in records] == [r.output_ids for r in eager]
+    assert len(captures) == 2 and graphs.failed is not None
+    assert [r.levelname for r in caplog.records] == ["WARNING"]  # one line
+    assert stats["capture_failed"] is True and stats["graph_replays"] == 1  # the first loop
+    assert stats["phase_ms"]["rule"] is not None  # no step ran its rule inside a graph
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_with_graphs_a_step_is_two_replays(tiny_pair):
-    """CPU proxies: test_the_device_step_traces_whole, test_a_replayed_draft_loop_..."""
+    """CPU proxies: test_the_device_step_traces_whole, test_a_replayed_step_..."""
     drafter, verifier, tokenizer = tiny_pair
     models = []
     for model in (drafter, verifier):
@@ -198,3 +286,4 @@ def test_with_graphs_a_step_is_two_replays(tiny_pair):
     assert stats["capture_failed"] is False and stats["eager_forwards"] == 0
     assert stats["graph_replays"] == sum(1 + (max(s.drafts) > 0) for s in steps)
     assert stats["phase_ms"]["draft"] > 0 and stats["phase_ms"]["verify"] > 0
+    assert stats["phase_ms"]["rule"] is None  # inside the verify graph, timed with it

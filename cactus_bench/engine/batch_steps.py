@@ -37,9 +37,10 @@ import time
 import torch
 
 from cactus_bench.engine.batched import BatchRun, BatchStep, Row, group_by_sampling, record_step
-from cactus_bench.engine.device_step import RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.device_step import RuleGroup, draft_loop, verify_side
 from cactus_bench.engine.sampling import BAD_LAW, bad_rows, draw_tokens
 from cactus_bench.engine.step_forward import StepForward, processor, span_caches
+from cactus_bench.engine.step_graphs import advanced_buffers
 
 
 def autoregressive_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]:
@@ -109,38 +110,51 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
         out = draft_loop(forward, process, to_vocab, *inputs, steps=most, unscaled=unscaled)
         return drafts, draws, out
 
+    graphs, span = run.step_graphs, stop - first
+    plan = _rule_plan(decoder, rows, rules, wanted, span)  # host: the rule groups' shape
+    key = (first, span, most, width, unscaled, tuple(group_by_sampling(rows)))
     captured = None
-    if run.step_graphs is not None and most:  # the loop as one graph (step_graphs.py)
-        key = (stop - first, most, width, unscaled, tuple(group_by_sampling(rows)))
+    if graphs is not None and most:  # the loop as one graph (step_graphs.py)
         lengths = [run.caches["drafter"].lengths]
-        captured = run.step_graphs.replay(key, lambda: loop(_static(drafter)), lengths)
-    if captured is not None:
-        for counts in fed:
-            drafter.follow(counts)
-        run.replays += 1
-        run.step_replays += 1
-        drafts, draws, drafted_out = captured
-    else:
-        drafts, draws, drafted_out = loop(
-            lambda j, ids, counts: drafter(ids, counts, fed[j], False)
-        )
-    active = state.active  # [S'] bool
+        captured = graphs.replay(("draft", *key), lambda: loop(_static(drafter)), lengths)
+        if captured is not None:
+            for counts in fed:
+                drafter.follow(counts)
+            _replayed(run)
+    # The verify side as the second graph: after a replayed loop (it reads the loop's static
+    # outputs), or in a bonus step (no drafts: the loop's few tensors are captured with it).
+    graphed = graphs is not None and (captured is not None or not most)
+    if captured is None and not graphed:
+        captured = loop(lambda j, ids, counts: drafter(ids, counts, fed[j], False))
     drafted = clock.mark()
 
-    ids = torch.cat([state.verifier_id[:, None], to_vocab(drafted_out.ids)], dim=1)  # [S', 1+m']
     counts = [1 + w for w in wanted]
     verifier = StepForward(decoder, run, "verifier", rows, first, stop)
-    logits = verifier(ids, (1 + drafts) * active, counts, True)
-    logits = logits[:, : most + 1]  # [S', m' + 1, K] (a captured forward is wider)
-    target = process(logits)  # [S', m' + 1, K]: each row's q_1..q_{m_b + 1}
-    used = (torch.arange(most + 1, device=ids.device) <= drafts[:, None]) & active[:, None]
-    bad = drafted_out.bad | (bad_rows(target.flatten(0, 1)).view(used.shape) & used).any(-1)
-    verified = clock.mark()
 
-    groups = _rule_groups(decoder, rows, rules, wanted, state, drafts, stop - first)
-    emitted = apply_rules(groups, drafted_out, target, logits, draws, state.greedy, m)
-    state.advance(emitted, drafts, to_vocab, span_caches(run, first, stop))
-    ruled = clock.mark()
+    def verify(loop_out, forward, between=None):  # device_step.verify_side on this step
+        loop_out = loop_out if loop_out is not None else loop(None)
+
+        def rule_groups(drafts):
+            return _rule_groups(decoder, plan, state, drafts)
+
+        caches = span_caches(run, first, stop)
+        inputs = (state, loop_out, rule_groups, m, caches, between)
+        return verify_side(forward, process, to_vocab, *inputs)
+
+    out = None
+    if graphed:
+        fn = lambda: verify(captured, lambda ids, c: verifier.static(ids, c, True))  # noqa: E731
+        out = graphs.replay(("verify", *key, plan), fn, advanced_buffers(run.slots, run.caches))
+    if out is not None:  # the rule ran inside the graph: its time is in verify_s
+        verifier.follow(counts)
+        _replayed(run)
+        emitted, bad = out
+        verified = ruled = clock.mark()
+    else:
+        marks = []
+        eager = (lambda ids, c: verifier(ids, c, counts, True), lambda: marks.append(clock.mark()))
+        emitted, bad = verify(captured, *eager)
+        verified, ruled = marks[0], clock.mark()
     result = _read(emitted, bad)  # the step's one host read
 
     tokens_by_row = []
@@ -162,6 +176,7 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
         verify_s=clock.seconds(drafted, verified),
         rule_s=clock.seconds(verified, ruled),
         step_s=time.perf_counter() - started,
+        rule_in_verify=out is not None,
     )
     record_step(run, rows, step)
     return tokens_by_row
@@ -171,23 +186,36 @@ def _static(drafter: StepForward):
     return lambda j, ids, counts: drafter.static(ids, counts)
 
 
-def _rule_groups(decoder, rows, rules, wanted, state, drafts, span) -> list[RuleGroup]:
-    """Rows grouped by (rule, m_b), each with its device mask (None: the group is the span):
-    one rule call per group, usually one per step. Masks come from the slots' device state."""
+def _replayed(run: BatchRun) -> None:
+    run.replays += 1
+    run.step_replays += 1
+
+
+def _rule_plan(decoder, rows, rules, wanted, span) -> tuple:
+    """The host shape of the step's rule groups (rows grouped by (rule, m_b)): per group (its
+    rule is the greedy one, m_b, masked, support width); part of the verify graph's key."""
     members: dict[tuple, list[int]] = {}
     for position, (rule, count) in enumerate(zip(rules, wanted, strict=True)):
-        members.setdefault((id(rule), count), []).append(position)
+        members.setdefault((rule is decoder.greedy_sampler, count), []).append(position)
     whole = len(members) == 1 and len(rows) == span
+    return tuple(
+        (greedy, count, not whole, _support_width([rows[i] for i in positions]))
+        for (greedy, count), positions in members.items()
+    )
+
+
+def _rule_groups(decoder, plan, state, drafts) -> list[RuleGroup]:
+    """The plan's groups, each with its device mask (None: the group is the span): one rule
+    call per group, usually one per step. Masks come from the slots' device state."""
     bonus_is_argmax = getattr(decoder.sampler, "bonus_is_argmax", False)
     groups = []
-    for (_, count), positions in members.items():
-        rule = rules[positions[0]]
+    for greedy, count, masked, width in plan:
+        rule = decoder.greedy_sampler if greedy else decoder.sampler
         mask = None
-        if not whole:
+        if masked:
             mask = (drafts == count) & state.active
             if decoder.greedy_sampler is not decoder.sampler:
-                mask = mask & (state.greedy == (rule is decoder.greedy_sampler))
-        width = _support_width([rows[i] for i in positions])
+                mask = mask & (state.greedy == greedy)
         groups.append(RuleGroup(rule, count, mask, width, bonus_is_argmax))
     return groups
 

@@ -8,6 +8,9 @@ and a CUDA graph can capture it.
   the step's uniforms, and n_j as the next input (rows done drafting are fed nothing).
 - `apply_rules`: each row's rule on (drafts, p, q) with its own uniforms, or the bonus token
   drawn from q where a row made no draft, into the step's emitted tokens [S, m + 1].
+- `verify_side`: everything between the draft loop and the step's one read: the verifier's
+  forward, its processed laws, the bad-law flags, `apply_rules` and the slots' advance with the
+  caches' roll-back (under CUDA graphs the second captured graph, step_graphs.py).
 
 A slot with no request (budget 0) takes part with junk values; its flags are masked and its
 emitted tokens stay -1. batch_steps.py runs them with the engine's forwards; the uniforms'
@@ -100,3 +103,25 @@ def apply_rules(groups, drafts: Drafts, target, logits, draws, greedy, m: int) -
             kept = emitted[:, : count + 1]
             emitted[:, : count + 1] = torch.where(group.mask[:, None], out, kept)
     return emitted
+
+
+def verify_side(forward, process, to_vocab, state, loop_out, rule_groups, m, caches, between=None):
+    """The step's tensors for its one read: (emitted [S, m + 1], bad [S] bool). forward(ids
+    [S, 1 + m'], counts [S]) -> the verifier's restricted logits at every position; state: the
+    span's `SlotView`; loop_out: the draft loop's (drafts [S] m_b, draws [S, 2m + 1], Drafts);
+    rule_groups(drafts) -> [RuleGroup] (their masks built here, from device state); caches: the
+    span's caches, rolled back by `SlotView.advance`. between(): called after the laws, before
+    the rule (the eager path marks its clock there; None inside a graph)."""
+    drafts, draws, drafted = loop_out
+    most = drafted.ids.shape[1]  # m'
+    active = state.active  # [S] bool
+    ids = torch.cat([state.verifier_id[:, None], to_vocab(drafted.ids)], dim=1)  # [S, 1 + m']
+    logits = forward(ids, (1 + drafts) * active)[:, : most + 1]  # [S, m' + 1, K] (may be wider)
+    target = process(logits)  # [S, m' + 1, K]: each row's q_1..q_{m_b + 1}
+    used = (torch.arange(most + 1, device=ids.device) <= drafts[:, None]) & active[:, None]
+    bad = drafted.bad | (bad_rows(target.flatten(0, 1)).view(used.shape) & used).any(-1)
+    if between is not None:
+        between()
+    emitted = apply_rules(rule_groups(drafts), drafted, target, logits, draws, state.greedy, m)
+    state.advance(emitted, drafts, to_vocab, caches)
+    return emitted, bad
