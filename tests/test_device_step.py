@@ -24,9 +24,10 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 PROMPTS = ([5, 6, 7, 8, 9], [11, 12, 13])
 
 
-def _device_step(tiny_pair, rule_name: str, m: int):
+def _device_step(tiny_pair, rule_name: str, m: int, masked: bool = False):
     """(step, its runners' caches): one speculative step over two prefilled slots, as the
-    engine runs it but on the static forwards (what a CUDA graph captures)."""
+    engine runs it but on the static forwards (what a CUDA graph captures); masked: its rows
+    in two rule groups (m drafts; none, the bonus draw), each masked on the device."""
     drafter, verifier, tokenizer = tiny_pair
     rule = make_sampler(rule_name)
     decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, m, PAPER_SAMPLING, [])
@@ -68,15 +69,17 @@ def _device_step(tiny_pair, rule_name: str, m: int):
         return runners["verifier"].static_forward(ids, counts, caches["verifier"], True)
 
     def groups(drafts):  # the rule over every slot with m drafts
-        return [RuleGroup(rule, m, None, None, False)]
+        if not masked:
+            return [RuleGroup(rule, m, None, None, False)]
+        return [RuleGroup(rule, n, (drafts == n) & state.active, None, False) for n in (m, 0)]
 
     rest = (groups, m, caches)
     return step, caches
 
 
-@pytest.mark.parametrize("rule", ["sps", "cactus", "fly"])
-def test_the_device_step_traces_whole(tiny_pair, rule):
-    step, _ = _device_step(tiny_pair, rule, m=3)
+@pytest.mark.parametrize(("rule", "masked"), [("sps", False), ("cactus", True), ("fly", True)])
+def test_the_device_step_traces_whole(tiny_pair, rule, masked):
+    step, _ = _device_step(tiny_pair, rule, m=3, masked=masked)
     with torch.inference_mode():
         traced, reason = compiles_fullgraph(step)
     assert traced, reason

@@ -12,9 +12,9 @@ step build a tensor from host data (a blocking copy on CUDA) or synchronise to t
 what it needs per row lives in the slots' device buffers (slot_state.py), and its phases are
 timed by `Clock.mark` (CUDA events read after the step's read).
 
-The device part is tensor-only (device_step.py): the drafter's loop, and the rule with the
-bonus draw; under CUDA graphs the loop is one captured graph (step_graphs.py), so a step is
-two replays (the loop, the verifier's forward), eager rule work and one read.
+The device part is tensor-only (device_step.py): the drafter's loop, then the verify side (the
+verifier's forward, the rule with the bonus draw, the roll-back); under CUDA graphs each is one
+captured graph (step_graphs.py), so a step is two replays and one read.
 
 Draws: each row's uniforms are counter-based (draws.py), all of a step's in one call, keyed on
 its seed and the sequence positions of the step, so a row's tokens depend on its own seed alone,
