@@ -193,15 +193,17 @@ def _replayed(run: BatchRun) -> None:
 
 def _rule_plan(decoder, rows, rules, wanted, span) -> tuple:
     """The host shape of the step's rule groups (rows grouped by (rule, m_b)): per group (its
-    rule is the greedy one, m_b, masked, support width); part of the verify graph's key."""
+    rule is the greedy one, m_b, masked, support width), sorted; part of the verify graph's
+    key, so the same groups in another order reuse one graph."""
     members: dict[tuple, list[int]] = {}
     for position, (rule, count) in enumerate(zip(rules, wanted, strict=True)):
         members.setdefault((rule is decoder.greedy_sampler, count), []).append(position)
     whole = len(members) == 1 and len(rows) == span
-    return tuple(
+    plan = [
         (greedy, count, not whole, _support_width([rows[i] for i in positions]))
         for (greedy, count), positions in members.items()
-    )
+    ]
+    return tuple(sorted(plan, key=lambda group: group[:2]))  # masks are disjoint: order is free
 
 
 def _rule_groups(decoder, plan, state, drafts) -> list[RuleGroup]:
