@@ -16,7 +16,7 @@ import torch
 from cactus_bench.bench import gpu_forecast as fc
 from cactus_bench.bench.gpu_compiled import EmptyGraph, compile_checked
 from cactus_bench.bench.gpu_costs import decode_bytes
-from cactus_bench.bench.gpu_engine import NOT_REPORTED, STATS_COLUMNS, what_ran
+from cactus_bench.bench.gpu_engine import NOT_REPORTED, RULE_IN_VERIFY, STATS_COLUMNS, what_ran
 from cactus_bench.bench.gpu_profile import attention_backend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +82,20 @@ def test_what_ran_comes_from_the_engine_never_the_setting():
     ran = (cells["graph_replays"], cells["eager_forwards"], cells["capture_failed"])
     assert ran == (0, 9, True)
     assert (cells["draft_ms"], cells["rule_ms"], cells["other_ms"]) == (11.5, 0.8, 4.6)
+    assert cells["stats_note"] == ""
+
+    class Captured(Silent):  # the rule ran inside the verify graph: no time of its own
+        def device_stats(self):
+            phases = {"draft": 3.0, "verify": 9.0, "rule": None, "other": 0.4}
+            return {
+                "graph_replays": 2,
+                "eager_forwards": 0,
+                "capture_failed": False,
+                "phase_ms": phases,
+            }
+
+    cells = what_ran(Captured())
+    assert cells["rule_ms"] is None and cells["stats_note"] == RULE_IN_VERIFY
 
 
 def _rows(**columns) -> list[dict]:
