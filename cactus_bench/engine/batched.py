@@ -207,9 +207,8 @@ def device_stats(run: BatchRun) -> dict:
     eager_forwards (forwards that ran eagerly: graphs off, a shape not captured, a failed
     capture), capture_failed, and phase_ms: mean milliseconds per decode step of its draft,
     verify and rule phases (CUDA events on a GPU, perf_counter on a CPU) and of the rest of the
-    step ("other": host bookkeeping and the read). Where a step's rule ran inside its captured
-    verify graph (step_graphs.py), the graph is timed whole: "verify" holds the rule, and "rule"
-    is None, as no event can split a graph."""
+    step ("other": host bookkeeping and the read). Where a step's rule ran inside its verify
+    graph (step_graphs.py), "verify" holds it and "rule" is None: no event splits a graph."""
     steps = [step for step in run.log if step.kind == "decode"]
     count = max(len(steps), 1)
 
@@ -258,10 +257,9 @@ def _start_row(decoder, run: BatchRun, slot: int, index: int, request: Request) 
     for name, runner in run.runners.items():
         runner.prefill(run.caches[name], slot, request.prompt_ids[:-1])
         row.pending[name] = request.prompt_ids[-1:]
-    prompt = request.prompt_ids
+    prompt, budget = request.prompt_ids, request.max_new_tokens
     think_ids = getattr(decoder, "think_ids", None)  # relax_in = think: the prompt's state
     inside = think_ids is not None and think_ids.inside_after(prompt)
-    budget = request.max_new_tokens
     run.slots.start(slot, request.seed, params, len(prompt), budget, prompt[-1], inside)
     record.started_s = run.since(started)
     fed = [len(request.prompt_ids) - 1]
