@@ -6,13 +6,15 @@ counters the GPU records read (`device_stats`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
 import pytest
 import torch
 
 from cactus_bench.bench.op_count import OpCounter, compiles_fullgraph
 from cactus_bench.engine import BatchRequest, SpeculativeDecoder
-from cactus_bench.engine.commit_stats import step_out_of_head
-from cactus_bench.engine.device_step import GuardState, RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.device_step import RuleGroup, VerifyHost, draft_loop, verify_side
 from cactus_bench.engine.draws import ACCEPT, DRAFT, LAST, request_keys, step_uniforms, uniforms
 from cactus_bench.engine.sampling import PAPER_SAMPLING, process_logits
 from cactus_bench.engine.slot_state import SlotState
@@ -25,19 +27,20 @@ PROMPTS = ([5, 6, 7, 8, 9], [11, 12, 13])
 THINK = (7, 12)  # stand-ins for <think>, </think>: the first prompt opens it, the second closes
 
 
-def _rule(name: str):
-    """A rule by name; "guarded": Cactus with both per-position guards, on THINK's ids."""
+def _rule(name: str, think=THINK, **settings):
+    """A rule by name; "guarded": Cactus with both per-position guards, on `think`'s ids."""
     if name != "guarded":
-        return make_sampler(name)
+        return make_sampler(name, **settings)
     rule = make_sampler("cactus", delta=1.0, strict_first=4, relax_in="think")
-    rule.vocab_stop_set = StopSet(stop_ids=(0,), think_open=THINK[0], think_close=THINK[1])
+    rule.vocab_stop_set = StopSet(stop_ids=(0,), think_open=think[0], think_close=think[1])
     return rule
 
 
-def _device_step(tiny_pair, rule_name: str, m: int):
-    """(step, its runners' caches): one speculative step over two prefilled slots, as the
-    engine runs it but on the static forwards (what a CUDA graph captures), with the guards'
-    mask and think state and the out-of-head count."""
+def _device_step(tiny_pair, rule_name: str, m: int, masked: bool = False):
+    """(step, its runners' caches, slots): one speculative step over two prefilled slots, as
+    the engine runs it but on the static forwards (what a CUDA graph captures), with the guards'
+    mask and think state and the out-of-head count; masked: its rows in two rule groups (m
+    drafts; none, the bonus draw), each masked on the device."""
     drafter, verifier, tokenizer = tiny_pair
     rule = _rule(rule_name)
     decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, m, PAPER_SAMPLING, [])
@@ -75,22 +78,25 @@ def _device_step(tiny_pair, rule_name: str, m: int):
             m,
             False,
         )
-        ids = torch.cat([state.verifier_id[:, None], out.ids], dim=1)
-        logits = runners["verifier"].static_forward(ids, 1 + drafts, caches["verifier"], True)
-        target = process(logits)
-        groups = [RuleGroup(rule, m, None, None, False)]
-        guard = GuardState(state.answer_offsets, state.in_think, think)
-        emitted = apply_rules(groups, out, target, logits, draws, state.greedy, m, guard)
-        off_head = step_out_of_head(target, out.ids, emitted, 0.2)
-        state.advance(emitted, drafts, same, caches, think)
-        return emitted, out.bad, off_head
+        return verify_side(verifier_forward, process, same, state, (drafts, draws, out), *rest)
 
+    def verifier_forward(ids, counts):
+        return runners["verifier"].static_forward(ids, counts, caches["verifier"], True)
+
+    def groups(drafts):  # the rule over every slot with m drafts
+        if not masked:
+            return [RuleGroup(rule, m, None, None, False)]
+        return [RuleGroup(rule, n, (drafts == n) & state.active, None, False) for n in (m, 0)]
+
+    rest = (groups, m, caches, VerifyHost(think, 0.2))
     return step, caches, slots
 
 
-@pytest.mark.parametrize("rule", ["sps", "cactus", "guarded"])
-def test_the_device_step_traces_whole(tiny_pair, rule):
-    step, _, _ = _device_step(tiny_pair, rule, m=3)
+@pytest.mark.parametrize(
+    ("rule", "masked"), [("sps", False), ("cactus", True), ("fly", True), ("guarded", False)]
+)
+def test_the_device_step_traces_whole(tiny_pair, rule, masked):
+    step, _, _ = _device_step(tiny_pair, rule, m=3, masked=masked)
     with torch.inference_mode():
         traced, reason = compiles_fullgraph(step)
     assert traced, reason
@@ -120,6 +126,23 @@ def test_the_device_step_stalls_never_and_emits_each_row_s_tokens(tiny_pair, rul
             for prompt, tokens in zip(PROMPTS, rows, strict=True)
         ]
         assert slots.in_think.tolist() == after
+
+
+def test_a_verify_capture_puts_back_every_slot_buffer_the_step_writes(tiny_pair):
+    """step_graphs.advanced_buffers lists each SlotState buffer the step writes in place (its
+    version counter moved), the guards' think state included, so a capture's warm-up restores
+    them all; the draft loop writes none."""
+    from cactus_bench.engine.step_graphs import advanced_buffers
+
+    step, caches, slots = _device_step(tiny_pair, "guarded", m=3)
+    buffers = {name: t for name, t in vars(slots).items() if isinstance(t, torch.Tensor)}
+    before = {name: tensor._version for name, tensor in buffers.items()}
+    with torch.no_grad():
+        step()
+    written = {name for name, tensor in buffers.items() if tensor._version != before[name]}
+    restored = advanced_buffers(slots, caches)
+    listed = {name for name, tensor in buffers.items() if any(tensor is b for b in restored)}
+    assert "in_think" in written and written == listed
 
 
 def test_one_call_draws_what_each_stream_draws_alone():
@@ -168,49 +191,136 @@ class _ReplayedGraph:
 
 
 def _tensors(outputs) -> list[torch.Tensor]:
-    drafts, draws, out = outputs
-    return [drafts, draws, out.ids, *out.probs, *out.unscaled, out.bad]
+    """Every tensor of a step function's outputs (tuples, lists, dataclasses), in order."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if dataclasses.is_dataclass(outputs):
+        outputs = [getattr(outputs, field.name) for field in dataclasses.fields(outputs)]
+    return [tensor for item in outputs for tensor in _tensors(item)]
 
 
-@pytest.mark.parametrize("rule_name", ["cactus", "guarded"])
-def test_a_replayed_draft_loop_decodes_the_eager_tokens(tiny_pair, monkeypatch, rule_name):
-    """The captured path's host side (keys, the host's cache lengths, static outputs read after
-    each replay, the counters) on a CPU, with a graph that re-runs the loop on replay."""
+def _fake_capture(self, fn, state):
+    saved = [tensor.clone() for tensor in state]
+    graph = _ReplayedGraph(fn)
+    graph.outputs = fn()  # capture allocates the static outputs; the state is put back
+    for tensor, value in zip(state, saved, strict=True):
+        tensor.copy_(value)
+    return graph, graph.outputs
+
+
+def _graphed_run(tiny_pair, monkeypatch, rule, requests, batch, captured: bool, counted=None):
+    """(records, step log, device_stats, StepGraphs or None) of one batched run, its steps'
+    functions captured by the CPU stand-in graph when `captured`; counted(step) wraps steps."""
     from cactus_bench.engine.step_graphs import StepGraphs
 
-    def fake_capture(self, fn, state):
-        saved = [tensor.clone() for tensor in state]
-        graph = _ReplayedGraph(fn)
-        graph.outputs = fn()  # capture allocates the static outputs; the state is put back
-        for tensor, value in zip(state, saved, strict=True):
-            tensor.copy_(value)
-        return graph, graph.outputs
-
     drafter, verifier, tokenizer = tiny_pair
-    requests = [BatchRequest([5, 6, 7, 8][: 2 + i % 3], 11, seed=i) for i in range(5)]
+    decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
+    graphs = None
+    if captured:
+        graphs = StepGraphs(torch.device("cpu"))
+        monkeypatch.setattr(StepGraphs, "_capture", _fake_capture)
+        monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots: graphs)
+    if counted is not None:
+        decoder.batch_step = counted(type(decoder).batch_step.__get__(decoder))
+    records = decoder.generate_batch(requests, batch=batch)
+    steps = [s for s in decoder.step_log if s.kind == "decode"]
+    return records, steps, decoder.device_stats(), graphs
+
+
+# Budgets that end rows at different steps: bonus steps, ragged drafts, a smaller final wave.
+RAGGED = [BatchRequest([5, 6, 7, 8][: 2 + i % 3], 6 + 2 * i, seed=i) for i in range(6)]
+# Think ids these runs emit (174 opens, 166 closes): the rows' think state changes mid-run,
+# so a graph that misread or double-advanced it (step_graphs.advanced_buffers) decodes otherwise.
+GUARDED = {"think": (174, 166)}
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("rule", ["sps", "cactus", "fly", "guarded"])
+def test_a_replayed_step_decodes_the_eager_tokens(tiny_pair, monkeypatch, rule, batch):
+    """The captured path (the draft loop and the verify side, device_step.verify_side, each a
+    graph) on a CPU with graphs that re-run their function: the eager path's tokens and
+    out-of-head counts (guarded: the relax mask and think state read inside the graph), two
+    replays a drafting step (one a bonus step), no eager forward, the rule timed in verify."""
+    settings = {"cactus": {"delta": 1.0}, "fly": {"window": 1}, "guarded": GUARDED}.get(rule, {})
     sampled = {}
     for captured in (False, True):
-        rule = make_sampler("cactus", delta=1.0) if rule_name == "cactus" else _rule(rule_name)
-        decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
-        if captured:
-            graphs = StepGraphs(torch.device("cpu"))
-            monkeypatch.setattr(StepGraphs, "_capture", fake_capture)
-            monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots, graphs=graphs: graphs)
-        records = decoder.generate_batch(requests, batch=3)
-        sampled[captured] = [record.output_ids for record in records]
-        steps = [s for s in decoder.step_log if s.kind == "decode"]
+        made = _rule(rule, **settings)
+        records, steps, stats, graphs = _graphed_run(
+            tiny_pair, monkeypatch, made, RAGGED, batch, captured
+        )
+        sampled[captured] = [(r.output_ids, r.out_of_head_per_step) for r in records]
+        if not captured:
+            assert stats["phase_ms"]["rule"] > 0  # eager: the rule's phase of its own
     assert sampled[True] == sampled[False]
-    stats = decoder.device_stats()
     drafting = sum(max(step.drafts) > 0 for step in steps)
-    assert stats["graph_replays"] == drafting > 0  # one replay a drafting step
-    assert stats["eager_forwards"] == len(steps)  # the verifier's (no forward graphs here)
-    assert len(graphs._graphs) >= 1 and graphs.capture_s > 0
+    assert drafting > 0
+    if batch == 1:
+        assert drafting < len(steps)  # bonus steps ran: the verify graph alone
+    else:  # rows with different m_b in a step (masked rule groups), and a smaller final wave
+        assert any(len(set(step.drafts)) > 1 for step in steps)
+        assert any(len(step.slots) < batch for step in steps)
+    assert stats["graph_replays"] == drafting + len(steps)  # 2 a drafting step, 1 a bonus
+    assert stats["eager_forwards"] == 0 and stats["capture_failed"] is False
+    assert stats["phase_ms"]["rule"] is None and all(step.rule_in_verify for step in steps)
+    kinds = {key[0] for key in graphs._graphs}
+    assert kinds == {"draft", "verify"} and graphs.capture_s > 0
+
+
+@pytest.mark.parametrize("rule", ["sps", "fly", "guarded"])
+def test_a_replayed_step_stalls_once(tiny_pair, monkeypatch, rule):
+    """The captured path's host side reads its static outputs once a step, never more."""
+    counters = []
+
+    def counted(step):
+        def run(run, rows):
+            with OpCounter() as counter:
+                emitted = step(run, rows)
+            counters.append(counter)
+            return emitted
+
+        return run
+
+    made = _rule(rule, **{"fly": {"window": 1}, "guarded": GUARDED}.get(rule, {}))
+    _, steps, stats, _ = _graphed_run(tiny_pair, monkeypatch, made, RAGGED, 4, True, counted)
+    assert stats["graph_replays"] > len(steps)  # the steps replayed their graphs
+    assert [c.stalls for c in counters] == [1] * len(steps), [
+        dict(c.stalls_by_kind) for c in counters
+    ]
+    assert all(dict(c.stalls_by_kind) == {"Tensor.tolist": 1} for c in counters)
+
+
+def test_a_failed_verify_capture_runs_the_step_eagerly(tiny_pair, monkeypatch, caplog):
+    """The first step's loop is captured (stand-in), its verify side's capture really fails (a
+    CPU has no CUDA stream): one logged line, capture_failed, the eager path's tokens."""
+    from cactus_bench.engine.step_graphs import StepGraphs
+
+    real, captures = StepGraphs._capture, []
+
+    def first_only(self, fn, state):
+        captures.append(fn)
+        return (_fake_capture if len(captures) == 1 else real)(self, fn, state)
+
+    rule = make_sampler("sps")
+    eager, *_ = _graphed_run(tiny_pair, monkeypatch, rule, RAGGED, 4, False)
+    graphs = StepGraphs(torch.device("cpu"))
+    monkeypatch.setattr(StepGraphs, "_capture", first_only)
+    drafter, verifier, tokenizer = tiny_pair
+    decoder = SpeculativeDecoder(drafter, verifier, tokenizer, rule, 3, PAPER_SAMPLING, [])
+    monkeypatch.setattr(decoder, "step_graphs", lambda caches, slots: graphs)
+    with caplog.at_level(logging.WARNING, logger="cactus_bench.engine.step_graphs"):
+        records = decoder.generate_batch(RAGGED, batch=4)
+    stats = decoder.device_stats()
+    assert [r.output_ids for r in records] == [r.output_ids for r in eager]
+    assert len(captures) == 2 and graphs.failed is not None
+    assert [r.levelname for r in caplog.records] == ["WARNING"]  # one line
+    assert stats["capture_failed"] is True and stats["graph_replays"] == 1  # the first loop
+    assert stats["phase_ms"]["rule"] is not None  # no step ran its rule inside a graph
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("rule_name", ["sps", "guarded"])
 def test_with_graphs_a_step_is_two_replays(tiny_pair, rule_name):
-    """CPU proxies: test_the_device_step_traces_whole, test_a_replayed_draft_loop_..."""
+    """CPU proxies: test_the_device_step_traces_whole, test_a_replayed_step_..."""
     drafter, verifier, tokenizer = tiny_pair
     models = []
     for model in (drafter, verifier):
@@ -228,3 +338,4 @@ def test_with_graphs_a_step_is_two_replays(tiny_pair, rule_name):
     assert stats["capture_failed"] is False and stats["eager_forwards"] == 0
     assert stats["graph_replays"] == sum(1 + (max(s.drafts) > 0) for s in steps)
     assert stats["phase_ms"]["draft"] > 0 and stats["phase_ms"]["verify"] > 0
+    assert stats["phase_ms"]["rule"] is None  # inside the verify graph, timed with it

@@ -6,7 +6,8 @@ and what ran, as the engine reports it (`what_ran`): graph replays, eager forwar
 whether a capture failed, and the mean draft / verify / rule / other milliseconds a step (timed
 by the engine with device events). A setting says what was asked for, not what ran: an engine
 whose capture failed runs eager, so the row never takes "graphs on" from the setting. An engine
-without `device_stats()` leaves those cells empty and says so in `stats_note`.
+without `device_stats()` leaves those cells empty and says so in `stats_note`; so does a run
+whose rule ran inside its captured verify graph (`rule_ms` empty: `verify_ms` holds it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ STATS_COLUMNS = ("graph_replays", "eager_forwards", "capture_failed") + tuple(
     f"{phase}_ms" for phase in PHASES
 )
 NOT_REPORTED = "not reported by this engine"
+RULE_IN_VERIFY = "rule inside the verify graph: verify_ms includes it"
 
 
 def what_ran(decoder) -> dict:
@@ -43,7 +45,7 @@ def what_ran(decoder) -> dict:
         "eager_forwards": int(reported["eager_forwards"]),
         "capture_failed": bool(reported["capture_failed"]),
         **{f"{phase}_ms": phases.get(phase) for phase in PHASES},
-        "stats_note": "",
+        "stats_note": RULE_IN_VERIFY if phases.get("rule", 0.0) is None else "",
     }
 
 

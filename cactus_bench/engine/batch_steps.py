@@ -13,9 +13,9 @@ copy on CUDA) or synchronise to time itself: what it needs per row (the guards' 
 and think state included) lives in the slots' device buffers (slot_state.py), and its phases
 are timed by `Clock.mark` (CUDA events read after the step's read).
 
-The device part is tensor-only (device_step.py): the drafter's loop, and the rule with the
-bonus draw; under CUDA graphs the loop is one captured graph (step_graphs.py), so a step is
-two replays (the loop, the verifier's forward), eager rule work and one read.
+The device part is tensor-only (device_step.py): the drafter's loop, then the verify side (the
+verifier's forward, the rule with the bonus draw, the roll-back); under CUDA graphs each is one
+captured graph (step_graphs.py), so a step is two replays and one read.
 
 Draws: each row's uniforms are counter-based (draws.py), all of a step's in one call, keyed on
 its seed and the sequence positions of the step, so a row's tokens depend on its own seed alone,
@@ -38,10 +38,11 @@ import time
 import torch
 
 from cactus_bench.engine.batched import BatchRun, BatchStep, Row, group_by_sampling, record_step
-from cactus_bench.engine.commit_stats import step_out_of_head
-from cactus_bench.engine.device_step import GuardState, RuleGroup, apply_rules, draft_loop
+from cactus_bench.engine.device_step import draft_loop, verify_side
+from cactus_bench.engine.rule_plan import rule_groups_of, rule_plan
 from cactus_bench.engine.sampling import BAD_LAW, bad_rows, draw_tokens
 from cactus_bench.engine.step_forward import StepForward, processor, span_caches
+from cactus_bench.engine.step_graphs import advanced_buffers
 
 
 def autoregressive_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]:
@@ -111,42 +112,51 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
         out = draft_loop(forward, process, to_vocab, *inputs, steps=most, unscaled=unscaled)
         return drafts, draws, out
 
+    graphs, span = run.step_graphs, stop - first
+    plan = rule_plan(decoder, rows, rules, wanted, span)  # host: the rule groups' shape
+    key = (first, span, most, width, unscaled, tuple(group_by_sampling(rows)))
     captured = None
-    if run.step_graphs is not None and most:  # the loop as one graph (step_graphs.py)
-        key = (stop - first, most, width, unscaled, tuple(group_by_sampling(rows)))
+    if graphs is not None and most:  # the loop as one graph (step_graphs.py)
         lengths = [run.caches["drafter"].lengths]
-        captured = run.step_graphs.replay(key, lambda: loop(_static(drafter)), lengths)
-    if captured is not None:
-        for counts in fed:
-            drafter.follow(counts)
-        run.replays += 1
-        run.step_replays += 1
-        drafts, draws, drafted_out = captured
-    else:
-        drafts, draws, drafted_out = loop(
-            lambda j, ids, counts: drafter(ids, counts, fed[j], False)
-        )
-    active = state.active  # [S'] bool
+        captured = graphs.replay(("draft", *key), lambda: loop(_static(drafter)), lengths)
+        if captured is not None:
+            for counts in fed:
+                drafter.follow(counts)
+            _replayed(run)
+    # The verify side as the second graph: after a replayed loop (it reads the loop's static
+    # outputs), or in a bonus step (no drafts: the loop's few tensors are captured with it).
+    graphed = graphs is not None and (captured is not None or not most)
+    if captured is None and not graphed:
+        captured = loop(lambda j, ids, counts: drafter(ids, counts, fed[j], False))
     drafted = clock.mark()
 
-    ids = torch.cat([state.verifier_id[:, None], to_vocab(drafted_out.ids)], dim=1)  # [S', 1+m']
     counts = [1 + w for w in wanted]
     verifier = StepForward(decoder, run, "verifier", rows, first, stop)
-    logits = verifier(ids, (1 + drafts) * active, counts, True)
-    logits = logits[:, : most + 1]  # [S', m' + 1, K] (a captured forward is wider)
-    target = process(logits)  # [S', m' + 1, K]: each row's q_1..q_{m_b + 1}
-    used = (torch.arange(most + 1, device=ids.device) <= drafts[:, None]) & active[:, None]
-    bad = drafted_out.bad | (bad_rows(target.flatten(0, 1)).view(used.shape) & used).any(-1)
-    verified = clock.mark()
 
-    groups = _rule_groups(decoder, rows, rules, wanted, state, drafts, stop - first)
-    think = _think_ids(decoder)
-    guard = GuardState(state.answer_offsets, state.in_think, think)  # before `advance`
-    emitted = apply_rules(groups, drafted_out, target, logits, draws, state.greedy, m, guard)
-    # [S'] accepted drafts with q(x) < c max q (commit_stats.py), read with the tokens
-    off_head = step_out_of_head(target, drafted_out.ids, emitted, decoder.out_of_head_c)
-    state.advance(emitted, drafts, to_vocab, span_caches(run, first, stop), think)
-    ruled = clock.mark()
+    def verify(loop_out, forward, between=None):  # device_step.verify_side on this step
+        loop_out = loop_out if loop_out is not None else loop(None)
+
+        def rule_groups(drafts):
+            return rule_groups_of(decoder, plan, state, drafts)
+
+        caches = span_caches(run, first, stop)
+        inputs = (state, loop_out, rule_groups, m, caches, plan.host, between)
+        return verify_side(forward, process, to_vocab, *inputs)
+
+    out = None
+    if graphed:
+        fn = lambda: verify(captured, lambda ids, c: verifier.static(ids, c, True))  # noqa: E731
+        out = graphs.replay(("verify", *key, plan), fn, advanced_buffers(run.slots, run.caches))
+    if out is not None:  # the rule ran inside the graph: its time is in verify_s
+        verifier.follow(counts)
+        _replayed(run)
+        emitted, bad, off_head = out
+        verified = ruled = clock.mark()
+    else:
+        marks = []
+        eager = (lambda ids, c: verifier(ids, c, counts, True), lambda: marks.append(clock.mark()))
+        emitted, bad, off_head = verify(captured, *eager)
+        verified, ruled = marks[0], clock.mark()
     result = _read(torch.cat([emitted, off_head[:, None]], dim=1), bad)  # the one host read
 
     tokens_by_row = []
@@ -169,6 +179,7 @@ def speculative_step(decoder, run: BatchRun, rows: list[Row]) -> list[list[int]]
         verify_s=clock.seconds(drafted, verified),
         rule_s=clock.seconds(verified, ruled),
         step_s=time.perf_counter() - started,
+        rule_in_verify=out is not None,
     )
     record_step(run, rows, step)
     return tokens_by_row
@@ -178,38 +189,9 @@ def _static(drafter: StepForward):
     return lambda j, ids, counts: drafter.static(ids, counts)
 
 
-def _rule_groups(decoder, rows, rules, wanted, state, drafts, span) -> list[RuleGroup]:
-    """Rows grouped by (rule, m_b), each with its device mask (None: the group is the span):
-    one rule call per group, usually one per step. Masks come from the slots' device state."""
-    members: dict[tuple, list[int]] = {}
-    for position, (rule, count) in enumerate(zip(rules, wanted, strict=True)):
-        members.setdefault((id(rule), count), []).append(position)
-    whole = len(members) == 1 and len(rows) == span
-    bonus_is_argmax = getattr(decoder.sampler, "bonus_is_argmax", False)
-    groups = []
-    for (_, count), positions in members.items():
-        rule = rules[positions[0]]
-        mask = None
-        if not whole:
-            mask = (drafts == count) & state.active
-            if decoder.greedy_sampler is not decoder.sampler:
-                mask = mask & (state.greedy == (rule is decoder.greedy_sampler))
-        width = _support_width([rows[i] for i in positions])
-        groups.append(RuleGroup(rule, count, mask, width, bonus_is_argmax))
-    return groups
-
-
-def _think_ids(decoder) -> tuple:
-    """The sampler-space (<think>, </think>) ids the rows' think state follows, or ()."""
-    think_ids = decoder.think_ids
-    return () if think_ids is None else (think_ids.open, think_ids.close)
-
-
-def _support_width(rows: list[Row]) -> int | None:
-    """Columns a rule may restrict each row to: with top-k on, p and q each keep <= k tokens,
-    so their union holds <= 2k; None (full rows) where a row samples without top-k."""
-    top_k = [row.params.top_k for row in rows]
-    return None if 0 in top_k else 2 * max(top_k)
+def _replayed(run: BatchRun) -> None:
+    run.replays += 1
+    run.step_replays += 1
 
 
 def _read(tokens: torch.Tensor, bad: torch.Tensor) -> list[list[int]]:

@@ -67,6 +67,7 @@ class BatchStep:
     rule_s: float = 0.0
     prefill_s: float = 0.0
     step_s: float = 0.0  # decode: the step's wall time, phases and host bookkeeping
+    rule_in_verify: bool = False  # the rule ran in the verify graph: verify_s holds it, rule_s 0
 
     @property
     def rows(self) -> int:
@@ -105,7 +106,7 @@ class BatchRun:
     graphs: dict | None = None  # {model name: cuda_graphs.GraphedRunner} when captured
     graph_sizes: dict = field(default_factory=dict)  # {model name: [(n, all_logits)]}
     slots: SlotState | None = None
-    step_graphs: StepGraphs | None = None  # captured draft loops (graphs on, a drafter)
+    step_graphs: StepGraphs | None = None  # captured step functions (graphs on, a drafter)
     forwards: int = 0  # batched forwards the steps ran (replayed or eager)
     replays: int = 0  # graphs the steps replayed (forwards and captured step functions)
     step_replays: int = 0  # of which captured step functions (their forwards are inside)
@@ -190,7 +191,7 @@ def generate_batch(decoder, requests, batch: int, on_finish=None) -> list[Reques
                     if on_finish is not None:
                         on_finish(row.index, records[row.index])
         run.replays += _replays(graphs) - replayed
-        if run.step_graphs is not None:  # draft loops captured during the run's steps
+        if run.step_graphs is not None:  # step functions captured during the run's steps
             decoder.graph_capture_s += run.step_graphs.capture_s - capture_s
     decoder.last_device_stats = device_stats(run)  # the counters only: the run's caches go
     return records
@@ -206,7 +207,8 @@ def device_stats(run: BatchRun) -> dict:
     eager_forwards (forwards that ran eagerly: graphs off, a shape not captured, a failed
     capture), capture_failed, and phase_ms: mean milliseconds per decode step of its draft,
     verify and rule phases (CUDA events on a GPU, perf_counter on a CPU) and of the rest of the
-    step ("other": host bookkeeping and the read)."""
+    step ("other": host bookkeeping and the read). Where a step's rule ran inside its verify
+    graph (step_graphs.py), "verify" holds it and "rule" is None: no event splits a graph."""
     steps = [step for step in run.log if step.kind == "decode"]
     count = max(len(steps), 1)
 
@@ -214,6 +216,7 @@ def device_stats(run: BatchRun) -> dict:
         return 1000.0 * sum(seconds) / count
 
     forward_replays = run.replays - run.step_replays
+    rule_in_verify = any(step.rule_in_verify for step in steps)
     return {
         "graph_replays": run.replays,
         "eager_forwards": run.forwards - forward_replays,
@@ -223,7 +226,7 @@ def device_stats(run: BatchRun) -> dict:
         "phase_ms": {
             "draft": mean_ms(s.draft_s for s in steps),
             "verify": mean_ms(s.verify_s for s in steps),
-            "rule": mean_ms(s.rule_s for s in steps),
+            "rule": None if rule_in_verify else mean_ms(s.rule_s for s in steps),
             "other": mean_ms(s.step_s - s.draft_s - s.verify_s - s.rule_s for s in steps),
         },
     }
@@ -254,10 +257,9 @@ def _start_row(decoder, run: BatchRun, slot: int, index: int, request: Request) 
     for name, runner in run.runners.items():
         runner.prefill(run.caches[name], slot, request.prompt_ids[:-1])
         row.pending[name] = request.prompt_ids[-1:]
-    prompt = request.prompt_ids
+    prompt, budget = request.prompt_ids, request.max_new_tokens
     think_ids = getattr(decoder, "think_ids", None)  # relax_in = think: the prompt's state
     inside = think_ids is not None and think_ids.inside_after(prompt)
-    budget = request.max_new_tokens
     run.slots.start(slot, request.seed, params, len(prompt), budget, prompt[-1], inside)
     record.started_s = run.since(started)
     fed = [len(request.prompt_ids) - 1]

@@ -151,8 +151,9 @@ class BaseDecoder:
     def device_stats(self) -> dict:
         """The last batched run's counters (`batched.device_stats`): graph_replays (int),
         eager_forwards (int), capture_failed (bool), phase_ms ({draft, verify, rule, other}:
-        mean ms per decode step; CUDA events on a GPU, perf_counter on a CPU). Zeros and an
-        empty phase_ms before any batched run (a batch-1 run on HF's forward has none)."""
+        mean ms per decode step; CUDA events on a GPU, perf_counter on a CPU; rule None where the
+        rule ran inside the verify graph). Zeros and an empty phase_ms before any batched run
+        (a batch-1 run on HF's forward has none)."""
         if self.last_device_stats is None:
             return {
                 "graph_replays": 0,
@@ -173,14 +174,14 @@ class BaseDecoder:
         return kept
 
     def step_graphs(self, caches: dict, slots: SlotState) -> StepGraphs | None:
-        """The captured draft loops (step_graphs.py) of a speculative decoder under CUDA
-        graphs, bound to this run's drafter cache and slot state; None without a drafter."""
+        """The captured step functions (step_graphs.py) of a speculative decoder under CUDA
+        graphs, bound to this run's caches and slot state; None without a drafter."""
         if not self.cuda_graphs or "drafter" not in caches:
             return None
         graphs = getattr(self, "_step_graphs", None)
         if graphs is None:
             graphs = self._step_graphs = StepGraphs(self.device)
-        graphs.bind(caches["drafter"], slots)
+        graphs.bind(caches["drafter"], caches["verifier"], slots)
         return graphs
 
     def batch_runners(self, batch: int) -> dict:

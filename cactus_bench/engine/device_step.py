@@ -10,6 +10,10 @@ and a CUDA graph can capture it.
   drawn from q where a row made no draft, into the step's emitted tokens [S, m + 1]. A rule
   with per-position guards (strict_first, relax_in = think) gets its `relax` mask, built here
   from the rows' guard state in the slots' buffers (`GuardState`, samplers/guards.py).
+- `verify_side`: everything between the draft loop and the step's one read: the verifier's
+  forward, its processed laws, the bad-law flags, `apply_rules` on the rows' guard state, the
+  out-of-head count (commit_stats.py) and the slots' advance (think state included) with the
+  caches' roll-back (under CUDA graphs the second captured graph, step_graphs.py).
 
 A slot with no request (budget 0) takes part with junk values; its flags are masked and its
 emitted tokens stay -1. batch_steps.py runs them with the engine's forwards; the uniforms'
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cactus_bench.engine.commit_stats import step_out_of_head
 from cactus_bench.engine.sampling import bad_rows, draw_tokens
 from cactus_bench.samplers.guards import NO_GUARDS, relax_mask
 
@@ -70,6 +75,15 @@ class RuleGroup:
     mask: torch.Tensor | None  # [S] bool: its rows; None when it holds every slot
     support_width: int | None  # `verify`'s support_width for its rows
     greedy_bonus: bool  # its bonus token is the argmax (the rule's `bonus_is_argmax`)
+
+
+@dataclass(frozen=True)
+class VerifyHost:
+    """Host values the verify side bakes in (part of its graph's key): the sampler-space
+    (<think>, </think>) ids the rows' think state follows, or (); the out-of-head threshold c."""
+
+    think: tuple
+    out_of_head_c: float
 
 
 @dataclass
@@ -121,3 +135,32 @@ def apply_rules(
             kept = emitted[:, : count + 1]
             emitted[:, : count + 1] = torch.where(group.mask[:, None], out, kept)
     return emitted
+
+
+def verify_side(
+    forward, process, to_vocab, state, loop_out, rule_groups, m, caches, host, between=None
+):
+    """The step's tensors for its one read: (emitted [S, m + 1], bad [S] bool, out_of_head [S]
+    int64). forward(ids [S, 1 + m'], counts [S]) -> the verifier's restricted logits at every
+    position; state: the span's `SlotView`; loop_out: the draft loop's (drafts [S] m_b, draws
+    [S, 2m + 1], Drafts); rule_groups(drafts) -> [RuleGroup] (their masks built here, from
+    device state); caches: the span's caches, rolled back by `SlotView.advance`; host: the
+    step's `VerifyHost` (host values a graph bakes in). between(): called after the laws,
+    before the rule (the eager path marks its clock there; None inside a graph)."""
+    drafts, draws, drafted = loop_out
+    most = drafted.ids.shape[1]  # m'
+    active = state.active  # [S] bool
+    ids = torch.cat([state.verifier_id[:, None], to_vocab(drafted.ids)], dim=1)  # [S, 1 + m']
+    logits = forward(ids, (1 + drafts) * active)[:, : most + 1]  # [S, m' + 1, K] (may be wider)
+    target = process(logits)  # [S, m' + 1, K]: each row's q_1..q_{m_b + 1}
+    used = (torch.arange(most + 1, device=ids.device) <= drafts[:, None]) & active[:, None]
+    bad = drafted.bad | (bad_rows(target.flatten(0, 1)).view(used.shape) & used).any(-1)
+    if between is not None:
+        between()
+    guard = GuardState(state.answer_offsets, state.in_think, host.think)  # before `advance`
+    groups = rule_groups(drafts)
+    emitted = apply_rules(groups, drafted, target, logits, draws, state.greedy, m, guard)
+    # [S] accepted drafts with q(x) < c max q (commit_stats.py), read with the tokens
+    off_head = step_out_of_head(target, drafted.ids, emitted, host.out_of_head_c)
+    state.advance(emitted, drafts, to_vocab, caches, host.think)
+    return emitted, bad, off_head

@@ -1,6 +1,6 @@
 """The inputs of a batched step's model calls: its forwards over the step's span of slots, the
 span's cache views, and the processed laws per sampling group (batch_steps.py runs them; the
-captured draft loop, step_graphs.py, replays the same forwards and laws).
+captured step functions, step_graphs.py, replay the same forwards and laws).
 
 `StepForward.follow` is the host's side of a forward (each row's cache length, from the counts
 the host knows): a replayed draft loop calls it for the forwards it ran inside its graph.
@@ -57,11 +57,11 @@ class StepForward:
             span_counts[place] = count
         self.run.caches[self.name].rows(self.first, self.stop).advance(span_counts)
 
-    def static(self, ids, counts) -> torch.Tensor:
+    def static(self, ids, counts, all_logits: bool = False) -> torch.Tensor:
         """The same forward on `BatchRunner.static_forward` over every slot (what a captured
         step function runs inside its graph; the host follows with `follow`)."""
         runner, cache = self.run.runners[self.name], self.run.caches[self.name]
-        logits = runner.static_forward(ids, counts, cache.rows(self.first, self.stop), False)
+        logits = runner.static_forward(ids, counts, cache.rows(self.first, self.stop), all_logits)
         token_map = self.decoder.token_map
         return logits if token_map is None else logits.index_select(-1, token_map)
 
