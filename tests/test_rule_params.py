@@ -123,5 +123,17 @@ def test_what_a_run_records_is_what_its_rule_runs_with(preset):
 
     from cactus_bench.run import validate
 
+    import dataclasses
+
+    from cactus_bench.samplers.guards import NO_GUARDS
+
     rule_params = validate(compose_run_conf([f"sampler={preset}", "m=3"]))
-    assert list(build_rule(rule_params).params().items()) == list(rule_params.runs_with().items())
+    rule = build_rule(rule_params)
+    # the guards the built rule holds away from their defaults follow its own parameters
+    guards = getattr(rule, "guards", NO_GUARDS)
+    held = {
+        field.name: getattr(guards, field.name)
+        for field in dataclasses.fields(guards)
+        if getattr(guards, field.name) != getattr(NO_GUARDS, field.name)
+    }
+    assert list({**rule.params(), **held}.items()) == list(rule_params.runs_with().items())
