@@ -119,12 +119,11 @@ SAMPLER_CONFIGS = sorted(
 def test_what_a_run_records_is_what_its_rule_runs_with(preset):
     """The hash and the row's sampler_params read `runs_with()`, the rule its `params()`: the
     two agree, key order included, for every sampler config."""
+    import dataclasses
+
     from test_run_conf import compose_run_conf
 
     from cactus_bench.run import validate
-
-    import dataclasses
-
     from cactus_bench.samplers.guards import NO_GUARDS
 
     rule_params = validate(compose_run_conf([f"sampler={preset}", "m=3"]))
