@@ -294,11 +294,12 @@ def test_guarded_verify_reads_nothing_from_the_host_and_traces_whole(name, param
 
 
 # ---- the engine (batch 1): the mask follows the answer, built on the device ---------------------
-def _decode(tiny_pair, rule, seed, tokens=24, eos=()):
+def _decoder(tiny_pair, rule, eos=(), **engine):
+    """The guard tests' engine: m = 3, temperature 1, top-k 8; no EOS unless `eos` names one."""
     from cactus_bench.engine import SamplingParams, SpeculativeDecoder
 
     drafter, verifier, tok = tiny_pair
-    decoder = SpeculativeDecoder(
+    return SpeculativeDecoder(
         drafter,
         verifier,
         tok,
@@ -306,7 +307,12 @@ def _decode(tiny_pair, rule, seed, tokens=24, eos=()):
         num_draft_tokens=3,
         sampling=SamplingParams(temperature=1.0, top_k=8),
         eos_token_ids=list(eos) or [verifier.config.vocab_size + 1],
+        **engine,
     )
+
+
+def _decode(tiny_pair, rule, seed, tokens=24, eos=()):
+    decoder = _decoder(tiny_pair, rule, eos)
     return decoder.generate([41, 7], max_new_tokens=tokens, seed=seed).output_ids
 
 
@@ -344,23 +350,12 @@ def test_stop_exact_binds_the_engine_stop_ids(tiny_pair):
 
 
 def _guarded_decoder(tiny_pair, **guards):
-    from cactus_bench.engine import SamplingParams, SpeculativeDecoder
     from cactus_bench.tasks.stop_set import StopSet
 
-    drafter, verifier, tok = tiny_pair
     rule = make_sampler("cactus", delta=2.0, **guards)
     # <think> and </think> stand-ins: ids these answers emit, so the think state moves
     rule.vocab_stop_set = StopSet(stop_ids=(0, 9), think_open=218, think_close=113)
-    return SpeculativeDecoder(
-        drafter,
-        verifier,
-        tok,
-        rule,
-        num_draft_tokens=3,
-        sampling=SamplingParams(temperature=1.0, top_k=8),
-        eos_token_ids=[verifier.config.vocab_size + 1],
-        fast="on",
-    )
+    return _decoder(tiny_pair, rule, fast="on")
 
 
 BATCHED_GUARDS = [
