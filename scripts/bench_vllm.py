@@ -69,16 +69,11 @@ FIELDS = [
 
 # ---- workers (one process each) ------------------------------------------------------------------
 def prompt_ids(tokenizer, count: int) -> list[list[int]]:
+    from cactus_bench.tasks.prompt_ids import chat_prompt_ids
     from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
 
     texts = [json.loads(line)["prompt"] for line in DEMO_PROMPTS_PATH.read_text().splitlines()]
-    rendered = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-        )
-        for text in texts[:count]
-    ]
-    return [tokenizer.encode(text, add_special_tokens=False) for text in rendered]
+    return [chat_prompt_ids(tokenizer, text, {}) for text in texts[:count]]
 
 
 def measure(decoders: dict, prompts, max_new_tokens: int) -> dict:

@@ -33,11 +33,11 @@ from cactus_bench.bench.drafter_eval import (
     load_smollm2_pair,
     measure_costs,
 )
-from cactus_bench.drafter_training.teacher import chat_ids
 from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.models.drafter import SMOLLM2_DRAFTER_CONFIG, SMOLLM2_DRAFTER_WEIGHTS
 from cactus_bench.store.bootstrap import per_token_summary
 from cactus_bench.store.metadata import device_name
+from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -96,7 +96,7 @@ def main() -> None:
     report["acceptance"]["all"] = per_token_summary(answers, args.seed)
     alpha = report["acceptance"]["all"]["mean"]
 
-    probe = chat_ids(pair.tokenizer, prompts["gsm8k_test"][0])
+    probe = chat_prompt_ids(pair.tokenizer, prompts["gsm8k_test"][0], {})
     times = measure_costs(pair, probe, args.max_m, args.cost_repeats, args.clock)
     report["cost"] = cost = cost_report(times, alpha, args.max_m)
     spread = cost["drafter_over_verifier_per_repeat"]

@@ -24,11 +24,11 @@ from tqdm import tqdm
 from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
 
 from cactus_bench.bench.decoders import sps_decoder
-from cactus_bench.drafter_training.teacher import chat_ids
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, process_logits
 from cactus_bench.models import LoadedPair
 from cactus_bench.models.drafter import load_drafter
 from cactus_bench.models.smollm2 import prepare_smollm2
+from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 
@@ -58,7 +58,7 @@ def acceptance_on(
     """Per-token 1 - TV(p, q) along verifier-sampled answers to ``prompts``: one list per answer
     (tokens of one answer are correlated, so the interval resamples answers)."""
     tok = pair.tokenizer
-    encoded = [chat_ids(tok, p) for p in prompts]
+    encoded = [chat_prompt_ids(tok, p, {}) for p in prompts]
     width = max(len(e) for e in encoded)
     ids = torch.full((len(encoded), width), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
@@ -165,7 +165,7 @@ def end_to_end(pair, prompts: list[str], sampling: SamplingParams, m: int, new_t
         "steps": 0,
     }
     for i, prompt in enumerate(tqdm(prompts, desc="end to end", leave=False)):
-        ids = chat_ids(pair.tokenizer, prompt)
+        ids = chat_prompt_ids(pair.tokenizer, prompt, {})
         b = base.generate(ids, max_new_tokens=new_tokens, seed=i)
         s = spec.generate(ids, max_new_tokens=new_tokens, seed=i)
         totals["base_tokens"] += b.num_generated

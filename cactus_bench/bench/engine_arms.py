@@ -24,6 +24,7 @@ from cactus_bench.bench.machine import machine_facts
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder
 from cactus_bench.paper import PAPER
 from cactus_bench.samplers import make_sampler
+from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 
 ARMS = ("ours_ar", "ours_spec", "hf_assisted", "hf_ar")
 QUESTIONS = (
@@ -79,16 +80,8 @@ class EngineBench:
 
 
 def encode_prompts(tokenizer, chat_kwargs: dict, count: int) -> list[list[int]]:
-    prompts = []
-    for question in QUESTIONS[:count]:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": question}],
-            add_generation_prompt=True,
-            tokenize=False,
-            **chat_kwargs,
-        )
-        prompts.append(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return prompts
+    """The first `count` questions, encoded as a run encodes its prompts."""
+    return [chat_prompt_ids(tokenizer, question, chat_kwargs) for question in QUESTIONS[:count]]
 
 
 @contextmanager

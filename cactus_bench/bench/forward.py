@@ -15,16 +15,14 @@ from cactus_bench.bench.models import DTYPES
 from cactus_bench.engine.cpu_kernels import kernel_label
 from cactus_bench.engine.fast_runner import FastRunner
 from cactus_bench.engine.runtime import ModelRunner, crop_cache
+from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 
 PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips "
 
 
 def prompt_ids(tokenizer, length: int) -> list[int]:
     """A chat-formatted prompt cut or repeated to exactly `length` tokens."""
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True
-    )
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = chat_prompt_ids(tokenizer, PROMPT, {})
     return (ids * (length // len(ids) + 1))[:length]
 
 

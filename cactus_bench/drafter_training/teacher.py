@@ -21,6 +21,7 @@ from cactus_bench.drafter_training.shards import write_shards
 from cactus_bench.engine.batch_generate import sample_continuations
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.paper import PAPER
+from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,8 @@ class TeacherSettings:
 
 
 def chat_ids(tokenizer, prompt: str) -> list[int]:
-    """Token ids of ``prompt`` as one user turn with the generation prompt (chat template)."""
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-    )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+    """Token ids of ``prompt`` as one user turn with the generation prompt, as a run encodes it."""
+    return chat_prompt_ids(tokenizer, prompt, {})
 
 
 def generate_batch(

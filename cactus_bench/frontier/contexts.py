@@ -26,6 +26,7 @@ from cactus_bench.engine import SamplingParams
 from cactus_bench.engine.batch_generate import sample_continuations
 from cactus_bench.engine.runtime import resolve_eos_ids
 from cactus_bench.frontier.conf import FrontierConf, FrontierConfigError
+from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
 
 CACHE_VERSION = 2  # bump when the sampled tokens of a given key change (e.g. the generator)
@@ -84,19 +85,8 @@ def _data_rows(data_dir: str | None, relative: str, key: str, what: str) -> list
 
 
 def encode_prompts(texts: list[str], tokenizer, chat_template_kwargs: dict) -> list[list[int]]:
-    """Chat-formatted token ids, as `tasks.lm.CactusBenchLM` builds a task's prompts."""
-    encoded = []
-    for text in texts:
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}],
-            tokenize=False,
-            add_generation_prompt=True,
-            **chat_template_kwargs,
-        )
-        bos = getattr(tokenizer, "bos_token", None)
-        add_special = not (bos and rendered.startswith(bos))
-        encoded.append(list(tokenizer.encode(rendered, add_special_tokens=add_special)))
-    return encoded
+    """Chat-formatted token ids, as a run encodes a task's prompts."""
+    return [chat_prompt_ids(tokenizer, text, chat_template_kwargs) for text in texts]
 
 
 def cache_key(conf: FrontierConf, pair, prompt_ids: list[list[int]], device: torch.device) -> str:

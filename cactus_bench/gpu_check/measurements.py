@@ -23,6 +23,7 @@ from cactus_bench.engine.runtime import crop_cache, make_runner
 from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.samplers import make_sampler
 from cactus_bench.samplers.naive import naive_verify
+from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
 
 TIE_TOLERANCE = {"float32": 1e-3, "bfloat16": 0.5, "float16": 0.05}  # top-2 logit margins
@@ -37,15 +38,7 @@ def synchronize(device: torch.device) -> None:
 def demo_prompts(tokenizer, count: int) -> list[list[int]]:
     """The first `count` demo prompts, chat-formatted and tokenised as the task does."""
     lines = DEMO_PROMPTS_PATH.read_text().splitlines()[:count]
-    texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": json.loads(line)["prompt"]}],
-            tokenize=False,
-            add_generation_prompt=True,
-        )
-        for line in lines
-    ]
-    return [list(tokenizer.encode(text, add_special_tokens=False)) for text in texts]
+    return [chat_prompt_ids(tokenizer, json.loads(line)["prompt"], {}) for line in lines]
 
 
 @torch.inference_mode()

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from cactus_bench.engine import BatchRequest, Decoder, RequestRecord, SamplingParams, cut_at_stop
 from cactus_bench.paper import PAPER
 from cactus_bench.tasks.paper_settings import THINK_CLOSE, THINK_OPEN
+from cactus_bench.tasks.prompt_ids import rendered_prompt_ids
 from cactus_bench.tasks.specs import DEFAULT_MAX_GEN_TOKS
 
 # lm-eval's normalize_gen_kwargs folds the token-budget aliases into max_gen_toks.
@@ -138,11 +139,8 @@ class CactusBenchLM(LM):
 
     # ---- decoding -------------------------------------------------------------------------------
     def encode_prompt(self, context: str) -> list[int]:
-        """Token ids of a prompt. The chat template already wrote any BOS text, so special tokens
-        are added only when the text does not start with the BOS token."""
-        bos = getattr(self.tokenizer, "bos_token", None)
-        add_special = not (bos and context.startswith(bos))
-        return list(self.tokenizer.encode(context, add_special_tokens=add_special))
+        """Token ids of a prompt `apply_chat_template` rendered (prompt_ids.py: the BOS rule)."""
+        return rendered_prompt_ids(self.tokenizer, context)
 
     def generate_until(self, requests: list[Instance], disable_tqdm: bool = False) -> list[str]:
         hide = disable_tqdm or not self.show_progress
