@@ -329,3 +329,123 @@ def test_every_imported_name_exists():
                 if f"{node.module}.{alias.name}" not in MODULES:
                     stale.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
     assert not stale, f"imported names that do not exist: {stale}"
+
+
+# Private names (one leading underscore) that the code reads on another library's objects or
+# modules, each because the library has no public spelling for what the code needs. A name here
+# passes wherever it is read, so the project itself may define none of them (checked below).
+LIBRARY_PRIVATE_NAMES = {
+    "_dynamo": "torch: torch.compile's reset, recompile limit and mark_static_address",
+    "_inductor": "torch: inductor's config (its FX graph cache)",
+    "_fused_sdp_choice": "torch: the kernel SDPA dispatch picks for given inputs (a bench asks)",
+    "_is_mkldnn_bf16_supported": "torch: whether oneDNN runs bf16 on this CPU",
+    "_reorder_linear_weight": "torch: oneDNN's weight packing, as torch's inductor calls it",
+    "_linear_pointwise": "torch: oneDNN's linear on a packed weight, as torch's inductor calls it",
+    "_version": "torch: a tensor's in-place version counter (re-packs weights edited in place)",
+    "_asdict": "stdlib: a namedtuple's public method, underscored so that no field hides it",
+    "_hf_hook": "accelerate: the hook a module dispatched over devices carries",
+    "_filters": "lm-eval: a task's filter pipelines, which lm-eval has no public setter for",
+    "_python_dispatch": "torch: TorchDispatchMode's module, the only path torch gives it",
+    "_yaml_loader": "lm-eval: its task YAML loader (includes merged), exported nowhere public",
+    "_custom_ops": "vLLM: its kernel ops module, whose linear a bench times",
+}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_reads(source: str, here: str = "") -> list[tuple[int, str, str]]:
+    """(line, private name, code) for each private name `source` reads that it does not own:
+    `x._name` or getattr(x, "_name") on anything but self, cls, super() or a class or function
+    the file defines; `from m import _name` or `import a._b` from outside the module or package
+    that holds the name. here: the file's module (a.b.c may import a.b._d: its own package's)."""
+    tree = ast.parse(source)
+    defined = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    own = {"self", "cls"} | {node.name for node in ast.walk(tree) if isinstance(node, defined)}
+
+    def owned(base: ast.expr) -> bool:
+        if isinstance(base, ast.Call) and isinstance(base.func, ast.Name):
+            return base.func.id == "super"
+        return isinstance(base, ast.Name) and base.id in own
+
+    reads = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr) and not owned(node.value):
+            reads.append((node.lineno, node.attr, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ATTRIBUTE_FUNCTIONS:
+            if len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                name = node.args[1].value
+                if isinstance(name, str) and is_private(name) and not owned(node.args[0]):
+                    reads.append((node.lineno, name, ast.unparse(node)))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if isinstance(node, ast.Import):
+                paths = [alias.name for alias in node.names]
+            else:
+                paths = [f"{node.module}.{alias.name}" for alias in node.names if node.module]
+            for path in paths:
+                parts = path.split(".")
+                for index, part in enumerate(parts):
+                    holder = ".".join(parts[:index])
+                    if is_private(part) and not here.startswith(holder + "."):
+                        reads.append((node.lineno, part, ast.unparse(node)))
+    return reads
+
+
+ATTRIBUTE_FUNCTIONS = ("getattr", "setattr", "hasattr", "delattr")
+
+
+def test_no_module_reads_another_modules_private_names():
+    """A name with a leading underscore belongs to the file that defines it: a module that needs
+    another's is given a public name (or the logic moves to its owner), so a private name can be
+    changed by reading one file. Libraries' private names: LIBRARY_PRIVATE_NAMES only."""
+    files = {**MODULES, **SCRIPTS}
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line} {code}"
+        for module, path in files.items()
+        for line, name, code in private_reads(path.read_text(encoding="utf-8"), module)
+        if name not in LIBRARY_PRIVATE_NAMES
+    ]
+    assert not found, "reads of another module's private names: " + "; ".join(found)
+
+
+def test_the_private_name_rule_flags_a_planted_read():
+    planted = """
+import torch._dynamo
+from cactus_bench.store.csv_store import _append
+from cactus_bench.samplers.rules._builder import Builder
+
+
+class Own:
+    _cache = None
+
+    def read(self, runner):
+        runner._packs.head  # flagged
+        getattr(runner, "_kept", None)  # flagged
+        return self._cache, Own._cache, super()._cache, self.runner._tables  # the last flagged
+"""
+    reads = private_reads(planted, "cactus_bench.samplers.rules.fly")
+    assert {name for _, name, _ in reads} == {"_dynamo", "_append", "_packs", "_kept", "_tables"}
+    outside = private_reads(planted, "cactus_bench.engine.fast_runner")
+    assert {name for _, name, _ in outside} - {name for _, name, _ in reads} == {"_builder"}
+
+
+def test_library_private_names_are_read_and_defined_by_no_module_of_ours():
+    """An allow-listed name the project defined would let a read of the project's own private
+    name pass; one nothing reads any more is dropped from the list."""
+    files = [*MODULES.values(), *SCRIPTS.values()]
+    ours = {path.stem for path in files}
+    read = set()
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        read |= {name for _, name, _ in private_reads(source)}
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                ours.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                ours.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                ours.add(node.attr)
+    assert not set(LIBRARY_PRIVATE_NAMES) & ours, "allow-listed names the project defines"
+    assert not set(LIBRARY_PRIVATE_NAMES) - read, "allow-listed names nothing reads"

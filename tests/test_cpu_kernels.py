@@ -126,7 +126,7 @@ def test_runner_picks_packs_by_dtype_and_row_count(tiny_pair, monkeypatch):
     runner = FastRunner(verifier, CPU)
     assert runner.linear_kernel == "onednn"
     # fp32 weights this small are not timed: ATen for every row count (prefills too).
-    assert runner._packs.faster_rows == frozenset()
+    assert runner.packs.faster_rows == frozenset()
     assert not any(runner.uses_packs(n) for n in (1, 2, 8, 9, 600))
     assert all(FastRunner(verifier, CPU, linear_kernel="onednn").uses_packs(n) for n in (1, 3))
     half = copy.deepcopy(verifier).bfloat16()
@@ -140,7 +140,7 @@ def test_runner_picks_packs_by_dtype_and_row_count(tiny_pair, monkeypatch):
     assert FastRunner(verifier, CPU, linear_kernel="onednn").uses_packs(600)
     # Larger ones are timed once per model; the choice is a subset of 1..8 (timings vary).
     monkeypatch.setattr(packed_model_module, "PROBE_MIN_BYTES", 0)
-    measured = FastRunner(copy.deepcopy(verifier), CPU)._packs.faster_rows
+    measured = FastRunner(copy.deepcopy(verifier), CPU).packs.faster_rows
     assert measured <= set(cpu_kernels.PROBE_ROWS)
     assert FastRunner(verifier, CPU, compile=True).linear_kernel == "aten"  # inductor: modules
     with pytest.raises(ValueError, match="compiled layers trace HF's modules"):
@@ -153,7 +153,7 @@ def test_runner_picks_packs_by_dtype_and_row_count(tiny_pair, monkeypatch):
 def test_packs_are_shared_per_model_and_rebuilt_after_edits(tiny_pair, monkeypatch):
     verifier = copy.deepcopy(tiny_pair[1])
     first, second = (FastRunner(verifier, CPU, linear_kernel="onednn") for _ in range(2))
-    assert first._packs is second._packs is packed_model(verifier)  # one packed copy per model
+    assert first.packs is second.packs is packed_model(verifier)  # one packed copy per model
     prompt, ids = [5, 6, 7, 8], torch.tensor([[9, 10, 11]])
     with torch.inference_mode():
         before = first.forward(ids, first.prefilled_cache(prompt), all_logits=True)

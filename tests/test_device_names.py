@@ -19,7 +19,7 @@ def test_device_name_counts_its_threads(monkeypatch, threads, ending):
     import torch  # lazy: the module under test imports it lazily too
 
     monkeypatch.setattr(torch, "get_num_threads", lambda: threads)
-    monkeypatch.setattr(metadata, "_cpu_name", lambda: "AMD EPYC")
+    monkeypatch.setattr(metadata, "cpu_name", lambda: "AMD EPYC")
     name = metadata.device_name("cpu")
     assert name.startswith("CPU: AMD EPYC (") and name.endswith(f" cores, {ending}")
 

@@ -154,7 +154,7 @@ def test_restricted_head_drafter_keeps_minus_infinity(kernel):
     drafter.lm_head.logit_scale = 1.6
     runner = FastRunner(drafter, CPU, linear_kernel=kernel)
     # oneDNN: the SubsetLMHead's product runs on a pack (then its scatter); ATen: the module.
-    assert (runner._packs is not None and runner._packs.head is not None) == (kernel == "onednn")
+    assert (runner.packs is not None and runner.packs.head is not None) == (kernel == "onednn")
     assert compare_along_schedule(drafter, runner) < TOLERANCE
     with torch.inference_mode():
         logits = runner.forward(torch.tensor([[5]]), runner.prefilled_cache([1, 2]), False)

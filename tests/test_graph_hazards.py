@@ -77,7 +77,7 @@ def test_graphs_are_keyed_on_every_captured_address(captures):
     graphs.capture(cache, SIZES)
     assert len(captures) == 4
     # Rotary tables rebuilt (new addresses): no replay of graphs that read the old ones.
-    runner._rope_tables = tuple(table.clone() for table in runner._rope_tables)
+    runner.rope_cos_sin = tuple(table.clone() for table in runner.rope_cos_sin)
     replayed = []
     for captured in graphs._graphs.values():
         captured.graph.replay = lambda: replayed.append(1)

@@ -114,7 +114,7 @@ def test_plugin_installs_the_rule_and_both_patches(monkeypatch):
     monkeypatch.setitem(sys.modules, va.PATCH_TARGETS[0], sampler_module)
     monkeypatch.setitem(sys.modules, va.PATCH_TARGETS[1], None)  # import fails: skipped
     monkeypatch.setitem(sys.modules, patches.PROPOSER_MODULE, proposer)
-    monkeypatch.setattr(va, "_is_cpu_platform", lambda: True)
+    monkeypatch.setattr(va, "is_cpu_platform", lambda: True)
     monkeypatch.setenv(va.RULE_ENV, '{"name": "sps"}')
     handles = va.register()
     assert [h.module for h in handles] == [sampler_module]
@@ -132,7 +132,7 @@ def test_plugin_installs_only_the_expand_fix_for_vllms_own_sampler(
     proposer.compute_probs_and_sample_next_token = own_law = lambda *a: "vllm's own law"
     monkeypatch.setitem(sys.modules, va.PATCH_TARGETS[0], sampler_module)
     monkeypatch.setitem(sys.modules, patches.PROPOSER_MODULE, proposer)
-    monkeypatch.setattr(va, "_is_cpu_platform", lambda: True)
+    monkeypatch.setattr(va, "is_cpu_platform", lambda: True)
     monkeypatch.delenv(va.RULE_ENV, raising=False)
     monkeypatch.setenv(va.EXPAND_FIX_ENV, "1")
     assert va.register() == [] and architecture_registrations == [1]

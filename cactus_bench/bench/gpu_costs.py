@@ -95,7 +95,7 @@ def forward_costs(
         # One cache and one set of graphs per row count, freed before the next (the 14B shape
         # at 64 rows holds ~11 GB of cache).
         graphed = GraphedRunner(runner) if graphs else None
-        runner._kept = None
+        runner.drop_kept()
         release(device)
         cache = runner.new_cache(rows, context + max(sizes) + 1, keep=graphed is not None)
         cache.lengths.fill_(context)  # random KV content: the cost depends on shapes only
@@ -118,7 +118,7 @@ def forward_costs(
             if rows in fused_rows and num_new == 1:  # each compile takes ~a minute
                 out.append(_fused_row(runner, inputs, rows, num_new, context, repeats))
         del graphed, cache, inputs
-    runner._kept = None
+    runner.drop_kept()
     release(device)
     return out
 

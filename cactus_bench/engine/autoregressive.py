@@ -42,7 +42,7 @@ class AutoregressiveDecoder(BaseDecoder):
         self.cuda_graphs = graphs_apply(verifier, fast, cuda_graphs, self.device)
         compiled = not self.cuda_graphs and resolve_compile(verifier, fast, compile)
         self.verifier = make_runner(verifier, self.device, fast, compiled, sizes=(1,))
-        self.token_map, self._token_list = check_token_map(token_map, self.device, verifier)
+        self.token_map, self.token_list = check_token_map(token_map, self.device, verifier)
 
     def _start(self, state: DecodeState, prompt_ids: list[int]) -> None:
         state.caches["verifier"] = self.verifier.prefilled_cache(

@@ -117,7 +117,7 @@ class BatchRunner:
         self.runner = runner
         self.device = runner.device
         self._kept: BatchKVCache | None = None  # the last cache, when `keep` asked for it
-        self._rope_tables: tuple[torch.Tensor, torch.Tensor] | None = None  # [capacity, D] x 2
+        self.rope_cos_sin: tuple[torch.Tensor, torch.Tensor] | None = None  # [capacity, D] x 2
 
     def new_cache(self, batch: int, capacity: int, keep: bool = False) -> BatchKVCache:
         """Zeroed buffers (masked positions still enter softmax(.) @ V as 0 * value, and
@@ -135,10 +135,10 @@ class BatchRunner:
                 kept.lengths.zero_()
                 kept.host_lengths[:] = [0] * len(kept.host_lengths)
                 return kept
-        tables = self._rope_tables
+        tables = self.rope_cos_sin
         if tables is None or tables[0].shape[0] < capacity:  # grow only: graphs hold them
             rotary = runner.model.model.rotary_emb
-            self._rope_tables = rope_tables(
+            self.rope_cos_sin = rope_tables(
                 rotary, capacity, runner.shape.head_dim, runner.dtype, self.device
             )
         self._kept = None  # dropped before the new buffers are allocated
@@ -148,11 +148,15 @@ class BatchRunner:
         self._kept = cache if keep else None
         return cache
 
+    def drop_kept(self) -> None:
+        """Forgets the kept cache (`new_cache(keep=True)`), so that its memory can be freed."""
+        self._kept = None
+
     def addresses(self, cache: BatchKVCache) -> tuple[int, ...]:
         """The device addresses a static forward over `cache` reads or writes besides its
         inputs: the cache's tensors, the rotary tables, the model's parameters and buffers and
         the merged products. A CUDA graph captured on them is valid while they are unchanged."""
-        tensors = [*_tensors_of(cache), *self._rope_tables]
+        tensors = [*_tensors_of(cache), *self.rope_cos_sin]
         model = self.runner.model
         tensors += [*model.parameters(), *model.buffers()]
         for layer in self.runner.layer_products(packed=False):
@@ -200,7 +204,7 @@ class BatchRunner:
         runner = self.runner
         rows = hidden.shape[0] * hidden.shape[1]
         packed = packs_allowed and self._packed(rows, decode=True)
-        head = runner._packs.head if packed else None
+        head = runner.packs.head if packed else None
         return runner.model.lm_head(hidden) if head is None else head(hidden)
 
     def _packed(self, rows: int, decode: bool) -> bool:
@@ -231,7 +235,7 @@ class BatchRunner:
                     f"batched cache of {cache.capacity} positions cannot hold position "
                     f"{visible - 1}: size it for the longest prompt + new tokens"
                 )
-        cos_table, sin_table = self._rope_tables  # [capacity', D] x 2, capacity' >= capacity
+        cos_table, sin_table = self.rope_cos_sin  # [capacity', D] x 2, capacity' >= capacity
         cos = cos_table[positions][:, None]  # [B, 1, n, D]
         sin = sin_table[positions][:, None]
         keys_at = torch.arange(visible, device=self.device)  # [K]

@@ -211,7 +211,7 @@ def _to_vocab_fn(decoder):
 
 def _vocab_ids(decoder, indices: list[int]) -> list[int]:
     """Sampler-space indices -> vocabulary ids, on the host."""
-    table = decoder._token_list
+    table = decoder.token_list
     return list(indices) if table is None else [table[index] for index in indices]
 
 

@@ -95,7 +95,7 @@ class GraphedRunner:
         addresses = self.runner.addresses(cache)
         if cache is not self._cache or addresses != self._addresses:
             self._graphs, self._pool, self._cache = {}, None, cache
-            self._addresses, self._tables = addresses, self.runner._rope_tables
+            self._addresses, self._tables = addresses, self.runner.rope_cos_sin
         rows = cache.lengths.shape[0]
         missing = [(n, every) for n, every in sizes if (rows, n, every) not in self._graphs]
         if not missing or self.failed is not None:
@@ -113,7 +113,7 @@ class GraphedRunner:
         """`BatchRunner.static_forward`, replayed where captured (module doc)."""
         rows, num_new = input_ids.shape
         captured = self._graphs.get((rows, num_new, all_logits))
-        current = cache is self._cache and self.runner._rope_tables is self._tables
+        current = cache is self._cache and self.runner.rope_cos_sin is self._tables
         if captured is None or not current:
             return self.runner.static_forward(input_ids, counts, cache, all_logits)
         captured.input_ids.copy_(input_ids)

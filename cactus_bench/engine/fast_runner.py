@@ -129,7 +129,7 @@ class FastRunner:
         self._warm_buckets: set[int] = set()  # cache capacities already compiled for
         self.compiled = bool(compile)
         self.linear_kernel = self._resolve_kernel(linear_kernel)
-        self._packs = packed_model(model) if self.linear_kernel == "onednn" else None
+        self.packs = packed_model(model) if self.linear_kernel == "onednn" else None
         self._always_packed = linear_kernel == "onednn"  # else packs.packed_for(n) decides
         if merged is None:
             merged = device.type == "cuda"
@@ -154,9 +154,9 @@ class FastRunner:
 
     def uses_packs(self, num_new: int) -> bool:
         """Whether a forward over `num_new` tokens runs the oneDNN packs (else HF's modules)."""
-        if self._packs is None:
+        if self.packs is None:
             return False
-        return self._always_packed or self._packs.packed_for(num_new)
+        return self._always_packed or self.packs.packed_for(num_new)
 
     def warmup(self, capacity: int = 0) -> None:
         """Runs each registered size through the compiled layer for caches of `capacity`
@@ -212,15 +212,15 @@ class FastRunner:
         since (both keyed on the parameters' data pointers, the packs also on versions)."""
         if self._merged is not None:
             self._merged = merged_layers(self.model)
-        if self._packs is not None:
-            self._packs = packed_model(self.model)
+        if self.packs is not None:
+            self.packs = packed_model(self.model)
 
     def layer_products(self, packed: bool) -> list:
         """Per layer what `decoder_layer` takes as `packed`: the oneDNN packs (packed), else
         the merged products, else None (HF's modules)."""
         layers = len(self.layers)
         if packed:
-            return self._packs.layers[:layers]
+            return self.packs.layers[:layers]
         return self._merged[:layers] if self._merged is not None else [None] * layers
 
     def _grow(self, cache: StaticKVCache, needed: int) -> None:
@@ -251,7 +251,7 @@ class FastRunner:
         hidden = self._run(input_ids, cache, compiled=self.compiled)  # [1, n', H] final-normed
         cache.length -= input_ids.shape[1] - num_new  # the padding stays stale
         hidden = hidden[:, :num_new] if all_logits else hidden[:, num_new - 1 : num_new]
-        head = self._packs.head if self.uses_packs(hidden.shape[1]) else None
+        head = self.packs.head if self.uses_packs(hidden.shape[1]) else None
         return self.model.lm_head(hidden) if head is None else head(hidden)
 
     def _run(self, input_ids: torch.Tensor, cache: StaticKVCache, compiled: bool):

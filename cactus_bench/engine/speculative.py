@@ -84,9 +84,7 @@ class SpeculativeDecoder(BaseDecoder):
         self.verifier = make_runner(
             verifier, self.device, fast, compiled, sizes=(1, num_draft_tokens + 1)
         )
-        self.token_map, self._token_list = check_token_map(
-            token_map, self.device, drafter, verifier
-        )
+        self.token_map, self.token_list = check_token_map(token_map, self.device, drafter, verifier)
         # The guards' ids in sampler space (stop=exact's stop ids, relax_in=think's markers)
         self.think_ids = bind_guards(sampler, self.eos_token_ids, self.token_map, self.device)
         sizes = (output_vocab_size(drafter), output_vocab_size(verifier))
@@ -191,8 +189,8 @@ class SpeculativeDecoder(BaseDecoder):
         *row, num_off_head = torch.cat([out.token_ids[0], off_head]).tolist()
         num_accepted = sum(1 for token in row if token >= 0) - 1
         emitted = row[: num_accepted + 1]
-        if self._token_list is not None:
-            emitted = [self._token_list[token] for token in emitted]
+        if self.token_list is not None:
+            emitted = [self.token_list[token] for token in emitted]
         sampled = clock()
 
         # Roll back to the accepted prefix (see the module docstring for the lengths).

@@ -12,7 +12,8 @@ import dataclasses
 import re
 
 from cactus_bench.run.conf import SUBCONFS, RunConf
-from cactus_bench.samplers.catalogue import RULES, _did_you_mean
+from cactus_bench.samplers.catalogue import RULES
+from cactus_bench.samplers.params import did_you_mean
 
 
 def one_line_error(error: BaseException) -> str:
@@ -53,7 +54,7 @@ def _missing_config_line(message: str) -> str:
     if not found:
         return ""
     group, _, choice = found.group(1).rpartition("/")
-    line = f"unknown {group or 'config'} {choice!r}{_did_you_mean(choice, options)}"
+    line = f"unknown {group or 'config'} {choice!r}{did_you_mean(choice, options)}"
     if options:
         line += f"; available: {', '.join(options)}"
     return line
@@ -80,7 +81,7 @@ def _not_in_struct_line(message: str) -> str:
             f"the chosen sampler takes no {name!r} (configs/sampler/<name>.yaml lists a rule's "
             f"parameters); to set it anyway use +sampler.{name}=..."
         )
-    return f"unknown config key {full_key!r}{_did_you_mean(name, keys)}; check the spelling"
+    return f"unknown config key {full_key!r}{did_you_mean(name, keys)}; check the spelling"
 
 
 def _schema_keys() -> dict[str, tuple[str, ...]]:

@@ -34,7 +34,6 @@ from cactus_bench.samplers.rules import BUILDERS
 VERIFIER_ONLY = "verifier"  # the run configuration's "no speculation" choice (not a rule)
 # The verifier alone's parameters: none, and no rule to build
 NO_RULE: RuleParams = RuleInfo(VERIFIER_ONLY, "the verifier alone: no drafts").params_type()
-_did_you_mean = did_you_mean  # the name the run's error messages import
 
 
 # The rules that verify against a target pi: accept min(1, pi / p), resample norm((pi - p)+),

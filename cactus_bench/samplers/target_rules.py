@@ -68,7 +68,9 @@ class TargetRule(AcceptanceRule):
         draft (SpS, interp), the kernel's chain on this rule's plan (`_PlanView`)."""
         guarded = self.guards != NO_GUARDS or kwargs.get("relax") is not None
         if guarded and (self.guards.stop_exact or not self.target_moves_with_draft):
-            view = self._plan_view or self.with_guards(self.guards)._plan_view
+            if self._plan_view is None:
+                self.with_guards(self.guards)  # builds it
+            view = self._plan_view
             return view.verify(draft_token_ids, draft_probs, target_probs, generator, **kwargs)
         return super().verify(draft_token_ids, draft_probs, target_probs, generator, **kwargs)
 

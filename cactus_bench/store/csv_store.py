@@ -46,7 +46,7 @@ def _write_all(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
-def _append_bytes(path: Path, data: bytes) -> None:
+def append_bytes(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         _write_all(fd, data)
@@ -54,7 +54,7 @@ def _append_bytes(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def _cut_torn_tail(path: Path) -> None:
+def cut_torn_tail(path: Path) -> None:
     """Drop a last line without its newline: the remains of a write interrupted by a crash."""
     size = path.stat().st_size
     if size == 0:
@@ -93,7 +93,7 @@ class ResultStore:
         self.csv_path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             header = self._header_after_upgrade()
-            _append_bytes(self.csv_path, _csv_line(row_to_cells(row, header)))
+            append_bytes(self.csv_path, _csv_line(row_to_cells(row, header)))
 
     def append_records(self, run_id: str, records: Iterable, arm: str = "spec") -> int:
         """Append per-request records (RequestRecord or its dict) to `<stem>.records.jsonl`.
@@ -113,8 +113,8 @@ class ResultStore:
         self.records_path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             if self.records_path.exists():
-                _cut_torn_tail(self.records_path)
-            _append_bytes(self.records_path, "".join(lines).encode("utf-8"))
+                cut_torn_tail(self.records_path)
+            append_bytes(self.records_path, "".join(lines).encode("utf-8"))
         return len(lines)
 
     def append_steps(self, run_id: str, arm: str, steps: Iterable) -> int:
@@ -140,7 +140,7 @@ class ResultStore:
         }
         self.steps_path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
-            _append_bytes(
+            append_bytes(
                 self.steps_path, (json.dumps(entry, separators=(",", ":")) + "\n").encode()
             )
         return len(steps)
@@ -148,9 +148,9 @@ class ResultStore:
     def _header_after_upgrade(self) -> list[str]:
         """The file's header, created or widened to hold every current column. Lock held."""
         if self.csv_path.exists():
-            _cut_torn_tail(self.csv_path)  # may leave nothing when the header itself was torn
+            cut_torn_tail(self.csv_path)  # may leave nothing when the header itself was torn
         if not self.csv_path.exists() or self.csv_path.stat().st_size == 0:
-            _append_bytes(self.csv_path, _csv_line(COLUMNS))
+            append_bytes(self.csv_path, _csv_line(COLUMNS))
             return list(COLUMNS)
         header = self._read_header()
         renamed = [RENAMED_COLUMNS.get(name, name) for name in header]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from cactus_bench.store.csv_store import LOCK_TIMEOUT_S, _append_bytes, _cut_torn_tail
+from cactus_bench.store.csv_store import LOCK_TIMEOUT_S, append_bytes, cut_torn_tail
 
 ARMS = ("spec", "baseline")
 
@@ -41,8 +41,8 @@ class RecordJournal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
             if self.path.exists():
-                _cut_torn_tail(self.path)
-            _append_bytes(self.path, line.encode("utf-8"))
+                cut_torn_tail(self.path)
+            append_bytes(self.path, line.encode("utf-8"))
 
     def entries(self) -> list[dict]:
         """Every complete line in write order (a torn last line is not a request)."""

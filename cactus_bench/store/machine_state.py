@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 
-from cactus_bench.store.metadata import _cpu_name, device_name
+from cactus_bench.store.metadata import cpu_name, device_name
 
 ARM_MOMENTS = ("start", "end")
 
@@ -34,7 +34,7 @@ def load_now() -> dict:
 
 def machine_identity(device: str) -> dict:
     """What a cached baseline's timings are tied to: the host, its CPU and the timed device."""
-    return {"host": platform.node(), "cpu": _cpu_name(), "device": device_name(device)}
+    return {"host": platform.node(), "cpu": cpu_name(), "device": device_name(device)}
 
 
 def gpu_state(device: str) -> dict | None:

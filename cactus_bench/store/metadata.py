@@ -87,14 +87,14 @@ def git_state() -> tuple[str | None, bool | None]:
     return sha, (None if status is None else bool(status))
 
 
-def _version(package: str) -> str | None:
+def _package_version(package: str) -> str | None:
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -119,7 +119,7 @@ def device_name(device: str) -> str:
         cores = cores or os.cpu_count()
         threads = torch.get_num_threads()
         noun = "thread" if threads == 1 else "threads"
-        return f"CPU: {_cpu_name()} ({cores} cores, {threads} torch {noun})"
+        return f"CPU: {cpu_name()} ({cores} cores, {threads} torch {noun})"
     return device
 
 
@@ -130,8 +130,8 @@ def run_metadata(device: str) -> dict:
         "timestamp": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "git_sha": sha,
         "git_dirty": dirty,
-        "torch_version": _version("torch"),
-        "transformers_version": _version("transformers"),
+        "torch_version": _package_version("torch"),
+        "transformers_version": _package_version("transformers"),
         "python_version": platform.python_version(),
         "device_name": device_name(device),
     }

@@ -49,7 +49,7 @@ class _Totals:
     vllm_version: str | None = None
 
 
-def _as_dict(record) -> Mapping:
+def as_dict(record) -> Mapping:
     if isinstance(record, Mapping):
         return record
     if hasattr(record, "to_dict"):
@@ -72,7 +72,7 @@ def machine_time(record) -> float:
 
 
 def _totals(records: Iterable, arm: str) -> _Totals:
-    dicts = [_as_dict(r) for r in records]
+    dicts = [as_dict(r) for r in records]
     if not dicts:
         raise ValueError(f"summarise needs at least one {arm} record, got none")
     draft_lengths = {int(d.get("num_draft_tokens", 0)) for d in dicts}

@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from cactus_bench.store.schema import COLUMNS, row_to_cells
-from cactus_bench.store.summarise import _as_dict
+from cactus_bench.store.summarise import as_dict
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 
@@ -110,7 +110,7 @@ class WandbMirror:
         4096-token answers has thousands of steps: one call each would flood the run)."""
         wandb = self._wandb
         task = row.get("task") or "all"
-        dicts = [_as_dict(r) for r in records]
+        dicts = [as_dict(r) for r in records]
         accepted = [a for r in dicts for a in r.get("accepted_per_step") or []]
         n_prompts = row.get("n_prompts") or len(dicts)
         scores = _scores(row)
@@ -142,7 +142,7 @@ class WandbMirror:
             writer.writerow(row_to_cells(dict(row)))
             row_path.write_text(text.getvalue(), encoding="utf-8")
             lines = [
-                json.dumps({"run_id": row["run_id"], "arm": arm, **_as_dict(record)})
+                json.dumps({"run_id": row["run_id"], "arm": arm, **as_dict(record)})
                 for arm, group in (("spec", records), ("baseline", baseline_records or ()))
                 for record in group
             ]

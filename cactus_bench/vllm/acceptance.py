@@ -180,7 +180,7 @@ def _v1_without_draft_probs(args: tuple, kwargs: dict) -> bool:
     return has_drafts and draft_probs is None and not getattr(metadata, "all_greedy", False)
 
 
-def _is_cpu_platform() -> bool:
+def is_cpu_platform() -> bool:
     try:
         from vllm.platforms import current_platform  # lazy: vLLM is installed only in .venv-vllm
     except ImportError:
@@ -203,7 +203,7 @@ def register() -> list[InstalledRule]:
     rule = rule_from_env()
     if rule is None:
         if os.environ.get(EXPAND_FIX_ENV, "").strip() == "1":
-            patches.install_expand_fix(_is_cpu_platform())
+            patches.install_expand_fix(is_cpu_platform())
         return []
     working_set.CAP_BYTES = working_set.cap_from_env(os.environ)
     handles = []
@@ -220,5 +220,5 @@ def register() -> list[InstalledRule]:
             f"({', '.join(PATCH_TARGETS)}); this vLLM release is not supported"
         )
     patches.install_draft_law()
-    patches.install_expand_fix(_is_cpu_platform())
+    patches.install_expand_fix(is_cpu_platform())
     return handles

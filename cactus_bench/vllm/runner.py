@@ -125,7 +125,7 @@ def worker_report(worker) -> dict:
         "expand_fix": getattr(
             getattr(v1_sampler, "expand_batch_to_tokens", None), "cactus_checked", False
         )
-        if v1_sampler is not None and acceptance._is_cpu_platform()
+        if v1_sampler is not None and acceptance.is_cpu_platform()
         else None,
         "bridge_cap_bytes": working_set.CAP_BYTES,  # read from the engine's settings at start
         "draft_probs_fallbacks": acceptance.FALLBACKS["draft_probs_none"],
