@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from cactus_bench.paper import PAPER
-from cactus_bench.samplers.base import sample_categorical
+from cactus_bench.samplers.chain import sample_categorical
 
 
 @dataclass(frozen=True)

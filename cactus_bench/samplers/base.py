@@ -1,41 +1,40 @@
-"""The verification chain shared by every acceptance rule.
+"""The interface every acceptance rule implements, and `verify`, which runs the shared chain.
 
 A rule decides, for each drafted token n at position j, an acceptance probability a_j and, at the
 first rejected position, a recovery distribution r_j; when all m drafts are accepted a bonus token
-is drawn from the verifier's row m. Rules supply those three pieces; this module runs the chain:
+is drawn from the verifier's row m. `verify` checks the inputs, asks the rule for those pieces
+(`decide`) and runs the chain of `chain.py` (u_j < a_j, the accepted prefix, the last token), the
+one chain of every rule: the rules here decide from statistics through the hooks below, the
+builders' plans of `samplers/rules/` through kernel.py's `PlanRule.decide`.
 
-    u_j ~ U[0, 1)                 one draw per position, [B, m]
-    accepted_j = u_j < a_j        (deterministic rules have a_j in {0, 1})
-    k = number of leading accepts (num_accepted)
-    token k  ~ r_k  if k < m  else  bonus(q_m)
-
-Memory: acceptance reads only q(n), p(n) and row statistics ([B, m]); the full-vocabulary
-recovery/bonus distribution is built once per row, at position k: extra memory O(B V).
-Random draws happen in a fixed order (torch.rand [B, m], then one uniform per row for the
-last token) so that rules that coincide (Cactus at delta = 0 and SpS) produce identical outputs
-for one generator. The caller may pass those draws instead (`uniforms` [B, m + 1]) and skip the
-input checks (check=False): verify then reads nothing back to the host and traces into one graph.
+Memory: the rules here decide acceptance from q(n), p(n) and row statistics only ([B, m]); the
+full-vocabulary recovery/bonus distribution is built once per row, at position k: extra memory
+O(B V) (Cactus at V = 151,936 holds no [B, m, V] tensor). The caller may pass the draws
+(`uniforms` [B, m + 1]) and skip the input checks (check=False): verify then reads nothing back
+to the host and traces into one graph.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 import torch
 
+from cactus_bench.samplers.chain import (
+    Decisions,
+    LastToken,
+    Prefix,
+    VerifyOutput,
+    verify_chain,
+)
 from cactus_bench.samplers.guards import NO_GUARDS, Guards
 from cactus_bench.samplers.verify_inputs import (
     DraftStats,
+    VerifyCall,
     check_shapes,
     check_unscaled_names,
     draft_stats,
 )
-
-
-@dataclass(frozen=True)
-class VerifyOutput:
-    token_ids: torch.Tensor  # [B, m + 1] int64: accepted drafts, one recovered/bonus token, -1
-    num_accepted: torch.Tensor  # [B] int64 in 0..m: accepted draft tokens (bonus not counted)
 
 
 class AcceptanceRule:
@@ -143,70 +142,52 @@ class AcceptanceRule:
         check: bool = True,
         support_width: int | None = None,
         relax: torch.Tensor | None = None,  # [B, m] bool: True = the rule, False = SpS
-        **unscaled: torch.Tensor,
+        **unscaled: torch.Tensor,  # unscaled_draft_probs [B, m, V], unscaled_target_probs
     ) -> VerifyOutput:
-        """The chain (module doc). `uniforms[:, j]` replaces the draw of position j and
-        `uniforms[:, m]` the last token's, so nothing is drawn from `generator`. check=False
-        skips the input checks, the only host reads: with uniforms given the call can be
-        captured in a CUDA graph. `support_width` and the unscaled laws are read by the rules
-        of `samplers/rules/` (kernel.py); the rules here take them and ignore them. `relax`
-        and the guards: `guarded_accept` (target_rules.py), refused outside the family."""
-        batch, m, vocab = check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
+        """The chain (module doc) on this rule's `decide`. `uniforms[:, j]` replaces the draw of
+        position j and `uniforms[:, m]` the last token's, so nothing is drawn from `generator`.
+        check=False skips the input checks, the only host reads: with uniforms given the call
+        can be captured in a CUDA graph. `support_width` and the unscaled laws are read by the
+        plans of `samplers/rules/` (kernel.py); the rules here take them and ignore them.
+        `relax` and the guards: `guarded_accept` (target_rules.py), refused outside the family."""
+        check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
         check_unscaled_names(unscaled)
+        if relax is not None or self.guards != NO_GUARDS:
+            self.check_guardable()  # one line outside the target family, before anything runs
         ids = draft_token_ids.long()
         stats, draft_sums = draft_stats(ids, draft_probs, target_probs, check)
-
-        accept, reuse = self.accept_prob_and_reuse(stats)  # [B, m] each (reuse may be None)
-        if relax is not None or self.guards != NO_GUARDS:
-            self.check_guardable()
-            accept, reuse = self.guarded_accept(stats, relax, accept, reuse)
-        if check and bool(torch.isnan(accept).any()):
-            raise ValueError("acceptance probability is NaN: check draft_probs/target_probs")
-        if self.deterministic_accept:
-            accepted = accept >= 0.5
-        else:
-            accepted = acceptance_uniforms(batch, m, generator, accept.device, uniforms) < accept
-        num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
-
-        rows = torch.arange(batch, device=ids.device)
-        rejected = num_accepted < m  # [B]
-        pos = num_accepted.clamp(max=m - 1)  # draft row used for recovery (bonus rows ignore it)
-        dtype = stats.q_n.dtype
-        q_row = target_probs[rows, num_accepted].to(dtype)  # [B, V] verifier row at position k
-        q_row = q_row / stats.target_sums[rows, num_accepted].unsqueeze(-1)
-        p_row = draft_probs[rows, pos].to(dtype) / draft_sums[rows, pos].unsqueeze(-1)
-        last_token = self._sample_last(
-            rejected,
-            q_row,
-            p_row,
-            ids[rows, pos],
-            stats.q_n[rows, pos],
-            stats.p_n[rows, pos],
-            generator,
-            None if uniforms is None else uniforms[:, m],
-            () if reuse is None else (reuse[rows, pos],),
+        call = VerifyCall(
+            ids, draft_probs, target_probs, stats, draft_sums, check, support_width, relax, unscaled
         )
-        return emitted(ids, num_accepted, last_token)
+        return verify_chain(ids, self.decide(call), generator, uniforms)
 
-    def _sample_last(self, rejected, q_row, p_row, n, q_n, p_n, generator, uniform, reused=()):
-        """[B] the token after the accepted prefix: recovered where rejected, else the bonus."""
-        if self.recovery_is_argmax or self.bonus_is_argmax:
-            argmax_q = q_row.argmax(dim=-1)
-        if self.recovery_is_argmax and self.bonus_is_argmax:
-            return argmax_q
+    def decide(self, call: VerifyCall) -> Decisions:
+        """a_j from the [B, m] statistics (`accept_prob_and_reuse`, then the guards); the last
+        token's weights from the hooks at each row's position k only (`_last_token`)."""
+        accept, reuse = self.accept_prob_and_reuse(call.stats)  # [B, m] each (reuse may be None)
+        if call.relax is not None or self.guards != NO_GUARDS:
+            accept, reuse = self.guarded_accept(call.stats, call.relax, accept, reuse)
+        if call.check and bool(torch.isnan(accept).any()):
+            raise ValueError("acceptance probability is NaN: check draft_probs/target_probs")
+        last_token = partial(self._last_token, call, reuse)
+        return Decisions(accept, last_token, by_threshold=self.deterministic_accept)
+
+    def _last_token(self, call: VerifyCall, reuse, at: Prefix) -> LastToken:
+        """The verifier's row k, row-normalised (the bonus), and the recovery weights at the
+        rejected position (`recovery_weights`, `fallback_weights` where it has no mass): [B, V]."""
+        stats, rows, pos = call.stats, at.rows, at.position
+        dtype = stats.q_n.dtype
+        q_row = call.target_probs[rows, at.num_accepted].to(dtype)  # [B, V] verifier row at k
+        q_row = q_row / stats.target_sums[rows, at.num_accepted].unsqueeze(-1)
         if self.recovery_is_argmax:
-            weights = q_row  # rejected rows use argmax; the others draw the bonus from q
-        else:
-            recovery = self.recovery_weights(p_row, q_row, n, q_n, p_n, *reused).clamp(min=0)
-            empty = recovery.sum(dim=-1, keepdim=True) <= 0
-            recovery = torch.where(empty, self.fallback_weights(q_row, n), recovery)
-            weights = torch.where(rejected.unsqueeze(-1), recovery, q_row)
-        sampled = sample_categorical(weights, generator, uniform)
-        if self.recovery_is_argmax:
-            return torch.where(rejected, argmax_q, sampled)
-        if self.bonus_is_argmax:
-            return torch.where(rejected, sampled, argmax_q)
-        return sampled
+            return LastToken(q_row, None, self.bonus_is_argmax)
+        p_row = call.draft_probs[rows, pos].to(dtype) / call.draft_sums[rows, pos].unsqueeze(-1)
+        n, q_n, p_n = call.ids[rows, pos], stats.q_n[rows, pos], stats.p_n[rows, pos]
+        reused = () if reuse is None else (reuse[rows, pos],)
+        recovery = self.recovery_weights(p_row, q_row, n, q_n, p_n, *reused).clamp(min=0)
+        empty = recovery.sum(dim=-1, keepdim=True) <= 0
+        recovery = torch.where(empty, self.fallback_weights(q_row, n), recovery)
+        return LastToken(q_row, recovery, self.bonus_is_argmax)
 
     # ---- exact law for one drafted token -------------------------------------------------------
     @torch.inference_mode()
@@ -244,46 +225,3 @@ class AcceptanceRule:
         law = (p64 * (1 - accept)) @ recovery  # [V]
         law = law + p64 * accept
         return law
-
-
-def sample_categorical(
-    weights: torch.Tensor, generator: torch.Generator | None, uniform: torch.Tensor | None = None
-) -> torch.Tensor:
-    """[R] one index per row of non-negative weights [R, V], by inverting the float64 CDF.
-
-    One uniform per row, so the generator advances by R draws whatever V is; at V ~ 150k this is
-    several times faster on CPU than torch.multinomial (an exponential draw per entry). Entries
-    of zero weight are never returned (strict inequality in the search). `uniform` [R] float64
-    in [0, 1), when given, is used instead of the draw (the engine's per-row streams).
-    """
-    cdf = weights.to(torch.float64).cumsum(dim=-1)  # [R, V]
-    total = cdf[:, -1:]
-    if uniform is None:
-        uniform = torch.rand(
-            total.shape, generator=generator, device=weights.device, dtype=torch.float64
-        )
-    else:
-        uniform = uniform.to(torch.float64).unsqueeze(-1)  # [R, 1]
-    index = torch.searchsorted(cdf, uniform * total, right=True).squeeze(-1)
-    # u * total < total in exact arithmetic; guard the rounding case at the top end.
-    last_positive = weights.shape[-1] - 1 - (weights.flip(-1) > 0).to(torch.int8).argmax(-1)
-    return torch.minimum(index, last_positive)
-
-
-def acceptance_uniforms(batch, m, generator, device, uniforms) -> torch.Tensor:
-    """[B, m] the acceptance draws: uniforms[:, :m] when given, else torch.rand in float32 (the
-    order and dtype every rule has drawn in, so one generator keeps giving the same tokens)."""
-    if uniforms is not None:
-        return uniforms[:, :m]
-    return torch.rand((batch, m), generator=generator, device=device, dtype=torch.float32)
-
-
-def emitted(ids: torch.Tensor, num_accepted: torch.Tensor, last_token: torch.Tensor):
-    """VerifyOutput from the drafts [B, m], the accepted counts [B] and the last tokens [B]."""
-    batch, m = ids.shape
-    token_ids = torch.full((batch, m + 1), -1, dtype=torch.long, device=ids.device)
-    keep = torch.arange(m, device=ids.device).unsqueeze(0) < num_accepted.unsqueeze(1)
-    token_ids[:, :m] = torch.where(keep, ids, token_ids[:, :m])
-    rows = torch.arange(batch, device=ids.device)
-    token_ids[rows, num_accepted] = last_token
-    return VerifyOutput(token_ids=token_ids, num_accepted=num_accepted)

@@ -2,7 +2,7 @@
 
 Every rule there decides, at one position, an acceptance probability a(v) for each token v the
 drafter could propose and ONE residual distribution r that does not depend on the drafted token
-(docs/rules.md, F0). The chain is then the usual one:
+(docs/rules.md, F0). `PlanRule.decide` hands them to the chain every rule runs (`chain.py`):
 
     u_j ~ U[0, 1)                  one draw per position, [B, m]
     accepted_j = u_j < a_j(n_j)    (a in {0, 1} for the deterministic rules: FSD, BiLD)
@@ -24,24 +24,21 @@ the rules' pi needs the drafter's law at position m + 1, which the loop never co
 
 A builder may also define `across_window(accepted, draft_probs, target_probs, ids)`: [B, m] bool
 decisions in, [B, m] bool out, for a rule whose decision at position j reads the decisions after
-it (FLy's deferred window, `rules/fly.py`). `verify` applies it to the per-position decisions
+it (FLy's deferred window, `rules/fly.py`). The chain applies it to the per-position decisions
 before the accepted prefix is counted; such a rule has no law per position, so its exact
 statistics raise (test it through `verify`).
-Random draws happen in the order of `base.AcceptanceRule.verify` (torch.rand [B, m], then one
-uniform per row), so a builder whose plan is SpS's returns SpS's tokens for one generator.
+One chain draws in one order for every rule (torch.rand [B, m], then one uniform per row), so a
+builder whose plan is SpS's returns SpS's tokens for one generator.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from cactus_bench.samplers.base import (
-    AcceptanceRule,
-    VerifyOutput,
-    acceptance_uniforms,
-    emitted,
-    sample_categorical,
-)
+from cactus_bench.samplers.base import AcceptanceRule
+from cactus_bench.samplers.chain import Decisions, LastToken, Prefix
 from cactus_bench.samplers.exact import normalised, threshold_law
 from cactus_bench.samplers.guards import (  # against_target: the rules import it from here
     NO_GUARDS,
@@ -52,12 +49,7 @@ from cactus_bench.samplers.guards import (  # against_target: the rules import i
     stop_mask,
     stop_target,
 )
-from cactus_bench.samplers.verify_inputs import (
-    UNSCALED_NAMES,
-    check_shapes,
-    check_unscaled_names,
-    draft_stats,
-)
+from cactus_bench.samplers.verify_inputs import UNSCALED_NAMES, VerifyCall
 
 
 class PlanRule(AcceptanceRule):
@@ -149,56 +141,38 @@ class PlanRule(AcceptanceRule):
         return normalised(p_bar, q_bar, check)
 
     # ---- the chain -----------------------------------------------------------------------------
-    @torch.no_grad()  # not inference_mode: torch.compile cannot trace through it
-    def verify(
-        self,
-        draft_token_ids: torch.Tensor,  # [B, m]
-        draft_probs: torch.Tensor,  # [B, m, V]
-        target_probs: torch.Tensor,  # [B, m + 1, V]
-        generator: torch.Generator | None = None,
-        *,
-        uniforms: torch.Tensor | None = None,  # [B, m + 1] float64 in [0, 1)
-        check: bool = True,
-        support_width: int | None = None,
-        relax: torch.Tensor | None = None,  # [B, m] bool: True = the rule, False = SpS
-        **unscaled: torch.Tensor,  # unscaled_draft_probs [B, m, V], unscaled_target_probs
-    ) -> VerifyOutput:
-        """`base.AcceptanceRule.verify`'s chain and arguments, with one plan at every position.
+    def decide(self, call: VerifyCall) -> Decisions:
+        """One plan (a, r) [B, m, V] at every position: a(n) of each draft, the residual at
+        each row's position k, the bonus from q as given (float64). A deterministic builder's a
+        is 0 or 1 and still meets a uniform (the draw order stays SpS's; the guards mix in SpS).
 
         support_width: an upper bound on each row's |{p > 0} u {q > 0}| (2 k under top-k
         truncation): the plan then runs on that many columns per row, a static shape. None:
         the bound is read from the data when check=True (a host read), else full rows.
         relax and the rule's guards: `_guarded` (samplers/guards.py)."""
-        batch, m, vocab = check_shapes(draft_token_ids, draft_probs, target_probs, uniforms)
-        check_unscaled_names(unscaled)
-        if relax is not None or self.guards != NO_GUARDS:
-            self.check_guardable()  # one line outside the target family, before anything runs
-        ids = draft_token_ids.long()
-        draft_stats(ids, draft_probs, target_probs, check)  # the input checks, one line each
+        ids, draft_probs, target_probs = call.ids, call.draft_probs, call.target_probs
+        m = ids.shape[1]
         laws = (draft_probs, target_probs[:, :m])  # [B, m, V] each
         if self.reads_unscaled:
-            tests = unscaled.get(UNSCALED_NAMES[0]), unscaled.get(UNSCALED_NAMES[1])
+            tests = call.unscaled.get(UNSCALED_NAMES[0]), call.unscaled.get(UNSCALED_NAMES[1])
             self._test_laws(*laws, *tests, check=False)  # raises when the engine passed none
-            accept, residual = self.plan(*laws, tests[0], tests[1][:, :m], check=check)
+            accept, residual = self.plan(*laws, tests[0], tests[1][:, :m], check=call.check)
         elif getattr(self.builder, "full_rows", False):
-            accept, residual = self.plan(*laws, check=check)
+            accept, residual = self.plan(*laws, check=call.check)
         else:
-            accept, residual = self._plan_on_support(*laws, support_width, check)
-        accept, residual = self._guarded(laws, accept, residual, ids, relax)
+            accept, residual = self._plan_on_support(*laws, call.support_width, call.check)
+        accept, residual = self._guarded(laws, accept, residual, ids, call.relax)
 
-        a_n = accept.gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # [B, m]
-        accepted = acceptance_uniforms(batch, m, generator, ids.device, uniforms) < a_n
+        def last_token(at: Prefix) -> LastToken:
+            bonus = target_probs[at.rows, at.num_accepted].to(torch.float64)  # [B, V]
+            return LastToken(bonus, residual[at.rows, at.position])
+
+        window = None
         if self.reads_window:  # FLy: a rejection overridden by the decisions after it
-            accepted = self.builder.across_window(accepted, draft_probs, target_probs, ids)
-        num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
-
-        rows = torch.arange(batch, device=ids.device)
-        rejected = num_accepted < m
-        residual = residual[rows, num_accepted.clamp(max=m - 1)]  # [B, V]
-        bonus = target_probs[rows, num_accepted].to(torch.float64)
-        weights = torch.where(rejected.unsqueeze(-1), residual, bonus)
-        last = sample_categorical(weights, generator, None if uniforms is None else uniforms[:, m])
-        return emitted(ids, num_accepted, last)
+            laws_and_ids = {"draft_probs": draft_probs, "target_probs": target_probs, "ids": ids}
+            window = partial(self.builder.across_window, **laws_and_ids)
+        a_n = accept.gather(-1, ids.unsqueeze(-1)).squeeze(-1)  # [B, m]
+        return Decisions(a_n, last_token, across_window=window)
 
     def _guarded(self, laws, accept, residual, ids, relax):
         """(a, r) [B, m, V] with the guards applied: stop=exact re-targets the plan's law to

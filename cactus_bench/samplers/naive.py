@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from cactus_bench.samplers.base import AcceptanceRule, VerifyOutput, sample_categorical
+from cactus_bench.samplers.base import AcceptanceRule
+from cactus_bench.samplers.chain import VerifyOutput, sample_categorical
 from cactus_bench.samplers.divergences import exact_gamma, taylor_gamma
 
 

@@ -1,5 +1,6 @@
-"""What a rule's `verify` reads, checked and gathered: the input checks, one line each, and the
-per-position statistics (`DraftStats`) a rule decides acceptance from.
+"""What a rule's `verify` reads, checked and gathered: the input checks, one line each, the
+per-position statistics (`DraftStats`) a rule decides acceptance from, and the call's inputs
+together (`VerifyCall`).
 
 Shapes are checked from the tensors' shapes alone (no host read); values (NaN, empty rows, ids
 out of range) with one host sync for all of them, and skipped when the caller passes its own
@@ -25,6 +26,21 @@ class DraftStats:
 
 
 UNSCALED_NAMES = ("unscaled_draft_probs", "unscaled_target_probs")
+
+
+@dataclass(frozen=True)
+class VerifyCall:
+    """One `verify` call's inputs, checked: what a rule reads to decide (`decide`)."""
+
+    ids: torch.Tensor  # [B, m] int64 drafted tokens
+    draft_probs: torch.Tensor  # [B, m, V] as given (not normalised)
+    target_probs: torch.Tensor  # [B, m + 1, V] as given; row m is the bonus row
+    stats: DraftStats  # q(n), p(n) row-normalised, [B, m]; the target row sums
+    draft_sums: torch.Tensor  # [B, m] row sums of draft_probs
+    check: bool  # False: no host reads (the caller passed its uniforms; one graph)
+    support_width: int | None  # a bound on each row's support, for the plans (kernel.py)
+    relax: torch.Tensor | None  # [B, m] bool: True = the rule, False = SpS (the guards)
+    unscaled: dict[str, torch.Tensor]  # UNSCALED_NAMES: the temperature-1 laws, when passed
 
 
 def check_unscaled_names(unscaled: dict) -> None:

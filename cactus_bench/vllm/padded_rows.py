@@ -149,7 +149,7 @@ def _full_draft_law(draft_probs, ids, vocab, dtype) -> torch.Tensor:
 
 def invert_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     """[R] one index per row of non-negative weights [R, K] for given uniforms [R] (float64):
-    the inverse CDF of cactus_bench.samplers.base.sample_categorical, never a zero weight."""
+    the inverse CDF of cactus_bench.samplers.chain.sample_categorical, never a zero weight."""
     cdf = weights.to(torch.float64).cumsum(dim=-1)  # [R, K]
     total = cdf[:, -1:]
     index = torch.searchsorted(cdf, uniform.unsqueeze(-1) * total, right=True).squeeze(-1)
