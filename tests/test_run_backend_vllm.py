@@ -16,6 +16,7 @@ from test_vllm_decoder import _fake_vllm, _FakeLLM
 from cactus_bench.run import ConfigError, build_identity, run, validate
 from cactus_bench.run.backends import check_backend
 from cactus_bench.run_settings import ACCEPTANCE_MODES
+from cactus_bench.samplers.catalogue import parse_sampler
 from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import engines as ve
 
@@ -123,7 +124,8 @@ def test_vllms_own_sampler_is_its_own_run(tmp_path):
 def test_vllms_own_sampler_reaches_vllm_without_a_rule(tmp_path, monkeypatch):
     _fake_vllm(monkeypatch)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
-    monkeypatch.setenv(va.RULE_ENV, va.rule_spec("cactus", {"delta": 1.0}))  # an earlier run's
+    earlier = parse_sampler({"name": "cactus", "delta": 1.0}).to_json()  # an earlier run's
+    monkeypatch.setenv(va.RULE_ENV, earlier)
     monkeypatch.setenv(va.EXPAND_FIX_ENV, "")  # off, and removed again after the test
     conf = _conf(
         tmp_path,
@@ -143,7 +145,9 @@ def test_vllms_own_sampler_reaches_vllm_without_a_rule(tmp_path, monkeypatch):
 
 def test_build_llm_refuses_a_rule_on_vllms_own_path():
     with pytest.raises(ValueError, match="pass rule=None"):
-        ve.build_llm("V", rule=("sps", {}), acceptance="vllm", drafter_id="D", m=2)
+        ve.build_llm(
+            "V", rule=parse_sampler({"name": "sps"}), acceptance="vllm", drafter_id="D", m=2
+        )
     with pytest.raises(ValueError, match="acceptance must be one of"):
         ve.build_llm("V", acceptance="own", drafter_id="D", m=2)
     assert set(ve.DRAFT_SAMPLE_METHODS) == set(ACCEPTANCE_MODES)
