@@ -88,6 +88,20 @@ def test_run_drives_fake_vllm_engines(tmp_path, monkeypatch, baseline):
     assert _FakeLLM.built[0]["model"] == "fake/verifier"
 
 
+def test_a_runs_guard_reaches_the_vllm_workers(tmp_path, monkeypatch):
+    """The run hands vLLM its typed parameters, guards included: near_top (the guard the bridge
+    runs) is in RULE_ENV's JSON and on the rule the workers build from it."""
+    _fake_vllm(monkeypatch)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    overrides = ("sampler=cactus", "delta=0.5", "near_top=0.2", "baseline=cached")
+    fake = ("model.verifier=fake/verifier", "model.drafter=fake/drafter")
+    run(_conf(tmp_path, "backend=vllm", *overrides, *fake))
+    sent = parse_sampler({"name": "cactus", "delta": 0.5, "near_top": 0.2})
+    assert va.rule_params_from_env() == sent and os.environ[va.RULE_ENV] == sent.to_json()
+    assert va.rule_from_env().guards.near_top == 0.2
+
+
 # ---- acceptance=vllm: vLLM's own speculative sampling -------------------------------------------
 @pytest.mark.parametrize(
     ("overrides", "fix"),
