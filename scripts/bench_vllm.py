@@ -137,6 +137,7 @@ def vllm_worker(args, rule: str) -> dict:
     from cactus_bench.engine.sampling import PAPER_SAMPLING
     from cactus_bench.models.loading import load_tokenizer
     from cactus_bench.run.measure import warm_up
+    from cactus_bench.samplers.registry import params_with_defaults
     from cactus_bench.vllm.decoder import VllmDecoder
     from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
 
@@ -150,7 +151,8 @@ def vllm_worker(args, rule: str) -> dict:
     common = {"m": M, "dtype": args.dtype, "seed": 0, "options": options}
     # verifier-only first: the engine built last keeps vLLM's spec-decode counters
     base = build_llm(verifier, rule=None, drafter_id=None, **common)
-    spec = build_llm(verifier, rule=(rule, params), drafter_id=drafter, **common)
+    rule_params = params_with_defaults(rule, **params)
+    spec = build_llm(verifier, rule=rule_params, drafter_id=drafter, **common)
     decoders = {
         "verifier": VllmDecoder(
             base, tokenizer, num_draft_tokens=0, sampler_name=None, sampling=sampling

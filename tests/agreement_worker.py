@@ -76,6 +76,7 @@ def main() -> None:
 def vllm(job: dict) -> dict:
     from vllm import SamplingParams
 
+    from cactus_bench.samplers.registry import params_with_defaults
     from cactus_bench.vllm.engines import VllmOptions, build_llm
     from cactus_bench.vllm.outputs import steps_from_metrics
 
@@ -83,7 +84,7 @@ def vllm(job: dict) -> dict:
     clock = time.perf_counter()
     llm = build_llm(
         job["verifier"],
-        rule=(job["rule"], job["params"]),
+        rule=params_with_defaults(job["rule"], **job["params"]),
         drafter_id=job["drafter"],
         m=job["m"],
         dtype="float32",

@@ -89,6 +89,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from cactus_bench.engine import SamplingParams
+    from cactus_bench.samplers.catalogue import parse_sampler
     from cactus_bench.vllm.decoder import VllmDecoder
     from cactus_bench.vllm.engines import VllmOptions, build_llm
     from cactus_bench.vllm.runner import REPORT_METHOD
@@ -100,7 +101,7 @@ def main() -> None:
     verifier = with_generation_config(job["verifier"])
     spec_llm = build_llm(
         verifier,
-        rule=("cactus", {"delta": 1.0}),
+        rule=parse_sampler({"name": "cactus", "delta": 1.0}),
         drafter_id=job["drafter"],
         m=job["m"],
         **common,

@@ -16,6 +16,7 @@ from test_vllm_decoder import _fake_vllm, _FakeLLM
 from cactus_bench.run import ConfigError, build_identity, run, validate
 from cactus_bench.run.backends import check_backend
 from cactus_bench.run_settings import ACCEPTANCE_MODES
+from cactus_bench.samplers.catalogue import parse_sampler
 from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import engines as ve
 
@@ -87,6 +88,20 @@ def test_run_drives_fake_vllm_engines(tmp_path, monkeypatch, baseline):
     assert _FakeLLM.built[0]["model"] == "fake/verifier"
 
 
+def test_a_runs_guard_reaches_the_vllm_workers(tmp_path, monkeypatch):
+    """The run hands vLLM its typed parameters, guards included: near_top (the guard the bridge
+    runs) is in RULE_ENV's JSON and on the rule the workers build from it."""
+    _fake_vllm(monkeypatch)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    overrides = ("sampler=cactus", "delta=0.5", "near_top=0.2", "baseline=cached")
+    fake = ("model.verifier=fake/verifier", "model.drafter=fake/drafter")
+    run(_conf(tmp_path, "backend=vllm", *overrides, *fake))
+    sent = parse_sampler({"name": "cactus", "delta": 0.5, "near_top": 0.2})
+    assert va.rule_params_from_env() == sent and os.environ[va.RULE_ENV] == sent.to_json()
+    assert va.rule_from_env().guards.near_top == 0.2
+
+
 # ---- acceptance=vllm: vLLM's own speculative sampling -------------------------------------------
 @pytest.mark.parametrize(
     ("overrides", "fix"),
@@ -123,7 +138,8 @@ def test_vllms_own_sampler_is_its_own_run(tmp_path):
 def test_vllms_own_sampler_reaches_vllm_without_a_rule(tmp_path, monkeypatch):
     _fake_vllm(monkeypatch)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
-    monkeypatch.setenv(va.RULE_ENV, va.rule_spec("cactus", {"delta": 1.0}))  # an earlier run's
+    earlier = parse_sampler({"name": "cactus", "delta": 1.0}).to_json()  # an earlier run's
+    monkeypatch.setenv(va.RULE_ENV, earlier)
     monkeypatch.setenv(va.EXPAND_FIX_ENV, "")  # off, and removed again after the test
     conf = _conf(
         tmp_path,
@@ -143,7 +159,9 @@ def test_vllms_own_sampler_reaches_vllm_without_a_rule(tmp_path, monkeypatch):
 
 def test_build_llm_refuses_a_rule_on_vllms_own_path():
     with pytest.raises(ValueError, match="pass rule=None"):
-        ve.build_llm("V", rule=("sps", {}), acceptance="vllm", drafter_id="D", m=2)
+        ve.build_llm(
+            "V", rule=parse_sampler({"name": "sps"}), acceptance="vllm", drafter_id="D", m=2
+        )
     with pytest.raises(ValueError, match="acceptance must be one of"):
         ve.build_llm("V", acceptance="own", drafter_id="D", m=2)
     assert set(ve.DRAFT_SAMPLE_METHODS) == set(ACCEPTANCE_MODES)

@@ -21,7 +21,8 @@ M, SEEDS, MAX_TOKENS = 2, 3, 32
 
 @pytest.fixture(scope="module")
 def result():
-    from cactus_bench.vllm.acceptance import RULE_ENV, rule_spec
+    from cactus_bench.samplers.catalogue import parse_sampler
+    from cactus_bench.vllm.acceptance import RULE_ENV
 
     job = embedded_pair_job(
         m=M,
@@ -31,7 +32,7 @@ def result():
         prompt="Write a long story about a cat who travels the world and meets many friends.",
     )
     # an earlier engine's rule, left behind in the environment
-    leftover = {RULE_ENV: rule_spec("cactus", {"delta": 1.0})}
+    leftover = {RULE_ENV: parse_sampler({"name": "cactus", "delta": 1.0}).to_json()}
     return run_worker("own_sampler_worker.py", job, **leftover)[0]
 
 

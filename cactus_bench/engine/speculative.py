@@ -30,7 +30,7 @@ from cactus_bench.engine.runtime import (
     resolve_compile,
 )
 from cactus_bench.engine.sampling import SamplingParams, process_logits
-from cactus_bench.samplers import make_sampler
+from cactus_bench.samplers import AcceptanceRule, make_sampler
 from cactus_bench.samplers.guards import NO_GUARDS, bind_guards, relax_mask, think_after
 
 
@@ -52,7 +52,7 @@ class SpeculativeDecoder(BaseDecoder):
         drafter: torch.nn.Module,
         verifier: torch.nn.Module,
         tokenizer,
-        sampler,
+        sampler: AcceptanceRule,
         num_draft_tokens: int,
         sampling: SamplingParams | None = None,
         eos_token_ids: list[int] | None = None,

@@ -160,6 +160,7 @@ def run(job: dict) -> dict:
     from transformers import AutoTokenizer  # lazy: as torch
 
     from cactus_bench.engine import SamplingParams  # lazy: pulls in torch
+    from cactus_bench.samplers.registry import params_with_defaults  # lazy: pulls in torch
     from cactus_bench.vllm.decoder import VllmDecoder  # lazy: pulls in torch
     from cactus_bench.vllm.engines import VllmOptions, build_llm  # lazy: pulls in torch
 
@@ -174,7 +175,7 @@ def run(job: dict) -> dict:
     name, params = job["rule"]
     llm = build_llm(
         job["verifier"],
-        rule=(name, params),
+        rule=params_with_defaults(name, **params),
         drafter_id=job["verifier"],
         m=job["m"],
         dtype=job["dtype"],

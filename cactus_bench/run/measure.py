@@ -10,7 +10,7 @@ The row also gets the machine's state around each arm and the arms' drift (store
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cactus_bench.run.backends import Decoders, load_decoders
 from cactus_bench.run.baseline import baseline_journal, cached_baseline, sweep_lock
@@ -22,6 +22,9 @@ from cactus_bench.store import summarise
 from cactus_bench.store.drift import drift_columns
 from cactus_bench.store.intervals import per_prompt_columns
 from cactus_bench.store.machine_state import cached_gap, gpu_state, load_columns
+
+if TYPE_CHECKING:
+    from cactus_bench.samplers.base import AcceptanceRule
 
 WARM_UP_TEXT = "Warm-up: name three colours."
 PHASE_TIME_COLUMNS = ("prefill_time_s", "draft_time_s", "verify_time_s", "sampler_time_s")
@@ -35,7 +38,7 @@ class Measured:
     step_logs: dict[str, list] = field(default_factory=dict)  # batch > 1: arm -> BatchSteps
 
 
-def measure(identity: RunIdentity, rule) -> Measured:
+def measure(identity: RunIdentity, rule: AcceptanceRule | None) -> Measured:
     """Load, warm up, decode and summarise; `rule` is None for the verifier alone."""
     import torch  # lazy: keeps torch out of `import cactus_bench.run` and the checks
 

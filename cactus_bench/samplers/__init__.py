@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         taylor_gamma,
     )
     from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
-    from cactus_bench.samplers.registry import SAMPLERS, make_sampler, rule_from_checked
+    from cactus_bench.samplers.registry import SAMPLERS, build_rule, make_sampler
     from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
     from cactus_bench.samplers.verify_inputs import DraftStats
 
@@ -42,7 +42,7 @@ _LAZY = {
     ),
     **dict.fromkeys(("Greedy", "TopK", "TypicalAcceptance"), "heuristic_rules"),
     **dict.fromkeys(("Cactus", "CactusExact", "Interpolation", "SpS"), "target_rules"),
-    **dict.fromkeys(("SAMPLERS", "make_sampler", "rule_from_checked"), "registry"),
+    **dict.fromkeys(("SAMPLERS", "build_rule", "make_sampler"), "registry"),
 }
 
 
@@ -58,8 +58,8 @@ __all__ = [
     "RULES",
     "RULE_NAMES",
     "VERIFIER_ONLY",
+    "build_rule",
     "check_params",
-    "rule_from_checked",
     "SAMPLERS",
     "SAMPLER_NAMES",
     "AcceptanceRule",

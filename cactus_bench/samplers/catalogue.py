@@ -1,10 +1,11 @@
 """The acceptance rules' names and hyper-parameters, free of torch: what a config may say.
 
 Configuration checks read this before anything heavy is imported, so a bad command line fails in
-milliseconds. Each rule class in this package takes exactly the parameters listed here (a test
-checks that every `make_sampler` rule's `__init__` and `params()` agree with its entry). The
-rules that verify against a target pi declare their entry in their own file under
-`samplers/rules/` (collected here), so adding one is that file plus its YAML (docs/rules.md).
+milliseconds. Each rule declares its entry once, beside its class (`info`): a builder in its
+own file under `samplers/rules/`, so adding one is that file plus its YAML (docs/rules.md); the
+rules whose classes load torch (`target_rules.py`, `heuristic_rules.py`) in
+`samplers/declared.py`. This module collects them (a test checks that every rule's `__init__`
+and `params()` agree with its entry).
 
 A run parses its sampler node once into the rule's `RuleParams` (`parse_sampler`), builds the
 rule from it and records it. A parameter's CSV column is its own name unless `column` says
@@ -20,15 +21,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from cactus_bench.samplers.params import (
-    DELTA,
-    DIVERGENCE_NAMES,
-    GUARDS,
-    Param,
-    RuleInfo,
-    RuleParams,
-    did_you_mean,
-)
+from cactus_bench.samplers.declared import HOOK_RULES
+from cactus_bench.samplers.params import GUARDS, Param, RuleInfo, RuleParams, did_you_mean
 from cactus_bench.samplers.rules import BUILDERS
 
 VERIFIER_ONLY = "verifier"  # the run configuration's "no speculation" choice (not a rule)
@@ -68,47 +62,20 @@ def _flagged(info: RuleInfo) -> RuleInfo:
     return dataclasses.replace(info, target_family=info.name in TARGET_FAMILY)
 
 
+# The alias: another name for a rule, with its own parameters mapped to the rule's.
+ENSEMBLE = RuleInfo(
+    "ensemble",
+    "HF assistant_ensemble_weight / DIVERSED static: verify against w q + (1 - w) p",
+    (Param("w", float, "ensemble weight on the verifier (1 = SpS)", low=0.0, high=1.0),),
+    alias_of="interp",
+    # interp's h = alpha p + (1 - alpha) q is the same rule with alpha = 1 - w; rounded so
+    # that w = 0.7 names the run alpha = 0.3, not 0.30000000000000004.
+    to_target=lambda params: {"alpha": round(1.0 - params["w"], 12)} if params else {},
+)
+# In the catalogue's order: the hook rules, the builders (by file name), the alias.
 RULES: dict[str, RuleInfo] = {
     rule.name: _flagged(rule)
-    for rule in (
-        RuleInfo("sps", "standard speculative sampling: lossless, target h = q"),
-        RuleInfo("cactus", "Cactus, the paper's Taylor step (Corollary 5)", (DELTA,)),
-        RuleInfo(
-            "cactus_exact",
-            "Cactus with the exact root of Theorem 2 for an f-divergence",
-            (DELTA, Param("divergence", str, "f-divergence", choices=DIVERGENCE_NAMES)),
-        ),
-        RuleInfo(
-            "tas",
-            "typical acceptance (Medusa; vLLM V0): q(n) > min(threshold, alpha exp(-H(q)))",
-            (
-                Param("threshold", float, "TAS epsilon", low=0.0, low_open=True, high=1.0),
-                Param("alpha", float, "TAS alpha", low=0.0, low_open=True),
-            ),
-        ),
-        RuleInfo(
-            "interp",
-            "verify against alpha p + (1 - alpha) q",
-            (Param("alpha", float, "interpolation weight on the drafter", low=0.0, high=1.0),),
-        ),
-        RuleInfo(
-            "topk",
-            "accept iff q(n) is within q's top k",
-            (Param("k", int, "top-k acceptance", low=1, column="top_k_accept"),),
-        ),
-        RuleInfo("greedy", "accept iff n = argmax q (temperature 0)"),
-        # The rules that verify against a target pi (samplers/rules/, one file each).
-        *(builder.info for builder in BUILDERS),
-        RuleInfo(
-            "ensemble",
-            "HF assistant_ensemble_weight / DIVERSED static: verify against w q + (1 - w) p",
-            (Param("w", float, "ensemble weight on the verifier (1 = SpS)", low=0.0, high=1.0),),
-            alias_of="interp",
-            # interp's h = alpha p + (1 - alpha) q is the same rule with alpha = 1 - w; rounded
-            # so that w = 0.7 names the run alpha = 0.3, not 0.30000000000000004.
-            to_target=lambda params: {"alpha": round(1.0 - params["w"], 12)} if params else {},
-        ),
-    )
+    for rule in (*HOOK_RULES, *(builder.info for builder in BUILDERS), ENSEMBLE)
 }
 RULE_NAMES: tuple[str, ...] = tuple(RULES)
 

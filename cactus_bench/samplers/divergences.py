@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from cactus_bench.samplers.catalogue import DIVERGENCE_NAMES
+from cactus_bench.samplers.params import DIVERGENCE_NAMES
 
 DIVERGENCES = DIVERGENCE_NAMES  # the torch-free catalogue lists them for config checks
 

@@ -14,24 +14,22 @@ import math
 import torch
 
 from cactus_bench.samplers.base import AcceptanceRule
+from cactus_bench.samplers.declared import GREEDY, TAS, TOPK, Declared
 from cactus_bench.samplers.exact import normalised, threshold_law
 from cactus_bench.samplers.verify_inputs import DraftStats
 
 _TAS_LOG_EPS = 1e-5  # the constant inside log(q + eps) in Medusa and vLLM V0
 
 
-class TypicalAcceptance(AcceptanceRule):
-    name = "tas"
+class TypicalAcceptance(Declared, AcceptanceRule):
+    info = TAS
     deterministic_accept = True
     recovery_is_argmax = True
 
     def __init__(self, threshold: float = 0.09, alpha: float | None = None):
-        # ranges: the catalogue's, checked once by make_sampler
-        self.threshold = float(threshold)
-        self.alpha = math.sqrt(self.threshold) if alpha is None else float(alpha)
-
-    def params(self) -> dict:
-        return {"threshold": self.threshold, "alpha": self.alpha}
+        # alpha's default follows the threshold: sqrt(threshold), the reference code's
+        self._store(threshold=threshold)
+        self._store(alpha=math.sqrt(self.threshold) if alpha is None else alpha)
 
     def accept_prob(self, stats: DraftStats) -> torch.Tensor:
         batch, m = stats.q_n.shape
@@ -57,15 +55,12 @@ class TypicalAcceptance(AcceptanceRule):
         return threshold_law(p, self._accepted(q), _one_hot_argmax(q))[1]
 
 
-class TopK(AcceptanceRule):
-    name = "topk"
+class TopK(Declared, AcceptanceRule):
+    info = TOPK
     deterministic_accept = True
 
     def __init__(self, k: int = 5):
-        self.k = int(k)  # range: the catalogue's, checked once by make_sampler
-
-    def params(self) -> dict:
-        return {"k": self.k}
+        self._store(k=k)
 
     def accept_prob(self, stats: DraftStats) -> torch.Tensor:
         m = stats.q_n.shape[1]
@@ -98,8 +93,8 @@ class TopK(AcceptanceRule):
         return threshold_law(p, top, recovery)[1]
 
 
-class Greedy(AcceptanceRule):
-    name = "greedy"
+class Greedy(Declared, AcceptanceRule):
+    info = GREEDY
     deterministic_accept = True
     recovery_is_argmax = True
     bonus_is_argmax = True
@@ -120,3 +115,6 @@ class Greedy(AcceptanceRule):
 def _one_hot_argmax(q: torch.Tensor) -> torch.Tensor:
     """[..., V] float64 indicator of argmax q (first index on ties, as torch.argmax)."""
     return torch.zeros_like(q).scatter_(-1, q.argmax(-1, keepdim=True), 1.0)
+
+
+RULES = (TypicalAcceptance, TopK, Greedy)  # the registry collects them (as BUILDERS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -220,6 +221,13 @@ class RuleParams:
         values = self.values()
         values = self.info.to_target(values) if self.info.alias_of else values
         return {**values, **self.guards_set()}
+
+    def to_json(self) -> str:
+        """These parameters as the sampler node `{"name", **values, **guards set}` in JSON
+        (sorted keys): how they cross a process boundary (the vLLM workers' RULE_ENV), read
+        back into equal parameters by `catalogue.parse_sampler` (floats round-trip exactly)."""
+        node = {"name": self.rule, **self.values(), **self.guards_set()}
+        return json.dumps(node, sort_keys=True)
 
     def at_draft_length(self, m: int) -> RuleParams:
         """These parameters with those that depend on the run's m resolved (`RuleInfo`)."""

@@ -1,18 +1,22 @@
-"""`make_sampler`: a rule by name, its parameters checked against the catalogue first;
-`rule_from_checked`: the same from parameters the catalogue has checked already."""
+"""Rules by name: `build_rule` builds one from its typed parameters (`RuleParams`), the only
+builder; `make_sampler` (the Python API) parses a name and keyword parameters into them first.
+
+The classes are collected from the modules that declare them (`target_rules.RULES`,
+`heuristic_rules.RULES`, `rules.BUILDERS`), each under its entry's name (samplers/declared.py).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from cactus_bench.samplers import heuristic_rules, target_rules
 from cactus_bench.samplers.base import AcceptanceRule
-from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, check_params, rule_info
+from cactus_bench.samplers.catalogue import RULE_NAMES, RULES, rule_info
 from cactus_bench.samplers.guards import Guards
-from cactus_bench.samplers.heuristic_rules import Greedy, TopK, TypicalAcceptance
 from cactus_bench.samplers.kernel import PlanRule
-from cactus_bench.samplers.params import GUARD_DEFAULTS, RuleParams
+from cactus_bench.samplers.params import RuleParams
 from cactus_bench.samplers.rules import BUILDERS
-from cactus_bench.samplers.target_rules import Cactus, CactusExact, Interpolation, SpS
 
 
 def _plan_rule(builder: type) -> Callable[..., AcceptanceRule]:
@@ -26,52 +30,56 @@ def _plan_rule(builder: type) -> Callable[..., AcceptanceRule]:
 
 
 def _alias(name: str) -> Callable[..., AcceptanceRule]:
-    info = RULES[name]
-
-    def make(**params) -> AcceptanceRule:
-        return make_sampler(info.alias_of, **info.to_target(params))
+    def make(**params) -> AcceptanceRule:  # the rule it names, with that rule's parameters
+        return make_sampler(name, **params)
 
     return make
 
 
-SAMPLERS: dict[str, Callable[..., AcceptanceRule]] = {
-    "sps": SpS,
-    "cactus": Cactus,
-    "cactus_exact": CactusExact,
-    "tas": TypicalAcceptance,
-    "interp": Interpolation,
-    "topk": TopK,
-    "greedy": Greedy,
+# The class of each rule that has one (an alias has none): what fills a parameter left unset
+_CLASSES: dict[str, type] = {
+    cls.info.name: cls for cls in (*target_rules.RULES, *heuristic_rules.RULES, *BUILDERS)
+}
+_MAKERS: dict[str, Callable[..., AcceptanceRule]] = {
+    **{cls.info.name: cls for cls in (*target_rules.RULES, *heuristic_rules.RULES)},
     **{builder.info.name: _plan_rule(builder) for builder in BUILDERS},
     **{name: _alias(name) for name, info in RULES.items() if info.alias_of},
 }
-assert tuple(SAMPLERS) == RULE_NAMES, "catalogue.RULES and SAMPLERS must list the same rules"
-
-
-def make_sampler(name: str, **params) -> AcceptanceRule:
-    """Builds a rule by name. Parameters set to None are left at the rule's default; unknown
-    names and out-of-range values raise one line (the catalogue's checks). An alias (ensemble)
-    builds the rule it names (interp). The guards (stop, strict_first, relax_in, near_top) are
-    taken too, refused in one line for a rule outside the target family."""
-    info = rule_info(name)
-    given = {key: value for key, value in params.items() if value is not None}
-    guards = info.split_guards(given)[1]
-    rule = SAMPLERS[name](**check_params(name, given))
-    return rule.with_guards(Guards(**guards)) if guards else rule
+assert set(_MAKERS) == set(RULE_NAMES), "the catalogue's rules and their classes must match"
+SAMPLERS: dict[str, Callable[..., AcceptanceRule]] = {name: _MAKERS[name] for name in RULE_NAMES}
 
 
 def build_rule(params: RuleParams) -> AcceptanceRule:
-    """The acceptance rule a run's checked, typed parameters describe (`RuleInfo.parse` made
-    them once, before anything loaded), its guards set (the engine gives it the stop ids)."""
-    rule = SAMPLERS[params.rule](**params.values())
+    """The acceptance rule typed, checked parameters describe (`RuleInfo.parse` made them: a
+    run's config checks, `make_sampler`, the vLLM workers from RULE_ENV's JSON), its guards set
+    (the engine gives it the stop ids). An alias (ensemble) builds the rule it names (interp)."""
+    info = params.info
+    if info.alias_of:
+        target = {**info.to_target(params.values()), **params.guards_set()}
+        return build_rule(RULES[info.alias_of].parse(target))
+    rule = _MAKERS[params.rule](**params.values())
     guards = params.guards_set()
     return rule.with_guards(Guards(**guards)) if guards else rule
 
 
-def rule_from_checked(name: str, params: dict) -> AcceptanceRule:
-    """Builds a rule from parameters `check_params` has already returned (a run's config checks
-    did, before anything loaded): the run path checks each parameter once. Guards among them
-    are set on the rule (the vLLM bridge's near_top)."""
-    guards = {key: params[key] for key in GUARD_DEFAULTS if key in params}
-    rule = SAMPLERS[name](**{key: v for key, v in params.items() if key not in guards})
-    return rule.with_guards(Guards(**guards)) if guards else rule
+def params_with_defaults(name: str, **params: Any) -> RuleParams:
+    """Rule `name`'s typed parameters from keyword values: those absent or None at the rule's
+    defaults, as its class sets them (tas: alpha = sqrt(threshold)). Unknown names and values
+    out of range raise one line (the catalogue's checks), a guard on a rule outside the target
+    family too. An alias with its parameters unset is the rule it names at that rule's."""
+    info = rule_info(name)
+    given = {key: value for key, value in params.items() if value is not None}
+    own, guards = info.split_guards(given)
+    if all(param.name in own for param in info.params):
+        return info.parse(given)
+    if info.alias_of:
+        return params_with_defaults(info.alias_of, **info.to_target(own), **guards)
+    defaults = _CLASSES[name](**info.check(own)).params()  # the class fills what is unset
+    return info.parse({**defaults, **given})
+
+
+def make_sampler(name: str, **params: Any) -> AcceptanceRule:
+    """Builds a rule by name (`params_with_defaults`, then `build_rule`). The guards (stop,
+    strict_first, relax_in, near_top) are taken too, refused in one line for a rule outside
+    the target family."""
+    return build_rule(params_with_defaults(name, **params))

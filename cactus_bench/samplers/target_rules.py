@@ -16,6 +16,7 @@ import dataclasses
 import torch
 
 from cactus_bench.samplers.base import AcceptanceRule
+from cactus_bench.samplers.declared import CACTUS, CACTUS_EXACT, INTERP, SPS, Declared
 from cactus_bench.samplers.divergences import exact_gamma, taylor_gamma
 from cactus_bench.samplers.exact import boosted_acceptance, boosted_law, normalised
 from cactus_bench.samplers.guards import (
@@ -29,10 +30,10 @@ from cactus_bench.samplers.guards import (
 from cactus_bench.samplers.verify_inputs import DraftStats
 
 
-class TargetRule(AcceptanceRule):
+class TargetRule(Declared, AcceptanceRule):
     """Accept with min(1, h(n)/p(n)); recover from norm(max(0, h - p)). SpS is h = q."""
 
-    name = "sps"
+    info = SPS
     verifies_target = True
     target_moves_with_draft = True  # h depends on the drafted n (Cactus); not for SpS, interp
 
@@ -142,21 +143,18 @@ class TargetRule(AcceptanceRule):
 
 
 class SpS(TargetRule):
-    name = "sps"
+    info = SPS
     target_moves_with_draft = False
 
 
 class Cactus(TargetRule):
     """The paper's closed form; can exceed the KL budget when gamma > 1/2 (Corollary 6)."""
 
-    name = "cactus"
+    info = CACTUS
     target_moves_with_draft = True
 
     def __init__(self, delta: float = 1.0):
-        self.delta = float(delta)  # range: the catalogue's, checked once by make_sampler
-
-    def params(self) -> dict:
-        return {"delta": self.delta}
+        self._store(delta=delta)
 
     def boosted(self, q_n, p_n):
         return taylor_gamma(q_n, self.delta)
@@ -165,14 +163,10 @@ class Cactus(TargetRule):
 class CactusExact(TargetRule):
     """Exact largest gamma for the chosen f-divergence: D_f(h || q) <= delta always holds."""
 
-    name = "cactus_exact"
+    info = CACTUS_EXACT
 
     def __init__(self, delta: float = 1.0, divergence: str = "kl"):
-        self.delta = float(delta)  # ranges and choices: the catalogue's, checked by make_sampler
-        self.divergence = divergence
-
-    def params(self) -> dict:
-        return {"delta": self.delta, "divergence": self.divergence}
+        self._store(delta=delta, divergence=divergence)
 
     def boosted(self, q_n, p_n):
         # float64 so the certified bound survives; the callers promote to float64 with it.
@@ -182,14 +176,11 @@ class CactusExact(TargetRule):
 class Interpolation(TargetRule):
     """h = alpha p + (1 - alpha) q: lossy toward the drafter by a fixed mixture weight."""
 
-    name = "interp"
+    info = INTERP
     target_moves_with_draft = False
 
     def __init__(self, alpha: float = 0.5):
-        self.alpha = float(alpha)  # range: the catalogue's, checked once by make_sampler
-
-    def params(self) -> dict:
-        return {"alpha": self.alpha}
+        self._store(alpha=alpha)
 
     def boosted(self, q_n, p_n):
         return self.alpha * p_n + (1 - self.alpha) * q_n
@@ -241,3 +232,6 @@ class _PlanView:
 
             return against_target(p, stop_target(law, q, stop))
         return stop_plan(p, q, accept, law, stop)
+
+
+RULES = (SpS, Cactus, CactusExact, Interpolation)  # the registry collects them (as BUILDERS)

@@ -5,9 +5,11 @@ global `rejection_sample` of the vLLM module that calls it (both model runners c
 their own module namespace) for the bridge of its layout (cactus_bench.vllm.bridge), picked from
 the original's signature.
 
-The rule reaches vLLM's worker processes through the environment: `RULE_ENV` holds JSON such as
-{"name": "cactus", "delta": 0.75}, and `register()` (the `vllm.general_plugins` entry point in
-pyproject.toml, called by vLLM in every process it starts) installs it, together with the two V1
+The rule reaches vLLM's worker processes through the environment: `RULE_ENV` holds its typed
+parameters as JSON (`RuleParams.to_json`: the sampler node, such as {"delta": 0.75, "name":
+"cactus"}, guards included), read back by `catalogue.parse_sampler` and built by
+`registry.build_rule`, the run's own builder. `register()` (the `vllm.general_plugins` entry
+point in pyproject.toml, called by vLLM in every process it starts) installs it, with the two V1
 patches of cactus_bench.vllm.patches (the drafter's processed law; the CPU expand fix). Without
 the variable it only registers the exported drafter's architecture (cactus_bench.vllm.export), a
 name no other model uses, so installing cactus-bench never changes another vLLM run. A run of
@@ -27,7 +29,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, make_sampler, rule_from_checked
+from cactus_bench.samplers import SAMPLER_NAMES, AcceptanceRule, build_rule
+from cactus_bench.samplers.catalogue import parse_sampler
+from cactus_bench.samplers.params import RuleParams
 from cactus_bench.vllm import patches, working_set
 from cactus_bench.vllm.bridge import needs_draft_probs, rejection_sample_v1
 from cactus_bench.vllm.bridge_v2 import rejection_sample_v2
@@ -36,7 +40,6 @@ from cactus_bench.vllm.v2_law import register_method
 
 RULE_ENV = "CACTUS_BENCH_VLLM_RULE"
 EXPAND_FIX_ENV = "CACTUS_BENCH_VLLM_EXPAND_FIX"  # "1": the CPU expand fix alone (no rule)
-CHECKED_KEY = "checked"  # in RULE_ENV's JSON: the parameters passed the catalogue's check
 # The vLLM modules whose global `rejection_sample` the plugin replaces, when importable.
 PATCH_TARGETS = (
     "vllm.v1.sample.rejection_sampler",  # runner V1 (CPU; GPU with VLLM_USE_V2_MODEL_RUNNER=0)
@@ -44,6 +47,9 @@ PATCH_TARGETS = (
 )
 
 
+# The JSON of the parameters this process's rule was built from (`register()` sets it); the
+# start check's worker report carries it, so the run sees its parameters arrived, guards too.
+RULE_PARAMS: str | None = None
 # Steps this process handed back to vLLM's own sampler (see `install_rule`); read by the start
 # check's worker report (cactus_bench.vllm.runner) so a run can say how often it happened.
 FALLBACKS: Counter = Counter()
@@ -54,8 +60,9 @@ class RuleSpecError(ValueError):
 
 
 # ---- the rule, from the environment -------------------------------------------------------------
-def parse_rule_spec(text: str) -> AcceptanceRule:
-    """'{"name": "cactus", "delta": 0.75}' -> the rule; RuleSpecError (one line) when bad."""
+def parse_rule_params(text: str) -> RuleParams:
+    """RULE_ENV's text ('{"delta": 0.75, "name": "cactus"}', `RuleParams.to_json`) -> the
+    rule's typed parameters, checked as a config's sampler node; RuleSpecError (one line)."""
     try:
         spec = json.loads(text)
     except json.JSONDecodeError as error:
@@ -65,35 +72,31 @@ def parse_rule_spec(text: str) -> AcceptanceRule:
             f'{RULE_ENV} must be a JSON object with a "name", e.g. '
             f'{{"name": "cactus", "delta": 0.75}}; got {text!r}'
         )
-    params = {key: value for key, value in spec.items() if key not in ("name", CHECKED_KEY)}
-    name = spec["name"]
-    if name not in SAMPLER_NAMES:
+    if spec["name"] not in SAMPLER_NAMES:
         raise RuleSpecError(
-            f"{RULE_ENV}: unknown rule {name!r}; choose one of {', '.join(SAMPLER_NAMES)}"
+            f"{RULE_ENV}: unknown rule {spec['name']!r}; choose one of {', '.join(SAMPLER_NAMES)}"
         )
     try:
-        if spec.get(CHECKED_KEY) is True:  # the run's config checks passed these values already
-            return rule_from_checked(name, params)
-        return make_sampler(name, **params)
-    except (TypeError, ValueError) as error:
+        return parse_sampler(spec)
+    except ValueError as error:
         raise RuleSpecError(f"{RULE_ENV}: {' '.join(str(error).split())}") from None
 
 
-def rule_spec(name: str, params: Mapping | None = None, checked: bool = False) -> str:
-    """The RULE_ENV value for a rule name and its parameters (None values dropped). `checked`
-    marks parameters the catalogue has checked (a run's config checks): the workers build the
-    rule from them as they are, so each parameter is checked once; a hand-written value (no
-    mark) is checked where it is read."""
-    values = {k: v for k, v in dict(params or {}).items() if v is not None}
-    return json.dumps(
-        {"name": name, **values, **({CHECKED_KEY: True} if checked else {})}, sort_keys=True
-    )
+def parse_rule_spec(text: str) -> AcceptanceRule:
+    """RULE_ENV's text -> the rule (`build_rule` of `parse_rule_params`); RuleSpecError."""
+    return build_rule(parse_rule_params(text))
+
+
+def rule_params_from_env(environ: Mapping[str, str] | None = None) -> RuleParams | None:
+    """The typed parameters RULE_ENV holds, or None when the variable is unset or empty."""
+    text = (os.environ if environ is None else environ).get(RULE_ENV, "").strip()
+    return parse_rule_params(text) if text else None
 
 
 def rule_from_env(environ: Mapping[str, str] | None = None) -> AcceptanceRule | None:
-    """The rule named by RULE_ENV, or None when the variable is unset or empty."""
-    text = (os.environ if environ is None else environ).get(RULE_ENV, "").strip()
-    return parse_rule_spec(text) if text else None
+    """The rule RULE_ENV describes, or None when the variable is unset or empty."""
+    params = rule_params_from_env(environ)
+    return None if params is None else build_rule(params)
 
 
 # ---- patching ------------------------------------------------------------------------------------
@@ -198,13 +201,15 @@ def register() -> list[InstalledRule]:
     expand fix (vLLM's own sampler, corrected). The drafter's law: V1 patches its module global
     (patches.install_draft_law); V2 has none, the engine asks for v2_law.METHOD (engines.py).
     """
+    global RULE_PARAMS
     register_architecture()
     register_method()
-    rule = rule_from_env()
-    if rule is None:
+    params = rule_params_from_env()
+    if params is None:
         if os.environ.get(EXPAND_FIX_ENV, "").strip() == "1":
             patches.install_expand_fix(is_cpu_platform())
         return []
+    rule = build_rule(params)
     working_set.CAP_BYTES = working_set.cap_from_env(os.environ)
     handles = []
     for name in PATCH_TARGETS:
@@ -219,6 +224,7 @@ def register() -> list[InstalledRule]:
             f"{RULE_ENV} is set but no vLLM rejection sampler module was found "
             f"({', '.join(PATCH_TARGETS)}); this vLLM release is not supported"
         )
+    RULE_PARAMS = params.to_json()
     patches.install_draft_law()
     patches.install_expand_fix(is_cpu_platform())
     return handles

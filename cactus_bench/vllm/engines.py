@@ -2,7 +2,7 @@
 
     from cactus_bench.vllm.engines import VllmOptions, build_llm, vllm_model_path
     llm = build_llm(vllm_model_path(verifier_id), drafter_id=vllm_model_path(drafter_id), m=2,
-                    rule=("cactus", {"delta": 1.0}), dtype="float32", seed=0,
+                    rule=parse_sampler({"name": "cactus", "delta": 1.0}), dtype="float32", seed=0,
                     options=VllmOptions(enforce_eager=True, cpu_threads=1))
 
 The draft-model method samples drafts (`draft_sample_method="probabilistic"`), as the paper does;
@@ -25,7 +25,8 @@ from typing import Any
 
 from cactus_bench.models.registry import EMBEDDED_PREFIX, SMOLLM2_DRAFTER_ID, SMOLLM2_VERIFIER_ID
 from cactus_bench.models.smollm2 import prepare_smollm2
-from cactus_bench.vllm.acceptance import EXPAND_FIX_ENV, RULE_ENV, parse_rule_spec, rule_spec
+from cactus_bench.samplers.params import RuleParams
+from cactus_bench.vllm.acceptance import EXPAND_FIX_ENV, RULE_ENV, parse_rule_spec
 from cactus_bench.vllm.conformance import require_installed
 from cactus_bench.vllm.export import export_vllm_drafter
 from cactus_bench.vllm.lines import V1, V2
@@ -127,14 +128,14 @@ def llm_kwargs(
 def build_llm(
     verifier_id: str,
     *,
-    rule: tuple[str, dict] | None = None,
-    rule_checked: bool = False,
+    rule: RuleParams | None = None,
     acceptance: str = "rule",
     **kwargs,
 ):
-    """A `vllm.LLM` on its line's runner, checked; `rule=(name, params)` is exported to RULE_ENV
-    before vLLM starts workers (`rule_checked`: the run's config checks passed the parameters, so
-    the workers build the rule from them without checking again).
+    """A `vllm.LLM` on its line's runner, checked; the rule's typed parameters (`rule`, e.g.
+    `parse_sampler({"name": "cactus", "delta": 1.0})`) are exported to RULE_ENV as their JSON
+    before vLLM starts workers, which build the rule from them (`registry.build_rule`), and the
+    start check demands that every worker read back the same parameters, guards included.
 
     The variable stays set for this process (a verifier-only engine has no rejection sampler to
     patch, so it is harmless there). `acceptance="vllm"` or "vllm_greedy" (no rule): vLLM's own
@@ -150,12 +151,12 @@ def build_llm(
     vllm_own = acceptance != "rule"
     if vllm_own and rule is not None:
         raise ValueError(f"acceptance={acceptance} is vLLM's own sampler; pass rule=None")
-    rule_name = None
+    rule_name = rule_json = None
     options = kwargs.get("options") or VllmOptions()
     if rule is not None:
-        text = rule_spec(*rule, checked=rule_checked)
-        rule_name = parse_rule_spec(text).name  # unchecked: a bad rule fails here, before loading
-        os.environ[RULE_ENV] = text
+        rule_json = rule.to_json()
+        rule_name = parse_rule_spec(rule_json).name  # the workers' build: fails here, not there
+        os.environ[RULE_ENV] = rule_json
         if not options.bridge_working_set_gib > 0:
             raise ValueError("backend.bridge_working_set_gib must be > 0")
         os.environ[CAP_ENV] = repr(float(options.bridge_working_set_gib))
@@ -187,7 +188,8 @@ def build_llm(
     llm = LLM(**arguments)
     speculative = "speculative_config" in arguments
     cap = int(options.bridge_working_set_gib * GIB) if rule_name and speculative else None
-    check_workers(llm, rule_name if speculative else None, vllm_own and speculative, cap)
+    rule_json = rule_json if speculative else None
+    check_workers(llm, rule_name if speculative else None, vllm_own and speculative, cap, rule_json)
     llm.cactus_rule = rule_name if speculative else None  # the decoder checks its counts
     llm.cactus_vllm = f"{label} ({line})"  # the release and line the rows record
     return llm

@@ -120,6 +120,7 @@ def worker_report(worker) -> dict:
         "runner": runner_class,
         "v1": runner_is_v1(type(runner)),
         "rule": getattr(rule, "name", None),
+        "rule_params": acceptance.RULE_PARAMS,  # the JSON it was built from (register())
         "draft_law": draft_law,
         # vLLM's CPU platform (V1): whether expand_batch_to_tokens is checked (patches.py)
         "expand_fix": getattr(
@@ -153,10 +154,15 @@ def runner_is_v1(runner_class: type) -> bool:
 
 
 def check_reports(
-    reports: list[Mapping], rule_name: str | None, vllm_own: bool = False, cap_bytes=None
+    reports: list[Mapping],
+    rule_name: str | None,
+    vllm_own: bool = False,
+    cap_bytes=None,
+    rule_json: str | None = None,
 ) -> None:
     """One line unless every worker runs its line's runner (a report's "line": V1 when absent)
-    with `rule_name` and the drafter's law installed;
+    with `rule_name` and the drafter's law installed, its rule built from `rule_json` (the
+    run's `RuleParams.to_json`, when given);
     `vllm_own` (vLLM's own speculative sampling, rule_name None): with neither installed, and
     with the expand fix where vLLM's CPU platform needs it. rule_name None alone: a verifier-only
     engine, which has no sampler to check."""
@@ -190,6 +196,12 @@ def check_reports(
                 f"rule {report['rule']!r}, drafter law patched {report['draft_law']}); is "
                 "cactus-bench installed in this environment (its vllm.general_plugins entry point)?"
             )
+        if rule_json is not None and report.get("rule_params", rule_json) != rule_json:
+            raise RuntimeError(
+                f"a vLLM worker built its rule from {report['rule_params']}, not the run's "
+                f"{rule_json}: the parameters did not reach the engine core intact; build the "
+                "engine with cactus_bench.vllm.engines.build_llm"
+            )
 
 
 def _check_vllm_own(report: Mapping) -> None:
@@ -208,9 +220,12 @@ def _check_vllm_own(report: Mapping) -> None:
         )
 
 
-def check_workers(llm, rule_name: str | None, vllm_own: bool = False, cap_bytes=None):
+def check_workers(
+    llm, rule_name: str | None, vllm_own: bool = False, cap_bytes=None, rule_json=None
+):
     """Ask every worker of `llm` (built with `worker_extension_cls=EXTENSION`); raise or return
-    the reports. `cap_bytes`: the bridge's working-set cap each worker must have read."""
+    the reports. `cap_bytes`: the bridge's working-set cap each worker must have read;
+    `rule_json`: the rule's parameters each worker must have built its rule from."""
     reports = llm.collective_rpc(REPORT_METHOD)
-    check_reports(reports, rule_name, vllm_own, cap_bytes)
+    check_reports(reports, rule_name, vllm_own, cap_bytes, rule_json)
     return reports

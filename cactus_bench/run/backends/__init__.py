@@ -17,6 +17,7 @@ from cactus_bench.run.conf import RunConf
 
 if TYPE_CHECKING:
     from cactus_bench.run.identity import RunIdentity
+    from cactus_bench.samplers.base import AcceptanceRule
 
 
 def check_backend(conf: RunConf) -> None:
@@ -37,8 +38,9 @@ def resolve_device(device: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_decoders(identity: RunIdentity, rule) -> Decoders:
-    """The backend's decoders for this run (models load here)."""
+def load_decoders(identity: RunIdentity, rule: AcceptanceRule | None) -> Decoders:
+    """The backend's decoders for this run (models load here); `rule` is None for the verifier
+    alone, and unused by backend=vllm, whose workers build it from `identity.rule_params`."""
     if identity.conf.backend.name == "vllm":
         from cactus_bench.run.backends.vllm import vllm_decoders  # lazy: only for backend=vllm
 

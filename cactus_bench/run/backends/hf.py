@@ -8,10 +8,11 @@ from cactus_bench.engine import AutoregressiveDecoder, SpeculativeDecoder
 from cactus_bench.models import PairSpec, load_pair
 from cactus_bench.run.backends.decoder_pair import Decoders, sampling_params
 from cactus_bench.run.identity import RunIdentity
+from cactus_bench.samplers.base import AcceptanceRule
 from cactus_bench.tasks.stop_set import stop_set
 
 
-def hf_decoders(identity: RunIdentity, rule) -> Decoders:
+def hf_decoders(identity: RunIdentity, rule: AcceptanceRule | None) -> Decoders:
     """Load the pair; the speculative decoder (or the verifier alone) and the baseline's."""
     conf = identity.conf
     pair = load_pair(PairSpec(**dataclasses.asdict(conf.model)), device=conf.device)

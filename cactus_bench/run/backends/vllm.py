@@ -98,10 +98,7 @@ def vllm_decoders(identity: RunIdentity) -> Decoders:
         if spec not in engines:
             engines[spec] = build_llm(
                 verifier_path,
-                rule=(identity.sampler, identity.rule_params.values())
-                if spec and rule_inside
-                else None,
-                rule_checked=True,  # validate() checked them; the rule's own (ensemble: w)
+                rule=identity.rule_params if spec and rule_inside else None,  # guards too
                 acceptance=conf.acceptance if spec else "rule",
                 drafter_id=drafter_path if spec else None,
                 m=conf.m,
