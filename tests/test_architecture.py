@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from pathlib import Path
 
@@ -329,3 +330,13 @@ def test_every_imported_name_exists():
                 if f"{node.module}.{alias.name}" not in MODULES:
                     stale.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
     assert not stale, f"imported names that do not exist: {stale}"
+
+
+def test_the_docs_layer_table_is_the_one_enforced_here():
+    """docs/architecture.md's layer table lists ALLOWED, layer for layer."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", text, re.M)
+    table = {layer: {n.strip() for n in imports.split(",")} - {"-"} for layer, imports in rows}
+    assert table == {
+        layer: set(allowed) for layer, allowed in ALLOWED.items() if layer != "__init__"
+    }
