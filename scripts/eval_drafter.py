@@ -33,11 +33,11 @@ from cactus_bench.bench.drafter_eval import (
     load_smollm2_pair,
     measure_costs,
 )
-from cactus_bench.drafter_training.teacher import chat_ids
 from cactus_bench.engine.sampling import PAPER_SAMPLING
 from cactus_bench.models.drafter import SMOLLM2_DRAFTER_CONFIG, SMOLLM2_DRAFTER_WEIGHTS
 from cactus_bench.store.bootstrap import per_token_summary
 from cactus_bench.store.metadata import device_name
+from training.teacher import chat_ids
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -24,11 +24,11 @@ from tqdm import tqdm
 from transformers import AutoTokenizer, DynamicCache, LlamaForCausalLM
 
 from cactus_bench.bench.decoders import sps_decoder
-from cactus_bench.drafter_training.teacher import chat_ids
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, process_logits
 from cactus_bench.models import LoadedPair
 from cactus_bench.models.drafter import load_drafter
 from cactus_bench.models.smollm2 import prepare_smollm2
+from training.teacher import chat_ids
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from cactus_bench.drafter_training.shards import write_shards
 from cactus_bench.engine.batch_generate import sample_continuations
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.paper import PAPER
+from training.shards import write_shards
 
 
 @dataclass(frozen=True)
