@@ -142,7 +142,7 @@ endif
 	$(VLLM_PYTHON) scripts/export_vllm_drafter.py
 	$(VLLM_PYTHON) scripts/vllm_env.py check $(TARGET)
 
-test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~15 min)
+test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (19-33 min measured on 2 cores: docs/vllm-cpu.md)
 	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py
 
 bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_{cpu,linear}.csv; ~25 min)
@@ -171,9 +171,9 @@ endif
 rules:  ## the rules leaderboard: every acceptance rule side by side (docs/rules.md)
 	$(PYTHON) scripts/rules_board.py --tasks demo $(if $(strip $(DATA_DIR)),gsm8k --data-dir $(abspath $(DATA_DIR)))
 
-# The batch sweep: one job after another, each on one thread (threads=1); resumable by config hash.
-# The batch sweep runs as two jobs side by side, one thread each (2 cores): the experiment's
-# samplers in two halves of about equal time (tests/test_report_batch.py checks they cover it).
+# The batch sweep runs as two jobs side by side (2 cores), one thread each (threads=1): each job
+# runs its half of the experiment's samplers one after another, the halves of about equal time
+# (tests/test_report_batch.py checks they cover it); resumable by config hash.
 BATCH_SWEEP_HALVES := sampler=verifier,sps,tas,cactus_0.5,cactus_1.0 \
 	sampler=cactus_2.0,cactus_exact_1.0,diff,tokenv1
 

@@ -1,16 +1,16 @@
 """Distil a small drafter for SmolLM2-135M-Instruct on a CPU (called by `make drafter`).
 
 Two phases, both resumable (rerun the same command after a stop):
-1. teacher data (cactus_bench/drafter_training/teacher.py): the verifier answers training prompts
+1. teacher data (training/teacher.py): the verifier answers training prompts
    (GSM8K train and templated instructions, prompts.py) in batches with a KV cache,
    sampled at T 0.6, top-p 0.95, top-k 20; its top-64 raw logits at every generated position
    are cached in shards, until --gen-tokens tokens exist or --gen-minutes have passed;
-2. distillation (cactus_bench/drafter_training/distill.py): 3 decoder layers initialised from
+2. distillation (training/distill.py): 3 decoder layers initialised from
    verifier layers, the verifier's frozen embeddings, a head restricted to the ids with most
    teacher mass, trained for --train-minutes against the teacher's processed distribution; the
    held-out curve (per-token acceptance 1 - TV) goes to train.log, the best held-out weights to
    cactus_bench/models/assets/;
-3. calibration (cactus_bench/drafter_training/train.py, ~1 CPU minute): the committed drafter's
+3. calibration (training/train.py, ~1 CPU minute): the committed drafter's
    logit scale (a temperature for its head) is fitted on the same held-out training-split
    prompts and written to its JSON config. Rerunning after the budget is spent only redoes
    this phase.
@@ -31,10 +31,10 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from cactus_bench.drafter_training.prompts import check_no_overlap, drafter_prompts, gsm8k_train
-from cactus_bench.drafter_training.teacher import TeacherSettings, generate_shards
 from cactus_bench.models.drafter import SMOLLM2_DRAFTER_CONFIG, SMOLLM2_DRAFTER_WEIGHTS
 from cactus_bench.models.smollm2 import cache_root, prepare_smollm2
+from training.prompts import check_no_overlap, drafter_prompts, gsm8k_train
+from training.teacher import TeacherSettings, generate_shards
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -112,8 +112,8 @@ def main() -> None:
         generate_shards(
             verifier, tokenizer, prompts, run_dir, settings, args.gen_tokens, args.gen_minutes, log
         )
-    from cactus_bench.drafter_training.distill import DistillSettings
-    from cactus_bench.drafter_training.train import calibrate, distill
+    from training.distill import DistillSettings
+    from training.train import calibrate, distill
 
     fields = {f.name for f in dataclasses.fields(DistillSettings)}
     settings = DistillSettings(**{k: v for k, v in vars(args).items() if k in fields})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from pathlib import Path
 
@@ -29,7 +30,6 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"run_settings"},
     "report": {"store"},
     "vllm": {"engine", "samplers", "models"},
-    "drafter_training": {"engine", "models", "paper", "tasks"},
     "bench": {"engine", "models", "samplers", "paper", "tasks"},
     "rehearsal": {"models"},
     "frontier": {"engine", "samplers", "models", "tasks", "paper", "store", "report"},
@@ -196,7 +196,6 @@ LAZY_CHECKED = (
     "models",
     "rehearsal",
     "frontier",
-    "drafter_training",
     "bench",
     "paper.py",
     "run",
@@ -449,3 +448,29 @@ def test_library_private_names_are_read_and_defined_by_no_module_of_ours():
                 ours.add(node.attr)
     assert not set(LIBRARY_PRIVATE_NAMES) & ours, "allow-listed names the project defines"
     assert not set(LIBRARY_PRIVATE_NAMES) - read, "allow-listed names nothing reads"
+
+
+def test_the_docs_layer_table_is_the_one_enforced_here():
+    """docs/architecture.md's layer table lists ALLOWED, layer for layer."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \|", text, re.M)
+    table = {layer: {n.strip() for n in imports.split(",")} - {"-"} for layer, imports in rows}
+    assert table == {
+        layer: set(allowed) for layer, allowed in ALLOWED.items() if layer != "__init__"
+    }
+
+
+TRAINING = PACKAGE.parent / "training"
+
+
+def test_the_package_never_imports_training():
+    """training/ (how the embedded drafter was distilled) is not runtime code: it may import
+    cactus_bench, and no package module imports it, even inside a function. Its files keep the
+    package's other rules: at most MAX_LINES lines, and a lazy import says why."""
+    files = sorted(TRAINING.glob("*.py"))
+    assert len(files) > 5
+    importers = {module for module, path in MODULES.items() if "training" in top_level_names(path)}
+    assert not importers, f"package modules importing training/: {importers}"
+    for path in files:
+        assert path.read_text(encoding="utf-8").count("\n") <= MAX_LINES, path.name
+        assert not uncommented_lazy_imports(path), f"{path.name}: a lazy import without `# lazy:`"

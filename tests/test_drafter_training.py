@@ -7,7 +7,10 @@ import json
 import pytest
 import torch
 
-from cactus_bench.drafter_training.distill import (
+from cactus_bench.engine.sampling import process_logits
+from cactus_bench.models import make_tiny_pair
+from cactus_bench.models.drafter import load_drafter
+from training.distill import (
     CALIBRATION_SCALES,
     DistillSettings,
     acceptance_terms,
@@ -16,22 +19,19 @@ from cactus_bench.drafter_training.distill import (
     distill_loss,
     processed_student,
 )
-from cactus_bench.drafter_training.prompts import (
+from training.prompts import (
     check_no_overlap,
     drafter_prompts,
     instruction_prompts,
 )
-from cactus_bench.drafter_training.shards import load_shards
-from cactus_bench.drafter_training.teacher import (
+from training.shards import load_shards
+from training.teacher import (
     TeacherSettings,
     generate_batch,
     generate_shards,
     plan_batches,
 )
-from cactus_bench.drafter_training.train import calibrate, distill
-from cactus_bench.engine.sampling import process_logits
-from cactus_bench.models import make_tiny_pair
-from cactus_bench.models.drafter import load_drafter
+from training.train import calibrate, distill
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

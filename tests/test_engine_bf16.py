@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 import torch
-from test_engine_laws import P_VALUE_FLOOR, chi_square_p_value, next_token_law
+from helpers.laws import P_VALUE_FLOOR, chi_square_p_value, next_token_law
 
 from cactus_bench.engine import AutoregressiveDecoder, SamplingParams, SpeculativeDecoder, runtime
 from cactus_bench.engine.cpu_kernels import resolve_linear_kernel

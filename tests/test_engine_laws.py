@@ -11,13 +11,13 @@ from collections import Counter
 
 import pytest
 import torch
+from helpers.laws import P_VALUE_FLOOR, chi_square_p_value, next_token_law
 
 from cactus_bench.engine import (
     AutoregressiveDecoder,
     BatchRequest,
     SamplingParams,
     SpeculativeDecoder,
-    process_logits,
 )
 from cactus_bench.samplers import make_sampler
 
@@ -27,27 +27,6 @@ pytestmark = pytest.mark.usefixtures("single_thread", "forward_path")
 PROMPT = [41]  # one token: no prefill, so each request costs only its decode forwards
 # Batched laws: rows of two prompt lengths in one batch, so rows sit at different positions.
 LONG_PROMPT = [72, 101, 108, 108, 111]
-P_VALUE_FLOOR = 1e-3  # fixed seeds make each test deterministic; this is the rejection level
-
-
-def chi_square_p_value(counts: Counter, law: dict, n: int) -> float:
-    """Pearson goodness of fit; cells expected < 5 times are pooled (asymptotics hold)."""
-    observed_outside = sum(c for key, c in counts.items() if key not in law)
-    if observed_outside:
-        return 0.0  # an outcome of probability zero
-    stat, df, pooled_obs, pooled_exp = 0.0, -1, 0, 0.0
-    for key, prob in law.items():
-        expected = n * prob
-        if expected < 5:
-            pooled_obs, pooled_exp = pooled_obs + counts.get(key, 0), pooled_exp + expected
-            continue
-        stat += (counts.get(key, 0) - expected) ** 2 / expected
-        df += 1
-    if pooled_exp > 0:
-        stat += (pooled_obs - pooled_exp) ** 2 / pooled_exp
-        df += 1
-    # Survival function of chi-square(df): regularised upper incomplete gamma.
-    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
 
 
 def two_sample_p_value(first: Counter, second: Counter) -> float:
@@ -69,14 +48,6 @@ def two_sample_p_value(first: Counter, second: Counter) -> float:
             stat += (count - total * small_e) ** 2 / (total * small_e)
         df += 1
     return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
-
-
-@torch.inference_mode()
-def next_token_law(model, token_ids, sampling) -> torch.Tensor:
-    """[V] processed law of the next token after token_ids (one uncached forward)."""
-    logits = model(input_ids=torch.tensor([token_ids])).logits[0, -1]
-    probs = process_logits(logits, sampling).double()
-    return probs / probs.sum()
 
 
 def exact_joint_law(model, prompt, sampling, length: int) -> dict[tuple[int, ...], float]:

@@ -89,7 +89,7 @@ def _run_one(tmp_path: Path, overrides: tuple[str, ...]) -> dict:
     """Run one config in a fresh results folder; the row's stable columns and its records."""
     import csv
 
-    from test_run_orchestrate import tiny_conf
+    from helpers.runs import tiny_conf
 
     from cactus_bench.run import run
 

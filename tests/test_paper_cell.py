@@ -9,31 +9,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from helpers.runs import compose_cfg, compose_run_conf
 
 from cactus_bench.paper import PAPER
-from cactus_bench.run import register_configs, rule_params_of, validate
+from cactus_bench.run import rule_params_of
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTED = ["model=qwen3_8b", "sampler=cactus", "delta=0.75"]  # the README's paper cell
 PAPER_PAIRS = sorted(
     p.stem.removesuffix("_default") for p in (REPO / "configs/cell").glob("*_default.yaml")
 )
-
-register_configs()
-
-
-def compose_cfg(overrides: list[str], hydra_node: bool = True):
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=hydra_node)
-
-
-def job_conf(overrides: list[str]):
-    """What run.py runs for these overrides (the first job of a sweep), validated."""
-    conf = OmegaConf.to_object(compose_cfg(overrides, hydra_node=False))
-    validate(conf)
-    return conf
 
 
 def assert_paper_cell(conf, sweep: dict) -> None:
@@ -53,8 +38,8 @@ def assert_paper_cell(conf, sweep: dict) -> None:
 
 
 def test_the_documented_command_composes_the_paper_cell():
-    cfg = compose_cfg(DOCUMENTED)
-    conf = job_conf(DOCUMENTED)
+    cfg = compose_cfg(DOCUMENTED, hydra_node=True)
+    conf = compose_run_conf(DOCUMENTED)
     assert_paper_cell(conf, dict(cfg.hydra.sweeper.params))
     assert cfg.hydra.mode.name == "MULTIRUN"
     assert (conf.model.drafter, conf.model.verifier) == ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-8B")
@@ -68,8 +53,8 @@ def test_the_documented_command_composes_the_paper_cell():
     "pair", [p for p in PAPER_PAIRS if p not in ("smollm2_135m", "tiny_random")]
 )
 def test_every_hub_pair_has_the_paper_cell(pair):
-    cfg = compose_cfg([f"model={pair}"])
-    assert_paper_cell(job_conf([f"model={pair}"]), dict(cfg.hydra.sweeper.params))
+    cfg = compose_cfg([f"model={pair}"], hydra_node=True)
+    assert_paper_cell(compose_run_conf([f"model={pair}"]), dict(cfg.hydra.sweeper.params))
 
 
 def test_cfg_job_prints_the_paper_cell_and_names_every_job():
@@ -126,7 +111,7 @@ def test_a_command_line_value_replaces_the_experiments_list_in_the_job_count():
 def test_demo_settings_stay_with_the_demo_task():
     small = {"limit": 5, "max_new_tokens": 96, "m": 2, "threads": 1}
     for overrides in ([], ["model=tiny_random"], ["model=qwen3_8b", "task=demo"]):
-        conf = job_conf(overrides)
+        conf = compose_run_conf(overrides)
         assert conf.task.name == "demo"
         assert {key: getattr(conf, key) for key in small} == small, overrides
     for overrides in (
@@ -134,8 +119,8 @@ def test_demo_settings_stay_with_the_demo_task():
         ["model=qwen3_8b", "task=gsm8k"],
         ["model=qwen3_14b", "task=ifeval"],
     ):
-        cfg = compose_cfg(overrides)
-        conf = job_conf(overrides)
+        cfg = compose_cfg(overrides, hydra_node=True)
+        conf = compose_run_conf(overrides)
         assert (conf.limit, conf.max_new_tokens, conf.m, conf.threads) == (
             None,
             PAPER.max_new_tokens,
@@ -146,5 +131,5 @@ def test_demo_settings_stay_with_the_demo_task():
 
 
 def test_command_line_values_win_over_the_cell():
-    conf = job_conf([*DOCUMENTED, "m=20", "limit=50", "device=cuda:1"])
+    conf = compose_run_conf([*DOCUMENTED, "m=20", "limit=50", "device=cuda:1"])
     assert (conf.m, conf.limit, conf.device) == (20, 50, "cuda:1")

@@ -226,7 +226,7 @@ def test_rehearse_script_runs_pairs_through_the_cli(tmp_path):
 def test_a_hub_update_of_main_does_not_reuse_the_cached_baseline(tmp_path, monkeypatch, capsys):
     """An unpinned revision resolves to whatever main is; after the hub updates main, a spec
     run must decode a fresh baseline, not compare itself with the old weights' timings."""
-    from test_run_orchestrate import tiny_conf
+    from helpers.runs import tiny_conf
 
     from cactus_bench.run import run
 

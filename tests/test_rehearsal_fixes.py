@@ -19,10 +19,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.tasks import ScriptedDecoder
 from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError
 from lm_eval.api.instance import Instance
-from test_tasks_support import ScriptedDecoder
 
 from cactus_bench.models import PairSpec, load_pair
 from cactus_bench.models import hub as hub_module

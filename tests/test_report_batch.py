@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_paper_cell import compose_cfg, job_conf
-from test_run_orchestrate import tiny_conf
+from helpers.runs import compose_cfg, compose_run_conf, tiny_conf
 
 from cactus_bench.report.batch import best_m, crossover, heldout_jobs
 from cactus_bench.report.batch_cost import (
@@ -70,10 +69,12 @@ def test_a_held_out_task_keeps_the_m_the_selection_task_chose():
 
 def test_held_out_jobs_rebuild_each_chosen_rule_exactly():
     """Every rule of the sweep, as its preset builds it, comes back from the job's overrides."""
-    presets = compose_cfg(["experiment=batch_sweep"]).hydra.sweeper.params.sampler.split(",")
+    presets = compose_cfg(
+        ["experiment=batch_sweep"], hydra_node=True
+    ).hydra.sweeper.params.sampler.split(",")
     rows = []
     for batch, preset in enumerate(p for p in presets if p != "verifier"):
-        chosen = rule_params_of(job_conf([f"sampler={preset}"]))
+        chosen = rule_params_of(compose_run_conf([f"sampler={preset}"]))
         row = _row(chosen.rule, 2**batch, 1 + batch % 3, 1.2, 1.1, 1.3)
         rows.append(dict(row, rule=preset, sampler_params=json.dumps(chosen.runs_with())))
     jobs = heldout_jobs(pd.DataFrame(rows), "demo")
@@ -82,7 +83,7 @@ def test_held_out_jobs_rebuild_each_chosen_rule_exactly():
     for row in rows:
         job = by_batch[f"batch={row['batch']}"]
         assert job[-1] == f"m={row['m']}"
-        chosen = rule_params_of(job_conf(job))
+        chosen = rule_params_of(compose_run_conf(job))
         ran = (chosen.rule, json.dumps(chosen.runs_with()))
         assert ran == (row["sampler"], row["sampler_params"])
     with pytest.raises(ValueError, match="experiment=batch_sweep"):
@@ -93,7 +94,9 @@ def test_the_makefiles_two_halves_run_every_sampler_of_the_sweep_once():
     makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text(encoding="utf-8")
     block = makefile.split("BATCH_SWEEP_HALVES :=", 1)[1].split("\n\n", 1)[0]
     halves = [part.split(",") for part in re.findall(r"sampler=(\S+)", block)]
-    swept = compose_cfg(["experiment=batch_sweep"]).hydra.sweeper.params.sampler.split(",")
+    swept = compose_cfg(
+        ["experiment=batch_sweep"], hydra_node=True
+    ).hydra.sweeper.params.sampler.split(",")
     assert len(halves) == 2 and sorted(halves[0] + halves[1]) == sorted(swept)
 
 

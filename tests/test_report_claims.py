@@ -311,7 +311,7 @@ def test_the_experiment_sweeps_exactly_the_reports_arms():
     The sweep's order is its own (the claims' arms run first); the table keeps the report's."""
     from pathlib import Path
 
-    from test_run_conf import compose_cfg, compose_run_conf, sweep_params
+    from helpers.runs import compose_cfg, compose_run_conf, sweep_params
 
     from cactus_bench.report.claims import ARMS as REPORT_ARMS
     from cactus_bench.report.claims import LENGTH_ARMS, SWEEP_M

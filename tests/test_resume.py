@@ -14,37 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.runs import COUNTED
 
 from cactus_bench.store.schema import COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 LIMIT = 6  # demo prompts; each decoded by both arms (baseline=interleave)
-# Everything a row measures except timings (wall times, phase times, tokens/s, speedups).
-COUNTED = [
-    "config_hash",
-    "n_prompts",
-    "score",
-    "score_ci_low",
-    "score_ci_high",
-    "metrics_json",
-    "score_by_prompt",
-    "prompts_hash",
-    "al",
-    "al_ci_low",
-    "al_ci_high",
-    "tokens_per_step",
-    "tokens_per_step_ci_low",
-    "tokens_per_step_ci_high",
-    "accept_rate",
-    "accept_rate_by_pos",
-    "draft_tokens_drafted",
-    "draft_tokens_accepted",
-    "draft_tokens_rejected",
-    "generated_tokens",
-    "num_steps",
-    "baseline_generated_tokens",
-]
 pytestmark = pytest.mark.slow
 
 

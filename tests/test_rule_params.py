@@ -121,7 +121,7 @@ def test_what_a_run_records_is_what_its_rule_runs_with(preset):
     two agree, key order included, for every sampler config."""
     import dataclasses
 
-    from test_run_conf import compose_run_conf
+    from helpers.runs import compose_run_conf
 
     from cactus_bench.run import validate
     from cactus_bench.samplers.guards import NO_GUARDS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_run_orchestrate import compose_tiny, csv_rows, tiny_conf
+from helpers.runs import compose_tiny, csv_rows, tiny_conf
 
 from cactus_bench.run import ConfigError, build_identity, ignored_settings, run, validate
 from cactus_bench.store.summarise import machine_time

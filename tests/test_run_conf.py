@@ -10,45 +10,23 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from helpers.runs import CONFIG_DIR, REPO, compose_cfg, compose_run_conf, sweep_params
 from omegaconf import OmegaConf
 
 from cactus_bench.run import (
     ConfigError,
     RunConf,
     build_identity,
-    one_line_error,
-    register_configs,
     rule_params_of,
     run,
     run_conf_from_dict,
     validate,
 )
 
-REPO = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO / "configs"
 GROUPS = ("model", "task", "sampler", "backend", "logger", "experiment")
 ALL_YAMLS = sorted(p.relative_to(CONFIG_DIR).as_posix() for p in CONFIG_DIR.rglob("*.yaml"))
-
-register_configs()
-
-
-def compose_cfg(overrides: list[str], hydra_node: bool = False):
-    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        return compose("config", overrides=overrides, return_hydra_config=hydra_node)
-
-
-def compose_run_conf(overrides: list[str]) -> RunConf:
-    """What run.py does: compose, convert to plain dataclasses, validate."""
-    try:
-        conf = OmegaConf.to_object(compose_cfg(overrides))
-    except Exception as error:
-        raise ConfigError(one_line_error(error)) from error
-    validate(conf)
-    return conf
 
 
 def overrides_for(relative: str) -> list[str]:
@@ -64,11 +42,6 @@ def overrides_for(relative: str) -> list[str]:
         return [f"model={pair}"] if (CONFIG_DIR / "model" / f"{pair}.yaml").exists() else []
     assert len(parts) == 2 and parts[0] in GROUPS, f"unexpected config file {relative}"
     return [f"{parts[0]}={parts[1]}"]
-
-
-def sweep_params(cfg) -> dict[str, list[str]]:
-    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
-    return {key: str(value).split(",") for key, value in params.items()}
 
 
 @pytest.mark.parametrize("relative", ALL_YAMLS)

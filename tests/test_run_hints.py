@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_run_orchestrate import tiny_conf
+from helpers.runs import tiny_conf
 
 from cactus_bench.models.loading import resolve_device
 from cactus_bench.run import ignored_settings, validate

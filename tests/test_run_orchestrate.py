@@ -5,64 +5,23 @@ In-process (no subprocess): each run decodes 2 demo prompts of at most 8 tokens.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
+from helpers.runs import csv_rows, tiny_conf
 
 from cactus_bench.run import (
     ConfigError,
-    RunConf,
     build_identity,
     format_outcome,
     orchestrate,
-    register_configs,
     run,
-    validate,
 )
 from cactus_bench.store import MEASUREMENT_COLUMNS, ResultStore
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-
-register_configs()
-
-
-def tiny_conf(tmp_path: Path, *overrides: str) -> RunConf:
-    """model=tiny_random task=demo, 2 prompts, 8 new tokens, m=3, results under tmp_path."""
-    conf = compose_tiny(tmp_path, *overrides)
-    validate(conf)
-    return conf
-
-
-def compose_tiny(tmp_path: Path, *overrides: str) -> RunConf:
-    """tiny_conf's composition without validate(), for tests of validation itself."""
-    data_dir = str(SHARED_DATA) if SHARED_DATA.is_dir() else "null"  # demo needs only punkt
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        cfg = compose(
-            "config",
-            overrides=[
-                "model=tiny_random",
-                "task=demo",
-                "limit=2",
-                "max_new_tokens=8",
-                "m=3",
-                "device=cpu",
-                f"results_dir={tmp_path / 'results'}",
-                f"data_dir={data_dir}",
-                *overrides,
-            ],
-        )
-    return OmegaConf.to_object(cfg)
-
-
-def csv_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as handle:
-        return list(csv.DictReader(handle))
 
 
 def test_run_writes_one_row_and_records_then_resume_skips(tmp_path, capsys):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_run_conf import compose_run_conf
+from helpers.runs import compose_run_conf
 
 from cactus_bench import run_settings
 from cactus_bench.report.load import CONFIG_KEYS

@@ -4,7 +4,7 @@ and hands the rule's checked parameters on; `run(conf)` alone validates first, i
 from __future__ import annotations
 
 import pytest
-from test_run_orchestrate import compose_tiny
+from helpers.runs import compose_tiny
 
 from cactus_bench.run import orchestrate, validate
 

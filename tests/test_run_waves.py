@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_resume import COUNTED
-from test_run_orchestrate import csv_rows, tiny_conf
+from helpers.runs import COUNTED, csv_rows, tiny_conf
 
 from cactus_bench.run import format_outcome, run
 from cactus_bench.run.baseline import StaleBaseline

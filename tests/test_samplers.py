@@ -2,50 +2,10 @@
 
 import pytest
 import torch
+from helpers.laws import CHI2_999, P_SMALL, Q_SMALL, RULE_IDS, RULES, chi_square
 
 from cactus_bench.samplers import SAMPLER_NAMES, full_divergence, make_sampler
 from cactus_bench.samplers.naive import naive_verify
-
-RULES = [
-    ("sps", {}),
-    ("cactus", {"delta": 0.75}),
-    ("cactus_exact", {"delta": 0.5, "divergence": "kl"}),
-    ("cactus_exact", {"delta": 0.3, "divergence": "reverse_kl"}),
-    ("cactus_exact", {"delta": 0.5, "divergence": "chi2"}),
-    ("cactus_exact", {"delta": 0.2, "divergence": "hellinger"}),
-    ("cactus_exact", {"delta": 0.1, "divergence": "tv"}),
-    ("tas", {"threshold": 0.3}),
-    ("interp", {"alpha": 0.4}),
-    ("topk", {"k": 2}),
-    ("greedy", {}),
-    # The rules of samplers/rules/; those whose test reads the temperature-1 laws read p, q here
-    # (verify gets no unscaled laws in these tests; test_samplers_lossy.py covers them).
-    ("mentored", {"delta": 0.2}),
-    ("lenience", {"l": 0.4}),
-    ("chow", {"alpha": 0.55, "test_law": "processed"}),
-    ("diff", {"alpha": 0.1, "test_law": "processed"}),
-    ("opt", {"alpha": 0.5, "test_law": "processed"}),
-    ("tokenv1", {"alpha": 0.1, "test_law": "processed"}),
-    ("tokenv2", {"alpha": 0.15, "test_law": "processed"}),
-    ("tokenv3", {"alpha": 0.5, "test_law": "processed"}),
-    ("fsd", {"threshold": 0.3, "div": "js", "test_law": "processed"}),
-    ("fsd_reducible", {"threshold": 0.3, "div": "tv", "test_law": "processed"}),
-    ("fsd_unsmoothed", {"threshold": 0.3, "div": "js", "test_law": "processed"}),
-    ("bild", {"tau": 1.5, "test_law": "processed"}),
-    ("ensemble", {"w": 0.6}),
-    ("topband", {"alpha": 0.2}),
-    ("topband_cascade", {"alpha": 0.5, "beta": 0.8}),
-    ("additive", {"acceptance_threshold": 0.2}),
-    ("greedy_margin", {"margin": 0.5}),
-]
-RULE_IDS = [f"{name}-{'-'.join(map(str, kw.values()))}" for name, kw in RULES]
-
-# A small pair with zeros on both sides (truncated distributions) and real disagreement.
-P_SMALL = torch.tensor([0.05, 0.40, 0.15, 0.0, 0.25, 0.15], dtype=torch.float64)
-Q_SMALL = torch.tensor([0.30, 0.25, 0.25, 0.10, 0.0, 0.10], dtype=torch.float64)
-
-# Chi-square 99.9% quantiles by degrees of freedom (fixed seed, so the test is deterministic).
-CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52}
 
 
 def _random_pair(batch, m, vocab, seed, sharp=2.0, dtype=torch.float32):
@@ -54,15 +14,6 @@ def _random_pair(batch, m, vocab, seed, sharp=2.0, dtype=torch.float32):
     q = torch.softmax(torch.randn(batch, m + 1, vocab, generator=gen) * sharp, -1)
     ids = torch.multinomial(p.reshape(-1, vocab), 1, generator=gen).reshape(batch, m)
     return ids, p.to(dtype), q.to(dtype)
-
-
-def _chi_square(counts: torch.Tensor, law: torch.Tensor) -> tuple[float, int]:
-    total = counts.sum()
-    support = law > 1e-12
-    assert counts[~support].sum() == 0, "emitted a token the exact law gives zero mass"
-    expected = law[support] * total
-    stat = ((counts[support] - expected) ** 2 / expected).sum().item()
-    return stat, int(support.sum()) - 1
 
 
 def _empirical_first_token(rule, p, q, samples, seed):
@@ -135,7 +86,7 @@ def test_monte_carlo_matches_output_distribution(name, params):
     rule = make_sampler(name, **params)
     counts = _empirical_first_token(rule, P_SMALL, Q_SMALL, samples=200_000, seed=11)
     law = rule.output_distribution(P_SMALL, Q_SMALL)
-    stat, dof = _chi_square(counts, law)
+    stat, dof = chi_square(counts, law)
     if dof == 0:
         return  # a point mass: the support check above is the whole test
     assert stat < CHI2_999[dof], f"chi2={stat:.1f} with {dof} dof"
@@ -145,7 +96,7 @@ def test_monte_carlo_test_is_sensitive():
     """The same check rejects Cactus's law when compared against q: it is not vacuous."""
     rule = make_sampler("cactus", delta=0.75)
     counts = _empirical_first_token(rule, P_SMALL, Q_SMALL, samples=200_000, seed=11)
-    stat, dof = _chi_square(counts[Q_SMALL > 0], Q_SMALL[Q_SMALL > 0] / Q_SMALL.sum())
+    stat, dof = chi_square(counts[Q_SMALL > 0], Q_SMALL[Q_SMALL > 0] / Q_SMALL.sum())
     assert stat > 10 * CHI2_999[dof]
 
 

@@ -7,7 +7,7 @@ own `target_row`.
 
 import pytest
 import torch
-from test_samplers import P_SMALL, Q_SMALL, RULE_IDS, RULES
+from helpers.laws import P_SMALL, Q_SMALL, RULE_IDS, RULES
 
 from cactus_bench.samplers import (
     DIVERGENCES,

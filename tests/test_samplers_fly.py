@@ -1,92 +1,31 @@
 """FLy (rules/fly.py) against the law of a whole verification step, enumerated by brute force,
 and its parameters as vLLM defines them.
 
-The reference restates vLLM 0.34's sampled-draft loop (`rejection_sampler_utils.py`, lines
-591-745: a native rejection held pending while the next W native decisions are read) in plain
-Python: native decision u_j < q_j(n)/p_j(n); a native rejection at j is held when p_j(n) > 0,
-q_j(n) > 0, j + W < m and the top-k entropy of q_j is >= theta; a held rejection is confirmed
-(accepted) once the W drafts after it are natively accepted, and any native rejection inside the
-window ends the step at j. The first rejection left recovers from norm((q - p)+), all accepted
-draws the bonus from q_m. Enumerating every draft sequence (V^m) and every pattern of native
-decisions (2^m) gives the exact law of the emitted row (accepted drafts, then one token);
-`verify` must sample it (Monte Carlo, Pearson chi-square at the fixed level of
-test_engine_laws). vLLM's config defaults W to min(6, m - 1) and refuses W >= m, W = 0 and
-m < 2 (0.33's `SpeculativeConfig`); the rule and the run's checks do the same.
+The reference (`step_law`, tests/helpers/laws.py) restates vLLM 0.34's sampled-draft loop
+(`rejection_sampler_utils.py`, lines 591-745: a native rejection held pending while the next W
+native decisions are read) in plain Python: native decision u_j < q_j(n)/p_j(n); a native
+rejection at j is held when p_j(n) > 0, q_j(n) > 0, j + W < m and the top-k entropy of q_j is
+>= theta; a held rejection is confirmed (accepted) once the W drafts after it are natively
+accepted, and any native rejection inside the window ends the step at j. The first rejection
+left recovers from norm((q - p)+), all accepted draws the bonus from q_m. Enumerating every draft
+sequence (V^m) and every pattern of native decisions (2^m) gives the exact law of the emitted row
+(accepted drafts, then one token); `verify` must sample it (Monte Carlo, Pearson chi-square at
+the suite's fixed level, `P_VALUE_FLOOR`). vLLM's config defaults W to min(6, m - 1) and refuses
+W >= m, W = 0 and m < 2 (0.33's `SpeculativeConfig`); the rule and the run's checks do the same.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
 import torch
-from test_engine_laws import P_VALUE_FLOOR, chi_square_p_value
+from helpers.laws import P_VALUE_FLOOR, chi_square_p_value, laws, step_law, top_entropy
 
 from cactus_bench.samplers import make_sampler
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def top_entropy(q: list[float], k: int = 3) -> float:
-    return -sum(x * math.log(x) for x in sorted(q, reverse=True)[:k] if x > 0)
-
-
-def kernel_accepted(native, can_defer, gated, window: int) -> int:
-    """Accepted drafts of one step, vLLM 0.34's loop: `pending` is the held rejection."""
-    m, accepted_length, pending = len(native), 0, -1
-    for i in range(m):
-        if pending >= 0:
-            if not native[i]:  # only a native acceptance confirms a pending window
-                return accepted_length
-            if i - pending == window:
-                accepted_length, pending = i + 1, -1
-        elif native[i]:
-            accepted_length = i + 1
-        elif can_defer[i] and i + window < m and gated[i]:
-            pending = i
-        else:
-            return accepted_length
-    return accepted_length
-
-
-def step_law(draft, target, theta: float, window: int, top_k: int = 3):
-    """{emitted row (tuple): probability} of one FLy step; draft [m][V], target [m + 1][V]."""
-    m, vocab = len(draft), len(draft[0])
-    gated = [top_entropy(target[j], top_k) >= theta for j in range(m)]
-    law: dict[tuple, float] = defaultdict(float)
-    for drafts in itertools.product(range(vocab), repeat=m):
-        weight = math.prod(draft[j][n] for j, n in enumerate(drafts))
-        if weight == 0:
-            continue
-        native_accept = [min(1.0, target[j][n] / draft[j][n]) for j, n in enumerate(drafts)]
-        can_defer = [draft[j][n] > 0 and target[j][n] > 0 for j, n in enumerate(drafts)]
-        for native in itertools.product((True, False), repeat=m):
-            chance = weight * math.prod(
-                a if ok else 1 - a for a, ok in zip(native_accept, native, strict=True)
-            )
-            if chance == 0:
-                continue
-            k = kernel_accepted(native, can_defer, gated, window)
-            if k < m:
-                last = [max(q - p, 0.0) for p, q in zip(draft[k], target[k], strict=True)]
-            else:
-                last = list(target[m])
-            total = sum(last)
-            for token, mass in enumerate(last):
-                if mass > 0:
-                    law[(*drafts[:k], token)] += chance * mass / total
-    return dict(law)
-
-
-def laws(seed: int, m: int, vocab: int):
-    """[m, V] drafter and [m + 1, V] verifier laws, one per position, with a zero or two."""
-    gen = torch.Generator().manual_seed(seed)
-    draft = (torch.randn(m, vocab, generator=gen, dtype=torch.float64) * 1.5).softmax(-1)
-    target = (torch.randn(m + 1, vocab, generator=gen, dtype=torch.float64) * 1.5).softmax(-1)
-    target[0, 0] = 0.0  # a draft the verifier rules out: never deferred
-    return draft, target / target.sum(-1, keepdim=True)
 
 
 def sample_rows(rule, draft, target, samples: int, seed: int) -> Counter:
@@ -293,7 +232,7 @@ def test_the_runs_checks_resolve_and_refuse_the_window_before_loading():
     """`window: auto` becomes vLLM's min(6, m - 1) in the checked parameters (so the row's
     fly_window column and the config hash hold the W decoded); W >= m, W = 0 and m < 2 are
     one-line ConfigErrors from validate(), which imports no torch."""
-    from test_run_conf import compose_run_conf
+    from helpers.runs import compose_run_conf
 
     from cactus_bench.run.checks import ConfigError, validate
 

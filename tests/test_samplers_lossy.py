@@ -17,7 +17,7 @@ from collections import Counter
 
 import pytest
 import torch
-from test_samplers import CHI2_999, _chi_square
+from helpers.laws import CHI2_999, chi_square
 
 from cactus_bench.samplers import make_sampler
 
@@ -379,7 +379,7 @@ def test_verify_samples_the_exact_law(name, params):
     )
     counts = torch.bincount(out.token_ids[:, 0], minlength=7).double()
     law = rule.emitted_law(p, q, **unscaled_kwargs(rule, p_bar, q_bar))
-    stat, dof = _chi_square(counts, law)
+    stat, dof = chi_square(counts, law)
     if dof:
         assert stat < CHI2_999[dof], f"chi2={stat:.1f} with {dof} dof"
     beta = rule.acceptance_probability(p, q, **unscaled_kwargs(rule, p_bar, q_bar)).item()
@@ -398,7 +398,7 @@ ENGINE_CASES = [
 
 @pytest.mark.parametrize(("name", "params"), ENGINE_CASES)
 def test_engine_first_token_follows_the_exact_law(tiny_pair, name, params):
-    from test_engine_laws import P_VALUE_FLOOR, chi_square_p_value, next_token_law
+    from helpers.laws import P_VALUE_FLOOR, chi_square_p_value, next_token_law
 
     from cactus_bench.engine import SamplingParams, SpeculativeDecoder
 

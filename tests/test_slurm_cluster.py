@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers.runs import array_id, queue
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]  # slurm_env: tests/conftest.py
@@ -52,18 +53,6 @@ def sweep_command(tmp_path: Path, samplers: str) -> list[str]:
 def rows(tmp_path: Path) -> pd.DataFrame:
     csv = tmp_path / "results" / "slurm.csv"
     return pd.read_csv(csv) if csv.exists() else pd.DataFrame(columns=["sampler", "status"])
-
-
-def queue(env) -> dict[str, str]:
-    """Job id (array tasks as 12_1) -> state, from squeue."""
-    out = subprocess.run(["squeue", "-h", "-o", "%i %T"], env=env, capture_output=True, text=True)
-    return dict(line.split() for line in out.stdout.splitlines() if line.strip())
-
-
-def array_id(tmp_path: Path) -> str | None:
-    """The Slurm array id of the sweep in tmp_path (submitit names a folder after it)."""
-    folders = (tmp_path / "sweep" / ".submitit").glob("*")
-    return next((f.name for f in folders if f.name.isdigit()), None)
 
 
 def test_sweep_lands_one_row_per_job_in_one_csv(slurm_env, tmp_path):

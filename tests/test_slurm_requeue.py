@@ -27,8 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_resume import COUNTED
-from test_slurm_cluster import array_id, queue
+from helpers.runs import COUNTED, array_id, queue
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

@@ -13,7 +13,14 @@ import re
 
 import datasets
 import pytest
-from test_tasks_support import ScriptedDecoder, use_private_caches, write_jsonl
+from helpers.tasks import (
+    GPQA_ROWS,
+    GSM8K_TEST,
+    ScriptedDecoder,
+    gsm8k_folder,
+    use_private_caches,
+    write_jsonl,
+)
 
 from cactus_bench.engine import SamplingParams
 from cactus_bench.models.tiny import make_tiny_tokenizer
@@ -68,40 +75,6 @@ def test_paper_until_drops_newlines_and_adds_chat_end_tokens():
 
 
 # ---- GSM8K: answer extraction through lm-eval's filters -----------------------------------------
-GSM8K_TRAIN = [
-    ("Tom has 3 apples and buys 4 more. How many apples does he have?", "3 + 4 = 7\n#### 7"),
-    ("A box holds 6 pens. How many pens are in 5 boxes?", "5 * 6 = 30\n#### 30"),
-    ("Sara reads 12 pages a day. How many pages in 3 days?", "12 * 3 = 36\n#### 36"),
-    ("A bus has 40 seats and 15 are taken. How many are free?", "40 - 15 = 25\n#### 25"),
-    ("Eggs cost $2 each. How much do 9 eggs cost?", "9 * 2 = 18\n#### 18"),
-]
-GSM8K_TEST = {  # question -> (gold answer, hand-written response)
-    "Mia had 20 stickers and gave away 8. How many are left?": (
-        "20 - 8 = 12\n#### 12",
-        "20 - 8 = 12.\n#### 12",
-    ),
-    "A farmer plants 7 rows of 9 trees. How many trees?": (
-        "7 * 9 = 63\n#### 63",
-        "7 rows times 9 trees is 63",
-    ),
-    "A shop sold 1,250 cups on Monday and 750 on Tuesday. How many in total?": (
-        "1250 + 750 = 2000\n#### 2000",
-        "<think>maybe #### 1500</think>The total is 2,000 cups.\n#### 2,000",
-    ),
-    "Ann has 5 cats and 2 dogs. How many pets?": (
-        "5 + 2 = 7\n#### 7",
-        "<think>so #### 7</think>#### 8",
-    ),
-}
-
-
-def gsm8k_folder(root):
-    write_jsonl(root / "gsm8k/train.jsonl", [{"question": q, "answer": a} for q, a in GSM8K_TRAIN])
-    write_jsonl(
-        root / "gsm8k/test.jsonl",
-        [{"question": q, "answer": gold} for q, (gold, _) in GSM8K_TEST.items()],
-    )
-    return root
 
 
 def test_gsm8k_scores_through_lm_eval_filters(tmp_path, tokenizer):
@@ -183,16 +156,6 @@ def test_ifeval_scores_through_lm_eval_checkers(
 
 
 # ---- GPQA: letter extraction, choice shuffling, password ----------------------------------------
-GPQA_ROWS = [
-    {
-        "Question": f"Which value is listed as number {i}?",
-        "Correct Answer": f"value {i}",
-        "Incorrect Answer 1": f"other {i}a",
-        "Incorrect Answer 2": f"other {i}b",
-        "Incorrect Answer 3": f"other {i}c",
-    }
-    for i in range(4)
-]
 
 
 def letter_of(prompt, answer):

@@ -9,9 +9,9 @@ import datasets
 import langdetect
 import nltk
 import pytest
+from helpers.tasks import ScriptedDecoder, use_private_caches, write_jsonl
 from lm_eval.api.instance import Instance
 from lm_eval.api.registry import get_model
-from test_tasks_support import ScriptedDecoder, use_private_caches, write_jsonl
 
 from cactus_bench.engine import SamplingParams
 from cactus_bench.models.tiny import make_tiny_tokenizer

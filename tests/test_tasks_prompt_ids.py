@@ -11,12 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.tasks import ScriptedDecoder
 from lm_eval.api.instance import Instance
-from test_tasks_support import ScriptedDecoder
 from tokenizers import processors
 
 from cactus_bench.bench import engine_arms, forward
-from cactus_bench.drafter_training.teacher import chat_ids
 from cactus_bench.frontier.contexts import encode_prompts
 from cactus_bench.gpu_check.measurements import demo_prompts
 from cactus_bench.models import smollm2
@@ -24,6 +23,7 @@ from cactus_bench.models.tiny import CHAT_TEMPLATE, make_tiny_tokenizer
 from cactus_bench.tasks.lm import CactusBenchLM
 from cactus_bench.tasks.prompt_ids import chat_prompt_ids
 from cactus_bench.tasks.specs import DEMO_PROMPTS_PATH
+from training.teacher import chat_ids
 
 REPO = Path(__file__).resolve().parents[1]
 QWEN3 = next(  # the real Qwen3 tokenizer, in shared/ beside the checkout or its worktree folder

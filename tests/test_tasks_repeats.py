@@ -9,9 +9,8 @@ import json
 from collections import Counter
 
 import pytest
-from test_run_orchestrate import csv_rows, tiny_conf
-from test_tasks import GPQA_ROWS, GSM8K_TEST, gsm8k_folder
-from test_tasks_support import ScriptedDecoder, use_private_caches
+from helpers.runs import csv_rows, tiny_conf
+from helpers.tasks import GPQA_ROWS, GSM8K_TEST, ScriptedDecoder, gsm8k_folder, use_private_caches
 
 from cactus_bench.models.tiny import make_tiny_tokenizer
 from cactus_bench.run import ConfigError, build_identity, run, run_conf_from_dict, validate

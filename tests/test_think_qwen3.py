@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_tasks_support import OneAtATime, use_private_caches
+from helpers.tasks import OneAtATime, use_private_caches
 
 from cactus_bench.engine import RequestRecord
 from cactus_bench.tasks import evaluate_task

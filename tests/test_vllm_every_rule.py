@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_engine_laws import P_VALUE_FLOOR, chi_square_p_value
-from test_samplers_fly import laws, step_law
-from test_vllm_v2 import HostReads
+from helpers.laws import P_VALUE_FLOOR, chi_square_p_value, laws, step_law
+from helpers.vllm_fakes import DraftLogitsCache as Cache
+from helpers.vllm_fakes import HostReads, v2_layout
 
 from cactus_bench.samplers import SAMPLERS, make_sampler
 from cactus_bench.vllm import bridge, bridge_v2, memory, working_set
@@ -39,31 +39,6 @@ def every_rule() -> list:
             rule = make_sampler(name, test_law="processed")
         rules.append(pytest.param(rule, id=name))
     return rules
-
-
-class Cache(SimpleNamespace):
-    """vLLM 0.34's DraftLogitsCache as the bridge reads it (.values, .row_mapping)."""
-
-
-def v2_layout(draft: torch.Tensor, target: torch.Tensor, drafts: torch.Tensor, seed: int = 0):
-    """B requests of one step in V2's layout: draft [m, V] and target [m + 1, V] laws for every
-    request, drafts [B, m] ids. -> rejection_sample_v2's positional arguments."""
-    batch, m = drafts.shape
-    vocab = target.shape[-1]
-    values = draft.log().float().expand(batch, m, vocab).contiguous()
-    target_logits = target.log().float().repeat(batch, 1)  # [B (m + 1), V]
-    draft_sampled = torch.cat([torch.zeros(batch, 1, dtype=torch.long), drafts], 1).view(-1)
-    cu = torch.arange(batch + 1) * (m + 1)
-    g = torch.Generator().manual_seed(seed)
-    seeds = torch.randint(0, 2**62, (batch,), generator=g)
-    state = torch.arange(batch)
-    cache = Cache(values=values, row_mapping=None)
-    pos = torch.arange(batch * (m + 1))
-    return (target_logits, cache, draft_sampled, cu, pos, state, None, None), (
-        torch.ones(batch),
-        seeds,
-        m,
-    )
 
 
 def v1_layout(draft: torch.Tensor, target: torch.Tensor, drafts: torch.Tensor):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_vllm_bridge import _metadata, _ragged
+from helpers.vllm_fakes import ragged_drafts as _ragged
+from helpers.vllm_fakes import sampling_metadata as _metadata
 
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import bridge as va

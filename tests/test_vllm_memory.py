@@ -125,7 +125,7 @@ def test_docs_carry_the_scripts_table():
 
 
 def test_backend_checks_gpus_and_fit_before_loading(tmp_path, monkeypatch):
-    from test_run_backend_vllm import _conf
+    from helpers.runs import compose_tiny as _conf
 
     from cactus_bench.run import ConfigError, build_identity
     from cactus_bench.run.backends import vllm as backend
@@ -190,7 +190,7 @@ def peak_bytes(call) -> int:
 def bridge_peak(rule, batch: int, m: int, vocab: int = 2048) -> int:
     """Peak bytes of one V2 step of `batch` requests, m drafts each (one chunk)."""
     import torch
-    from test_vllm_every_rule import v2_layout
+    from helpers.vllm_fakes import v2_layout
 
     from cactus_bench.vllm import bridge_v2
 

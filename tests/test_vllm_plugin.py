@@ -13,6 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers.vllm_fakes import V1_SIGNATURE
+from helpers.vllm_fakes import fake_rejection_module as _fake_module
+from helpers.vllm_fakes import sampling_metadata as _metadata
 
 from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.samplers import make_sampler
@@ -21,23 +24,6 @@ from cactus_bench.vllm import acceptance as va
 from cactus_bench.vllm import patches
 
 REPO = Path(__file__).resolve().parents[1]
-V1_SIGNATURE = (
-    "draft_token_ids, num_draft_tokens, max_spec_len, cu_num_draft_tokens, draft_probs, "
-    "target_logits, bonus_token_ids, sampling_metadata, synthetic_mode=False, "
-    "synthetic_conditional_rates=None, use_fp64_gumbel=False"
-)
-
-
-def _fake_module(signature: str):
-    module = types.ModuleType("fake_vllm_rejection")
-    namespace: dict = {}
-    exec(f"def rejection_sample({signature}):\n    return 'original'", namespace)
-    module.rejection_sample = namespace["rejection_sample"]
-    return module
-
-
-def _metadata():
-    return SimpleNamespace(all_greedy=False, all_random=True, temperature=None, generators={})
 
 
 # ---- patching ------------------------------------------------------------------------------------

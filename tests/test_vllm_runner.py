@@ -7,7 +7,9 @@ import types
 
 import pytest
 import torch
-from test_vllm_plugin import V1_SIGNATURE, _fake_module, _metadata
+from helpers.vllm_fakes import V1_SIGNATURE
+from helpers.vllm_fakes import fake_rejection_module as _fake_module
+from helpers.vllm_fakes import sampling_metadata as _metadata
 
 from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import acceptance as va

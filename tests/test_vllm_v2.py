@@ -11,11 +11,10 @@ torch.compile(fullgraph=True, dynamic=False).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from helpers.vllm_fakes import DraftLogitsCache as Cache
+from helpers.vllm_fakes import HostReads
 
 from cactus_bench.engine.sampling import SamplingParams, process_logits
 from cactus_bench.gpu_check.laws import P_VALUE_FLOOR, chi_square_p
@@ -23,15 +22,6 @@ from cactus_bench.samplers import make_sampler
 from cactus_bench.vllm import bridge_v2
 from cactus_bench.vllm.padded_rows import Step
 from cactus_bench.vllm.v2_law import processed_law_logits
-
-
-@dataclass
-class Cache:
-    """vLLM 0.34's DraftLogitsCache as rejection_sample reads it."""
-
-    values: torch.Tensor  # [rows, K, V] pre-temperature drafter logits
-    row_mapping: torch.Tensor | None  # [R_max] int32 row of each request state, -1: elsewhere
-
 
 # per request state: temperature, top-k (V = off, as vLLM stores it), top-p (1 = off)
 VOCAB = 8
@@ -54,22 +44,6 @@ def _states():
 def _processed(logits: torch.Tensor, state: int) -> torch.Tensor:
     t, k, p = ROWS[state]
     return process_logits(logits, SamplingParams(temperature=t, top_k=k % VOCAB, top_p=p))
-
-
-class HostReads(TorchDispatchMode):
-    """Counts the ops that bring a device value to the host or size a tensor by its data."""
-
-    READS = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "equal", "is_nonzero")
-
-    def __init__(self):
-        super().__init__()
-        self.reads: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.__name__.split(".")[0]
-        if name in self.READS:
-            self.reads.append(name)
-        return func(*args, **(kwargs or {}))
 
 
 # ---- the drafter's law ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("wandb")
 
-from test_run_orchestrate import csv_rows, tiny_conf  # noqa: E402
+from helpers.runs import csv_rows, tiny_conf  # noqa: E402
 from wandb_files import offline_run  # noqa: E402
 
 from cactus_bench.run import run  # noqa: E402

@@ -1,6 +1,6 @@
-"""The benchmarks' shared code: what `scripts/bench_*.py`, `scripts/eval_drafter.py` and the GPU
-check (cactus_bench/gpu_check/) measure with, so that each script is an entry point (arguments,
-sections, output).
+"""The benchmarks' shared code: what `scripts/bench_*.py`, `scripts/eval_drafter.py`,
+`scripts/gpu_bench.py` and the GPU check (cactus_bench/gpu_check/) measure with, so that each
+script is an entry point (arguments, sections, output).
 
 - `greedy.py`: greedy decoding as SamplingParams (the paper's law is engine.sampling's
   `PAPER_SAMPLING`);
@@ -15,5 +15,13 @@ sections, output).
 - `linear.py`, `draw.py`, `forward.py`, `decoders.py`: the linear-layer, token-draw/head,
   cached-forward and decoder benches that `bench_forward.py` runs as sections (the first two
   also have scripts of their own); `decoders.py` also builds a pair's sps decoder, which
-  drafter_eval.py and the GPU check's checks share.
+  drafter_eval.py and the GPU check's checks share;
+- `op_count.py`, `step_ops.py`, `layer_kernels.py`: GPU proxies counted on any machine: the aten
+  ops and stalls a piece of code makes, those counts per forward, rule `verify` and engine step
+  (`bench_step_ops.py`), and the kernels per decoder layer of the static forward;
+- `gpu_costs.py`, `gpu_engine.py`, `gpu_profile.py`, `gpu_forecast.py`: what `make gpu-bench`
+  measures on one GPU: forwards and rules beside their floors, the engine end to end and what
+  ran there, the kernels of one drafter forward, and the step cost and speedup forecast from
+  those parts; `gpu_compiled.py`: compiled timings that refuse a graph with no ops (for
+  gpu_costs.py).
 """

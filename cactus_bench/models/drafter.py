@@ -10,7 +10,7 @@ probabilities are exactly 0 there and the engine drives it like any causal LM (K
 
 Only the new parameters are committed (``assets/*.safetensors``, fp16): decoder layers, final
 norm, head bias and the subset's token ids; the JSON config holds the head's ``logit_scale``
-(a temperature calibration fitted after training by cactus_bench.drafter_training.train).
+(a temperature calibration fitted after training by training.train).
 Everything else is taken from the verifier at load.
 """
 
@@ -53,8 +53,7 @@ class SubsetLMHead(nn.Module):
     training uses): a distilled drafter comes out flatter than the teacher's processed law it is
     matched to (the forward-KL term spreads mass), and sharpening it raises the acceptance
     sum_x min(p, q). Any drafter law keeps speculative sampling exact; the scale is fitted on
-    held-out training-split data (`cactus_bench.drafter_training.train.calibrate`) and stored
-    in the JSON config.
+    held-out training-split data (`training.train.calibrate`) and stored in the JSON config.
     """
 
     def __init__(

@@ -1,4 +1,6 @@
-"""Drafter training: how the committed SmolLM2-135M drafter (models/drafter.py) was made.
+"""Drafter training: how the committed SmolLM2-135M drafter (cactus_bench/models/drafter.py) was
+made. A pipeline beside the runtime package, not in it: it imports cactus_bench, and nothing in
+cactus_bench imports it (tests/test_architecture.py).
 
 `prompts.py` (the prompt mix: GSM8K train and templated instructions, `templates.py`),
 `teacher.py` (phase 1: the verifier's sampled answers and top logits, in resumable shards),

@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from cactus_bench.drafter_training.shards import write_shards
 from cactus_bench.engine.batch_generate import sample_continuations
 from cactus_bench.engine.sampling import SamplingParams
 from cactus_bench.paper import PAPER
 from cactus_bench.tasks.prompt_ids import chat_prompt_ids
+from training.shards import write_shards
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ would alone. AdamW's learning rate warms up linearly, then follows a cosine over
 part of every checkpoint, so a resumed run sees the batches an uninterrupted one would. Every
 ``ckpt_minutes`` of CPU, and when the budget is spent, the trainer's ``evaluate`` measures the
 model (at step 0 too) and its ``checkpoint`` saves it; what is measured, kept and written is
-the trainer's (drafter_training/train.py; the removed feature-drafter pilot's too).
+the trainer's (training/train.py; the removed feature-drafter pilot's too).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from cactus_bench.drafter_training.distill import make_batches
-from cactus_bench.drafter_training.shards import TrainingRecords
+from training.distill import make_batches
+from training.shards import TrainingRecords
 
 
 def learning_rate(s, step: int, frac: float) -> float:

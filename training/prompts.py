@@ -14,7 +14,7 @@ import json
 import random
 from pathlib import Path
 
-from cactus_bench.drafter_training import templates as words
+from training import templates as words
 
 
 def _fill(rng: random.Random) -> dict[str, object]:

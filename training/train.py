@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from cactus_bench.drafter_training.distill import (
+from cactus_bench.models.drafter import build_drafter, load_drafter, save_drafter
+from training.distill import (
     DistillSettings,
     batch_tensors,
     calibrate_logit_scale,
@@ -30,9 +31,8 @@ from cactus_bench.drafter_training.distill import (
     student_logits,
     subset_lookup,
 )
-from cactus_bench.drafter_training.loop import append_curve_row, budget_loop, start_or_resume
-from cactus_bench.drafter_training.shards import TrainingRecords, save_whole
-from cactus_bench.models.drafter import build_drafter, load_drafter, save_drafter
+from training.loop import append_curve_row, budget_loop, start_or_resume
+from training.shards import TrainingRecords, save_whole
 
 CURVE_HEADER = "step,epoch,cpu_min,wall_min,loss,acceptance,math,instruction\n"
 
