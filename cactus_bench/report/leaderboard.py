@@ -164,6 +164,10 @@ def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list
         rule = FRONTIER_RULE.get(row.sampler, row.sampler)
         if row.sampler == "cactus_exact":
             rule = f"cactus_exact:{params['divergence']}"
+        guards = [f"{k}={params[k]:g}" for k in ("near_top",) if k in params]
+        guards += [f"{k}={params[k]}" for k in ("stop", "strict_first", "relax_in") if k in params]
+        if guards:  # the frontier's guarded arm (cactus+stop=exact), or none for two guards
+            rule = f"{rule}+{guards[0]}" if len(guards) == 1 else "none"
         if frontier is None or (key is None and row.sampler != "sps"):
             return math.nan
         hit = frontier[
