@@ -104,6 +104,7 @@ def test_engine_matches_the_prediction_on_the_embedded_pair(tmp_path):
         rules=["cactus", "mentored", "tokenv3"],
         deltas=[1.0],
         cascade_alphas=[0.5],
+        guards=[],
         progress=False,
         figures=False,
     )

@@ -51,8 +51,13 @@ FRONTIER_LABEL = {
     "fsd": "T",
     "fsd_reducible": "T",
     "bild": "tau",
+    "topband": "alpha",
+    "topband_cascade": "beta",  # the frontier's arms hold OPT's alpha at 0.5, as the board's
+    "additive": "t",
+    "greedy_margin": "K",
 }
-FRONTIER_PARAM = {"eps": "threshold", "T": "threshold"}  # the run's name of a frontier label
+# the run's name of a frontier label
+FRONTIER_PARAM = {"eps": "threshold", "T": "threshold", "t": "acceptance_threshold", "K": "margin"}
 FRONTIER_SOURCE = {"gsm8k": "gsm8k_test"}  # the frontier's prompt source of each task
 FRONTIER_RULE = {"ensemble": "interp"}  # the alias runs as interp (alpha = 1 - w)
 
@@ -131,7 +136,8 @@ def arm_label(sampler: str, params: str) -> str:
     if sampler == "ensemble" and "alpha" in values and "w" not in values:
         values = {"w": round(1.0 - values.pop("alpha"), 9), **values}
     symbols = {**LABEL_SYMBOLS, **RULE_SYMBOLS.get(sampler, {})}
-    return rule_label(sampler, json.dumps(values), symbols, hidden)
+    named = [f" {k}={values[k]}" for k in ("stop", "relax_in") if k in values]  # guards by name
+    return rule_label(sampler, json.dumps(values), symbols, hidden) + "".join(named)
 
 
 LENGTH_BOARD = (
