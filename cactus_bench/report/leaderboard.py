@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from cactus_bench.report.batch import rule_label
+from cactus_bench.report.claims import GUARDS
 from cactus_bench.report.figure_parts import COLORS, save_figure
 from cactus_bench.report.leaderboard_figure import leaderboard_figure
 from cactus_bench.report.leaderboard_power import (
@@ -51,12 +52,8 @@ FRONTIER_LABEL = {
     "fsd": "T",
     "fsd_reducible": "T",
     "bild": "tau",
-    "topband": "alpha",
-    "topband_cascade": "beta",  # the frontier's arms hold OPT's alpha at 0.5, as the board's
-    "additive": "t",
-    "greedy_margin": "K",
-}
-# the run's name of a frontier label
+    **{"topband": "alpha", "topband_cascade": "beta", "additive": "t", "greedy_margin": "K"},
+}  # topband_cascade: the frontier's arms and the board's hold OPT's alpha at 0.5
 FRONTIER_PARAM = {"eps": "threshold", "T": "threshold", "t": "acceptance_threshold", "K": "margin"}
 FRONTIER_SOURCE = {"gsm8k": "gsm8k_test"}  # the frontier's prompt source of each task
 FRONTIER_RULE = {"ensemble": "interp"}  # the alias runs as interp (alpha = 1 - w)
@@ -170,10 +167,8 @@ def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list
         rule = FRONTIER_RULE.get(row.sampler, row.sampler)
         if row.sampler == "cactus_exact":
             rule = f"cactus_exact:{params['divergence']}"
-        guards = [f"{k}={params[k]:g}" for k in ("near_top",) if k in params]
-        guards += [f"{k}={params[k]}" for k in ("stop", "strict_first", "relax_in") if k in params]
-        if guards:  # the frontier's guarded arm (cactus+stop=exact), or none for two guards
-            rule = f"{rule}+{guards[0]}" if len(guards) == 1 else "none"
+        # a guarded run joins its guarded arm (cactus+stop=exact); two guards join none
+        rule += "".join(f"+{k}={params[k]}" for k in GUARDS if k in params)
         if frontier is None or (key is None and row.sampler != "sps"):
             return math.nan
         hit = frontier[
