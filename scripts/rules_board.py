@@ -65,6 +65,18 @@ ARMS: list[tuple[str, dict]] = [
     # vLLM's window is min(6, m - 1): at the board's m = 2 that is W = 1 (W >= m never defers)
     ("fly", {"entropy_threshold": 0.3, "window": 1}),
     ("fly", {"entropy_threshold": 0.1, "window": 1}),
+    # 2026's rules (docs/rules.md, F7-F9) at their sources' defaults, then a looser point
+    ("topband", {"alpha": 0.2}),
+    ("topband", {"alpha": 0.5}),
+    ("topband_cascade", {"alpha": 0.5, "beta": 0.8}),
+    ("topband_cascade", {"alpha": 0.5, "beta": 0.5}),
+    ("additive", {"acceptance_threshold": 0.1}),
+    ("additive", {"acceptance_threshold": 0.3}),
+    ("greedy_margin", {"margin": 0.5}),
+    ("greedy_margin", {"margin": 0.2}),
+    # Cactus delta = 1 with each position-free guard (docs/rules.md, Guards)
+    ("cactus", {"delta": 1.0, "stop": "exact"}),
+    ("cactus", {"delta": 1.0, "near_top": 0.2}),
 ]
 
 

@@ -101,7 +101,8 @@ def test_arms_cover_the_grid_with_sps_first():
         ("cactus", "delta=1"),
         ("cactus_exact:kl", "delta=0.5"),
     ]
-    assert len(arms) == 1 + 2 + 4 + 1 + 1 + 1
+    assert len(arms) == 1 + 2 + 4 + 1 + 1 + 1 + 2  # + Cactus delta=1 with each default guard
+    assert [a.rule for a in arms[-2:]] == ["cactus+stop=exact", "cactus+near_top=0.2"]
     assert {a.parameter for a in arms if a.family in ("tas", "topk", "interp")} == {
         "eps=0.09",
         "k=5",
@@ -138,6 +139,7 @@ def test_statistics_on_the_compact_support_equal_the_full_vocabulary():
         fsd_thresholds=[0.2],
         bild_taus=[2.0],
         rules=[rule for rule in RULE_FAMILIES if rule != "sps"],
+        guards=["near_top=0.2"],  # stop=exact needs a stop set (tests/test_frontier_new_arms.py)
     )
     arms = build_arms(conf)
     assert {arm.family for arm in arms} == set(RULE_FAMILIES)
@@ -234,7 +236,12 @@ def test_target_rules_sit_on_the_coupling_bound_in_tv():
     p, q = _rows(30, 40, seed=3)
     old_rules = ["cactus", "cactus_exact", "tas", "topk", "interp"]
     conf = FrontierConf(
-        deltas=[0.1, 1.0], tas_thresholds=[0.09], topk_ks=[3], interp_alphas=[0.5], rules=old_rules
+        deltas=[0.1, 1.0],
+        tas_thresholds=[0.09],
+        topk_ks=[3],
+        interp_alphas=[0.5],
+        rules=old_rules,
+        guards=[],
     )
     arms = build_arms(conf)
     stats = chunk_statistics(p, q, arms, chunk_elements=100_000)[0]

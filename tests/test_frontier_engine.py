@@ -95,7 +95,8 @@ def test_sample_positions_are_distinct_and_in_range(measured):
 @pytest.mark.slow
 def test_engine_matches_the_prediction_on_the_embedded_pair(tmp_path):
     """The same check on SmolLM2-135M and its drafter (real truncated laws, the token map, the
-    chat template) for SpS, Cactus and two lossy rules of samplers/rules/."""
+    chat template) for SpS, Cactus, two lossy rules of samplers/rules/ and Cactus with each
+    position-free guard."""
     conf = FrontierConf(
         pair="smollm2_135m",
         prompts=["demo"],
@@ -113,7 +114,14 @@ def test_engine_matches_the_prediction_on_the_embedded_pair(tmp_path):
     arms = build_arms(conf)
     measured = measure_positions(conf, pair, contexts, arms, sampling)
     positions = sample_positions(contexts, 40, seed=1)
-    assert [arm.rule for arm in arms] == ["sps", "cactus", "mentored", "tokenv3"]
+    assert [arm.rule for arm in arms] == [
+        "sps",
+        "cactus",
+        "mentored",
+        "tokenv3",
+        "cactus+stop=exact",  # the engine binds S from the tokenizer's EOS (here <|im_end|>)
+        "cactus+near_top=0.2",
+    ]
     rates = []
     for index, arm in enumerate(arms):
         outcomes = engine_first_acceptance(

@@ -68,7 +68,10 @@ def test_every_arms_stop_head_and_entropy_equal_its_law_on_the_vocabulary():
             p_v, q_v, extra = *as_stored[:2], as_stored[2:]
         else:  # the compact rows' laws, laid back on the vocabulary
             p_v, q_v, extra = p, q, ()
-        law = arm.sampler().emitted_law(p_v, q_v, *extra)  # [C, V]
+        rule = arm.sampler()
+        if arm.stop_exact:  # the guard's stop ids index the whole vocabulary here
+            rule.stop_ids = torch.tensor(STOP_IDS)
+        law = rule.emitted_law(p_v, q_v, *extra)  # [C, V]
         head = q_v < 0.2 * q_v.amax(-1, keepdim=True)
         expected = {
             "stop_mass": law[:, list(STOP_IDS)].sum(-1),
@@ -207,7 +210,8 @@ def test_the_committed_subset_run_has_every_stop_statistic_and_draws_its_figure(
 def test_a_rule_without_a_grid_here_runs_as_one_arm_at_its_defaults():
     # A rule file added to the catalogue reaches the frontier without an edit of arms.py: no
     # grid there, one arm at the rule's defaults (as greedy), and every statistic above applies.
-    arms = build_arms(FrontierConf(rules=["cactus", "greedy", "a_new_rule"], deltas=[1.0]))
+    conf = FrontierConf(rules=["cactus", "greedy", "a_new_rule"], deltas=[1.0], guards=[])
+    arms = build_arms(conf)
     assert [(arm.family, arm.parameter) for arm in arms] == [
         ("sps", ""),
         ("cactus", "delta=1"),

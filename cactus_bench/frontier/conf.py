@@ -19,7 +19,7 @@ from typing import Any
 
 from cactus_bench.paper import PAPER
 from cactus_bench.samplers.catalogue import RULES
-from cactus_bench.samplers.params import DIVERGENCE_NAMES
+from cactus_bench.samplers.params import DIVERGENCE_NAMES, GUARD_DEFAULTS, GUARDS
 
 PROMPT_SOURCES = ("demo", "gsm8k_test", "ifeval", "gsm8k_train")
 HELD_OUT = ("demo", "gsm8k_test", "ifeval")  # not in the embedded drafter's training data
@@ -31,6 +31,10 @@ RULE_FAMILIES = tuple(
 # Budgets from 0.01 to 8 nats, roughly log-spaced (at most a factor 2 apart) on round values
 # that include the paper's and the demo's (0.25, 0.5, 0.75, 1, 2).
 DEFAULT_DELTAS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0)
+
+# The guards with a per-position law (strict_first and relax_in depend on the answer's offset and
+# think state, which a teacher-forced position of the frontier does not model).
+POSITION_FREE_GUARDS = ("stop", "near_top")
 
 # c of the out-of-head mass: a token is out of q_t's head where q_t(x) < c max q_t (the 0.2 of
 # others' traces of lossy rules, where such commits came with longer answers).
@@ -74,6 +78,16 @@ class FrontierConf:
     cascade_alphas: list[float] = field(default_factory=lambda: [0.1, 0.3, 0.5, 0.7, 0.9])
     fsd_thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.4, 0.8])
     bild_taus: list[float] = field(default_factory=lambda: [1.0, 2.0, 3.0, 5.0])
+    # 2026's rules (docs/rules.md, F7-F9): the near-top band alpha (the source ran <= 0.2), the
+    # gated cascade's head band beta at OPT's alpha = 0.5 (beta = 1: plain OPT), vLLM's additive
+    # t (0: SpS) and the greedy margin K (1: argmax q only)
+    topband_alphas: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.3, 0.5])
+    topband_betas: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.5, 0.8])
+    additive_thresholds: list[float] = field(default_factory=lambda: [0.05, 0.1, 0.2, 0.5, 1.0])
+    greedy_margins: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.5, 0.8])
+    # Cactus with one guard each (`name=value`, stop or near_top), at these deltas
+    guards: list[str] = field(default_factory=lambda: ["stop=exact", "near_top=0.2"])
+    guard_deltas: list[float] = field(default_factory=lambda: [1.0])
     al_max_m: int = 20  # predicted AL(m) for m = 1..al_max_m
     entropy_edges: list[float] = field(
         default_factory=lambda: [0.0, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
@@ -167,6 +181,20 @@ class FrontierConf:
                 for rule in ("fsd", "fsd_reducible", "fsd_unsmoothed")
             },
             "bild": ("bild_taus", self.bild_taus, lambda v: v >= 0, ">= 0"),
+            "topband": ("topband_alphas", self.topband_alphas, lambda v: 0 <= v <= 1, "in [0, 1]"),
+            "topband_cascade": (
+                "topband_betas",
+                self.topband_betas,
+                lambda v: 0 <= v <= 1,
+                "in [0, 1]",
+            ),
+            "additive": ("additive_thresholds", self.additive_thresholds, lambda v: v >= 0, ">= 0"),
+            "greedy_margin": (
+                "greedy_margins",
+                self.greedy_margins,
+                lambda v: 0 < v <= 1,
+                "in (0, 1]",
+            ),
         }
         for rule in self.rules:
             if rule not in grids:
@@ -177,6 +205,12 @@ class FrontierConf:
             bad = [v for v in values if not (isinstance(v, int | float) and valid(v))]
             if bad:
                 _fail(f"frontier.{key} must hold values {rule_text} (got {bad[0]!r})")
+        for guard in self.guards:
+            parse_guard(guard)
+        if self.guards and any(
+            not (isinstance(d, int | float) and d >= 0) for d in self.guard_deltas
+        ):
+            _fail(f"frontier.guard_deltas must hold values >= 0 (got {self.guard_deltas})")
         if "cactus_exact" in self.rules and not self.divergences:
             _fail("frontier.divergences is empty: give at least one or drop 'cactus_exact'")
         edges = self.entropy_edges
@@ -211,6 +245,27 @@ class FrontierConf:
         """`held_out:demo20+gsm8k_test60+ifeval40`: the CSV's prompt-set column."""
         sizes = "+".join(f"{source}{size}" for source, size in self.source_sizes().items() if size)
         return f"{self.prompt_set_label}:{sizes}"
+
+
+def parse_guard(text: str) -> tuple[str, object]:
+    """`stop=exact` -> ("stop", "exact"), `near_top=0.2` -> ("near_top", 0.2), typed and checked
+    as the samplers check them; a positional guard, an unknown one or its default fails in one
+    line."""
+    name, _, raw = str(text).partition("=")
+    param = next((p for p in GUARDS if p.name == name), None)
+    if param is None or name not in POSITION_FREE_GUARDS:
+        _fail(
+            f"frontier.guards entry {text!r}: give name=value with name one of "
+            f"{', '.join(POSITION_FREE_GUARDS)} (strict_first and relax_in depend on the answer's "
+            "position, which the frontier does not model)"
+        )
+    try:
+        value = param.coerce("cactus", raw if param.kind is str else float(raw))
+    except ValueError as error:
+        _fail(f"frontier.guards entry {text!r}: {error}")
+    if value == GUARD_DEFAULTS[name]:
+        _fail(f"frontier.guards entry {text!r} is the default (no guard): drop it")
+    return name, value
 
 
 def _check_names(key: str, values, known) -> None:

@@ -15,10 +15,11 @@ COLUMNS_TEXT = {
     "pair": "model pair (configs/model/<pair>.yaml)",
     "prompt_set": "held_out:... (not in the drafter's training data) or drafter_train:..., then "
     "the prompts per source",
-    "rule": "the sampler (cactus_exact:<f> for the exact rule with divergence f; verifier for "
-    "rule-free rows)",
-    "parameter": "the grid value (delta=, eps=, k=, alpha=, l=, T=, tau=); the cascades', "
-    "FSD's and BiLD's tests read the temperature-1 untruncated laws, as their sources do",
+    "rule": "the sampler (cactus_exact:<f> for the exact rule with divergence f; cactus+<guard> "
+    "for Cactus with one guard, e.g. cactus+stop=exact; verifier for rule-free rows)",
+    "parameter": "the grid value (delta=, eps=, k=, alpha=, beta=, l=, T=, tau=, t=, K=); the "
+    "cascades', FSD's and BiLD's tests read the temperature-1 untruncated laws, as their "
+    "sources do",
     "value, ci_low, ci_high": "the statistic and its 95 % bootstrap interval (empty: none)",
     "n_positions": "positions the statistic is computed over",
 }

@@ -74,7 +74,7 @@ def distribution_rows(arms, stats, sequence, lengths, weights) -> list[dict]:
             for level, value in zip(QUANTILES, _quantiles(values), strict=True):
                 rows.append(_row(arm, f"{f}_q{round(level * 100)}", value, count=total))
             rows.append(_row(arm, f"{f}_max", values.max(), count=total))
-            if arm.family in BUDGETED:
+            if arm.kind in BUDGETED:
                 above = values > arm.value * (1 + _ABOVE_RTOL) + _ABOVE_ATOL
                 rows.append(_row(arm, f"{f}_share_above_delta", *mean(above.double()), total))
         excess = stats["thm3_excess"][index]
@@ -90,7 +90,7 @@ def overshoot_cell_rows(arms, cells: torch.Tensor) -> list[dict]:
     rows = []
     for index, arm in enumerate(arms):
         total = float(cells[index, ..., 0].sum())
-        if arm.family not in ("cactus", "cactus_exact") or total <= 0:
+        if arm.kind not in ("cactus", "cactus_exact") or total <= 0:
             continue
         for qi in range(len(Q_EDGES) - 1):
             for gi in range(len(GAMMA_EDGES) - 1):

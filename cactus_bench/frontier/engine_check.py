@@ -94,9 +94,7 @@ def engine_check_arms(conf, arms) -> list[int]:
         return []
     found = []
     for family, value in CHECK_ARMS:
-        index = next(
-            (i for i, a in enumerate(arms) if a.family == family and a.value == value), None
-        )
+        index = next((i for i, a in enumerate(arms) if a.kind == family and a.value == value), None)
         if index is None:
             raise FrontierConfigError(
                 f"frontier.engine_check needs the arm {family} {value or ''} in the grid: keep "

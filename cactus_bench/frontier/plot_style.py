@@ -28,9 +28,16 @@ HEADLINE = (
 )
 
 
+# A guarded arm (`cactus+stop=exact`): its rule's color, a marker of its guard's own
+GUARD_MARKERS = {"stop": "X", "near_top": "P"}
+
+
 def rule_style(rule: str) -> dict:
     family, _, divergence = rule.partition(":")
+    family, _, guard = family.partition("+")
     style = {"color": COLORS.get(family, "C9"), "marker": MARKERS.get(family, "o")}
+    if guard:
+        style["marker"] = GUARD_MARKERS.get(guard.partition("=")[0], "o")
     if divergence:
         style["linestyle"] = DIVERGENCE_STYLES.get(divergence, "-")
         style["alpha"] = 1.0 if divergence == "kl" else 0.6
@@ -51,8 +58,15 @@ def rule_label(rule: str) -> str:
         "fsd": "FSD (T)",
         "fsd_reducible": "FSD reducible (T)",
         "bild": "BiLD (τ)",
+        "topband": "near-top (α)",
+        "topband_cascade": "near-top OPT cascade (β)",
+        "additive": "additive threshold (t)",
+        "greedy_margin": "greedy margin (K)",
     }
-    return f"Cactus-exact ({divergence})" if divergence else names.get(family, family)
+    if divergence:
+        return f"Cactus-exact ({divergence})"
+    family, _, guard = family.partition("+")
+    return f"{names.get(family, family)}, {guard}" if guard else names.get(family, family)
 
 
 def grid_value(parameter: str) -> float:

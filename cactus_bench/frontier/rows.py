@@ -96,7 +96,7 @@ def summary_rows(conf, arms, stats, entropy, sequence, lengths, weights, sources
     for name in (*DIVERGENCES, "q_zero_mass"):
         rows += _rows(arms, name, mean(stats[name]), total)
     rows += _rows(arms, "q_zero_share", mean((stats["q_zero_mass"] > 0).double()), total)
-    cactus = [a.family in ("cactus", "cactus_exact") for a in arms]
+    cactus = [a.kind in ("cactus", "cactus_exact") for a in arms]
     exceed, excess = torch.nan_to_num(stats["exceed"]), torch.nan_to_num(stats["excess"])
     rows += _rows(arms, "overshoot_draft_share", mean(exceed), total, cactus)
     rows += _rows(

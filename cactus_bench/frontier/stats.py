@@ -66,10 +66,8 @@ _EXCEED_ATOL = 1e-12  # sit on the boundary and must not count as overshoot by r
 def grid_size(arms: list[Arm]) -> int:
     """The most arms evaluated in one vectorised call (one delta grid)."""
     sizes = [
-        sum(1 for a in arms if (a.family, a.divergence) == key)
-        for key in {
-            (a.family, a.divergence) for a in arms if a.family in ("cactus", "cactus_exact")
-        }
+        sum(1 for a in arms if (a.kind, a.divergence) == key)
+        for key in {(a.kind, a.divergence) for a in arms if a.kind in ("cactus", "cactus_exact")}
     ]
     return max(sizes, default=1)
 
@@ -147,9 +145,34 @@ def _overshoot_cells(p, q, gamma, breaks) -> torch.Tensor:
     return out.view(gamma.shape[0], num_q, num_g, 2)
 
 
-def _arm_statistics(p, q, pq, arm: Arm, marks) -> dict[str, torch.Tensor]:
-    """One arm's [1, C] statistics on the compact rows (an arm whose test reads only p, q)."""
-    beta, law = arm.sampler().acceptance_and_law(p, q)
+def stop_first(p, q, stop) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """[C, K] p, q on the support and [C, K] bool stop -> ([C, s + K] p, q, stop mask, s) with
+    each row's stop entries moved to columns 0..s-1 (s: the most stop entries of a row; zero
+    columns pad the rest) and zeroed where they were. Cactus's law and the stop guard commute with
+    a permutation of the tokens (no argmax tie to break) and give a zero-mass token nothing, so
+    the law on these rows is the law on the support rearranged, and the guard is handed the same
+    stop ids (0..s-1) for every row."""
+    width = max(int(stop.sum(-1).max()), 1) if stop.numel() else 1
+    order = torch.argsort((~stop).to(torch.int8), dim=-1, stable=True)[:, :width]  # stops first
+    taken = stop.gather(-1, order)  # [C, s]: a real stop entry (else a padding column)
+    zero = p.new_zeros(())
+    head_p, head_q = (torch.where(taken, rows.gather(-1, order), zero) for rows in (p, q))
+    rest_p, rest_q = (torch.where(stop, zero, rows) for rows in (p, q))
+    padded_stop = torch.cat([taken, torch.zeros_like(stop)], -1)
+    return torch.cat([head_p, rest_p], -1), torch.cat([head_q, rest_q], -1), padded_stop, width
+
+
+def _arm_statistics(p, q, pq, arm: Arm, marks, stop=None, head=HEAD_FRACTION):
+    """One arm's {name: [1, C]} statistics on the compact rows (an arm whose test reads only p,
+    q). An arm with stop=exact runs on `stop_first`'s rows (stop [C, K] bool, the stop set)."""
+    sampler = arm.sampler()
+    if arm.stop_exact:
+        if stop is None:
+            raise ValueError(f"{arm.rule} {arm.parameter} needs the stop set: pass stop_ids")
+        p, q, stop, width = stop_first(p, q, stop)
+        marks = token_marks(q, stop, head)
+        sampler.stop_ids = torch.arange(width, device=p.device)  # the same columns in every row
+    beta, law = sampler.acceptance_and_law(p, q)
     stats = {"beta": beta, **_law_statistics(law, q, pq, arm.budget_divergence, marks)}
     return {name: value.unsqueeze(0) for name, value in stats.items()}  # [1, C]
 
@@ -222,7 +245,7 @@ def chunk_statistics(
     for index, arm in enumerate(arms):
         if arm.reads_unscaled:
             continue
-        key = (arm.family, arm.divergence) if arm.family in ("cactus", "cactus_exact") else index
+        key = (arm.kind, arm.divergence) if arm.kind in ("cactus", "cactus_exact") else index
         groups.setdefault(key, []).append(index)
     widest = max((len(g) for g in groups.values()), default=1)
     step = max(1, chunk_elements // max(1, p.shape[-1] * widest))
@@ -232,11 +255,12 @@ def chunk_statistics(
         marks = token_marks(q[block], None if stop is None else stop[block], head)
         for indices in groups.values():
             members = [arms[i] for i in indices]
-            if members[0].family in ("cactus", "cactus_exact"):
+            if members[0].kind in ("cactus", "cactus_exact"):
                 stats, grid_cells = _grid_statistics(p[block], q[block], pq, members, marks)
                 cells[indices] += grid_cells
             else:
-                stats = _arm_statistics(p[block], q[block], pq, members[0], marks)
+                rows = None if stop is None else stop[block]
+                stats = _arm_statistics(p[block], q[block], pq, members[0], marks, rows, head)
             for name, value in stats.items():
                 out[name][indices, block] = value.to("cpu", torch.float64)
     for name in ("beta", "kl", "tv", "q_zero_mass", "out_of_head", "emitted_entropy"):  # never NaN

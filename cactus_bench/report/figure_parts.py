@@ -44,6 +44,10 @@ COLORS = {
     "ensemble": "#9edae5",
     "fly": "#843c39",
     "fsd_unsmoothed": "#c7c7c7",
+    "topband": "#bcbd22",
+    "topband_cascade": "#7f7f7f",
+    "additive": "#ff9896",
+    "greedy_margin": "#c49c94",
 }  # one color per sampler in every figure (run tables, the frontier, the rules leaderboard)
 REFERENCE_STYLES = {"verifier": ("Verifier", "-"), "sps": ("SpS", "--"), "tas": ("TAS", ":")}
 MARKERS = {

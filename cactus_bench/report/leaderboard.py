@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from cactus_bench.report.batch import rule_label
+from cactus_bench.report.claims import GUARDS
 from cactus_bench.report.figure_parts import COLORS, save_figure
 from cactus_bench.report.leaderboard_figure import leaderboard_figure
 from cactus_bench.report.leaderboard_power import (
@@ -51,8 +52,9 @@ FRONTIER_LABEL = {
     "fsd": "T",
     "fsd_reducible": "T",
     "bild": "tau",
-}
-FRONTIER_PARAM = {"eps": "threshold", "T": "threshold"}  # the run's name of a frontier label
+    **{"topband": "alpha", "topband_cascade": "beta", "additive": "t", "greedy_margin": "K"},
+}  # topband_cascade: the frontier's arms and the board's hold OPT's alpha at 0.5
+FRONTIER_PARAM = {"eps": "threshold", "T": "threshold", "t": "acceptance_threshold", "K": "margin"}
 FRONTIER_SOURCE = {"gsm8k": "gsm8k_test"}  # the frontier's prompt source of each task
 FRONTIER_RULE = {"ensemble": "interp"}  # the alias runs as interp (alpha = 1 - w)
 
@@ -131,7 +133,8 @@ def arm_label(sampler: str, params: str) -> str:
     if sampler == "ensemble" and "alpha" in values and "w" not in values:
         values = {"w": round(1.0 - values.pop("alpha"), 9), **values}
     symbols = {**LABEL_SYMBOLS, **RULE_SYMBOLS.get(sampler, {})}
-    return rule_label(sampler, json.dumps(values), symbols, hidden)
+    named = [f" {k}={values[k]}" for k in ("stop", "relax_in") if k in values]  # guards by name
+    return rule_label(sampler, json.dumps(values), symbols, hidden) + "".join(named)
 
 
 LENGTH_BOARD = (
@@ -164,6 +167,8 @@ def write_leaderboard(rows_csv: Path, out_dir: Path, frontier_csv: Path) -> list
         rule = FRONTIER_RULE.get(row.sampler, row.sampler)
         if row.sampler == "cactus_exact":
             rule = f"cactus_exact:{params['divergence']}"
+        # a guarded run joins its guarded arm (cactus+stop=exact); two guards join none
+        rule += "".join(f"+{k}={params[k]}" for k in GUARDS if k in params)
         if frontier is None or (key is None and row.sampler != "sps"):
             return math.nan
         hit = frontier[

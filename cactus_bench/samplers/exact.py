@@ -105,7 +105,8 @@ def threshold_law(
     distribution (normalised here). law = p a + (1 - beta) norm(recovery).
     """
     beta = (p * accept).sum(-1)
-    recovery = recovery / recovery.sum(-1, keepdim=True)
+    total = recovery.sum(-1, keepdim=True)  # 0 only where nothing is rejected (beta = 1)
+    recovery = recovery / torch.where(total > 0, total, torch.ones_like(total))
     rejected = (1 - beta).clamp(min=0)  # 1 - beta rounds to -1e-17 when every draft is accepted
     law = p * accept + rejected.unsqueeze(-1) * recovery
     return beta, law
