@@ -143,7 +143,8 @@ endif
 	$(VLLM_PYTHON) scripts/vllm_env.py check $(TARGET)
 
 test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (~15 min)
-	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py
+	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP -m vllm \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_{cpu,linear}.csv; ~25 min)
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \

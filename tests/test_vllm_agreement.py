@@ -50,7 +50,7 @@ import pytest
 import torch
 
 pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm, then make test-vllm")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 HERE = Path(__file__).resolve().parent
 RULES = {"sps": {}, "cactus": {"delta": 1.0}, "tas": {}}

@@ -120,7 +120,7 @@ def sources(line: str | None) -> list:
         if line in (None, lines.line_of(v))
     ]
     if installed_line() is not None and line in (None, installed_line()):
-        params.append(pytest.param("installed", id="installed-vllm"))
+        params.append(pytest.param("installed", id="installed-vllm", marks=pytest.mark.vllm))
     return params
 
 
@@ -341,6 +341,7 @@ def test_the_subset_head_drafter_has_what_it_subclasses(source):
         assert f"def {name}(" in exported
 
 
+@pytest.mark.vllm
 def test_the_installed_version_is_on_a_line():
     """The vLLM installed here (if any) is one the backend supports (lines.py)."""
     found = lines.installed()

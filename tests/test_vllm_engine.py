@@ -20,7 +20,7 @@ from engine_worker import GENERATION_CONFIG
 from vllm_worker_job import SAMPLING, embedded_pair_job, run_worker
 
 pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm TARGET=cpu, then make test-vllm")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 M, MAX_MODEL_LEN, SEEDS = 3, 48, 8
 BATCH, BATCH_REQUESTS, BATCH_TOKENS = 4, 6, 12
