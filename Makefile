@@ -142,8 +142,9 @@ endif
 	$(VLLM_PYTHON) scripts/export_vllm_drafter.py
 	$(VLLM_PYTHON) scripts/vllm_env.py check $(TARGET)
 
-test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (19-33 min measured on 2 cores: docs/vllm-cpu.md)
-	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP tests/test_vllm_*.py
+test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (the real-engine tests, `-m vllm`: docs/vllm-cpu.md)
+	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP -m vllm \
+		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 bench-vllm:  ## vLLM vs the HF engine side by side, one thread each (results/bench/vllm_{cpu,linear}.csv; ~25 min)
 	$(VLLM_PYTHON) scripts/bench_vllm.py --hf-python $(PYTHON) --vllm-python $(VLLM_PYTHON) \

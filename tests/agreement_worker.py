@@ -1,10 +1,15 @@
-"""One backend with one acceptance rule, run as a subprocess of tests/test_vllm_agreement.py.
+"""One backend, run as a subprocess of tests/test_vllm_agreement.py: the HF engine with one rule,
+or one vLLM engine with every rule in turn.
 
 Reads a JSON job on stdin, prints one line `RESULT <json>`.
-  backend "vllm": one engine built for `batch` requests at once; the pooled spec-decode counts
-    of decoding every (prompt, seed) request, and optionally the first two tokens of many seeded
-    requests of one prompt (the first-token law test). A subprocess per rule because vLLM reads
-    the rule once per engine process and one process holds one engine's counters.
+  backend "vllm": one engine built for `batch` requests at once, with the first of the job's
+    rules as a run starts it (the rule in RULE_ENV before the workers start); each later rule
+    replaces it in the engine's worker (engine_worker.install, as the engine test swaps rules),
+    as vLLM's import and an engine start cost more than a rule's decodes (2026-12-06, 2-core
+    Xeon, load 8-15, CACTUS_BENCH_AGREEMENT_SCALE=0.1: 96 + 153 s against 14 s a rule). Per rule,
+    the pooled spec-decode counts of decoding every (prompt, seed) request, and for the rule
+    named by `law_rule` the first two tokens of many seeded requests of one prompt (the
+    first-token law test).
   backend "hf": this project's SpeculativeDecoder, HF_BATCH requests at a time (continuous
     batching; a request's seed gives it the draws `generate` would), one torch thread; the steps
     drafting / accepting at least j+1 drafts. A subprocess so the rules decode in parallel.
@@ -74,17 +79,20 @@ def main() -> None:
 
 
 def vllm(job: dict) -> dict:
+    from engine_worker import install
     from vllm import SamplingParams
 
     from cactus_bench.samplers.registry import params_with_defaults
     from cactus_bench.vllm.engines import VllmOptions, build_llm
     from cactus_bench.vllm.outputs import steps_from_metrics
 
+    rules = job["rules"]  # {rule: params}, in order; the first starts the engine
+    first = next(iter(rules))
     seconds = {"import": time.perf_counter() - STARTED}
     clock = time.perf_counter()
     llm = build_llm(
         job["verifier"],
-        rule=params_with_defaults(job["rule"], **job["params"]),
+        rule=params_with_defaults(first, **rules[first]),
         drafter_id=job["drafter"],
         m=job["m"],
         dtype="float32",
@@ -92,42 +100,49 @@ def vllm(job: dict) -> dict:
         options=VllmOptions(enforce_eager=True, batch=job.get("batch", 1)),
     )
     seconds["engine_start"] = time.perf_counter() - clock
-    sampling = job["sampling"]  # temperature, top_p, top_k
+    sampling, m = job["sampling"], job["m"]  # temperature, top_p, top_k
 
     def params(seed: int, max_tokens: int) -> SamplingParams:
         return SamplingParams(**sampling, max_tokens=max_tokens, seed=seed)
 
     prompts = [{"prompt_token_ids": ids} for ids in job["prompts"]]
-    clock = time.perf_counter()
-    outputs = llm.generate(
-        prompts, [params(seed, job["max_tokens"]) for seed in job["seeds"]], use_tqdm=False
-    )
-    seconds["decode"] = time.perf_counter() - clock
-    m = job["m"]
-    drafted, accepted = [0] * m, [0] * m  # per position j: steps drafting / accepting > j
-    for out in outputs:  # vLLM's per-request, per-step counts (engines.py asks for them)
-        steps = zip(*steps_from_metrics(out.outputs[0].spec_decode_metrics, m), strict=True)
-        for d, a in steps:
-            for j in range(m):
-                drafted[j] += d > j
-                accepted[j] += a > j
-    result = {
-        "drafted": drafted,
-        "accepted": accepted,
-        "tokens": sum(len(out.outputs[0].token_ids) for out in outputs),
-        "seconds": seconds,
-    }
-    if job.get("law_prompt"):
-        seeds = range(job["law_samples"])
+    results = {}
+    for rule, rule_params in rules.items():
+        if rule != first:  # the engine's worker swaps its bridge's rule, nothing else
+            (installed,) = llm.collective_rpc(
+                install, args=(params_with_defaults(rule, **rule_params).to_json(),)
+            )
+            assert installed == rule, (installed, rule)
         clock = time.perf_counter()
         outputs = llm.generate(
-            [{"prompt_token_ids": job["law_prompt"]}] * len(seeds),
-            [params(10_000 + seed, 2) for seed in seeds],
-            use_tqdm=False,
+            prompts, [params(seed, job["max_tokens"]) for seed in job["seeds"]], use_tqdm=False
         )
-        result["pairs"] = [list(out.outputs[0].token_ids[:2]) for out in outputs]
-        seconds["law"] = time.perf_counter() - clock
-    return result
+        seconds[f"decode {rule}"] = time.perf_counter() - clock
+        drafted, accepted = [0] * m, [0] * m  # per position j: steps drafting / accepting > j
+        for out in outputs:  # vLLM's per-request, per-step counts (engines.py asks for them)
+            steps = zip(*steps_from_metrics(out.outputs[0].spec_decode_metrics, m), strict=True)
+            for d, a in steps:
+                for j in range(m):
+                    drafted[j] += d > j
+                    accepted[j] += a > j
+        result = {
+            "drafted": drafted,
+            "accepted": accepted,
+            "tokens": sum(len(out.outputs[0].token_ids) for out in outputs),
+            "seconds": seconds,  # the one worker's phases, shared by its rules
+        }
+        if rule == job.get("law_rule"):
+            seeds = range(job["law_samples"])
+            clock = time.perf_counter()
+            outputs = llm.generate(
+                [{"prompt_token_ids": job["law_prompt"]}] * len(seeds),
+                [params(10_000 + seed, 2) for seed in seeds],
+                use_tqdm=False,
+            )
+            result["pairs"] = [list(out.outputs[0].token_ids[:2]) for out in outputs]
+            seconds[f"law {rule}"] = time.perf_counter() - clock
+        results[rule] = result
+    return results
 
 
 if __name__ == "__main__":

@@ -146,15 +146,15 @@ def main() -> None:
     start = time.perf_counter()
     batched = spec.generate_batch(requests, job["batch"], on_finish=lambda i, r: ended.append(i))
     batched_wall = time.perf_counter() - start
-    # a second engine in this process, built after the first: the first's counts are unaffected
-    build_llm(job["verifier"], drafter_id=None, m=0, **common)
-    after = run(spec, job["seeds"])
     batched = [record.to_dict() for record in batched]
-    # the drafter folder as vLLM's model registry loads it (its own architecture): the law of
-    # its first token, as vLLM's raw log-probabilities (before temperature / top-k / top-p)
+    # the drafter folder as vLLM's model registry loads it (its own architecture), a second
+    # engine in this process without speculative_config (as the verifier-only arm's), built after
+    # the first: the first's counts are unaffected; then the law of the drafter's first token,
+    # as vLLM's raw log-probabilities (before temperature / top-k / top-p)
     from vllm import SamplingParams as VllmSamplingParams
 
     drafter_llm = build_llm(job["drafter"], drafter_id=None, m=0, **common)
+    after = run(spec, job["seeds"])
     law = VllmSamplingParams(max_tokens=1, temperature=1.0, logprobs=20, seed=0)
     (first,) = drafter_llm.generate([{"prompt_token_ids": prompt}], law, use_tqdm=False)
     drafter_logprobs = {

@@ -182,6 +182,7 @@ def test_the_subset_head_drafter_has_what_it_subclasses(source):
         assert f"def {name}(" in exported
 
 
+@pytest.mark.vllm
 def test_the_installed_version_is_on_a_line():
     """The vLLM installed here (if any) is one the backend supports (lines.py)."""
     found = lines.installed()

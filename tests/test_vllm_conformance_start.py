@@ -33,6 +33,7 @@ def test_every_source_passes_the_start_check_of_its_line(param):
     conformance.require(reader_of(source), source.line, source.label)  # no refusal
 
 
+@pytest.mark.vllm
 def test_the_installed_vllm_is_checked_and_labelled():
     pytest.importorskip("vllm")
     label, line = conformance.require_installed()

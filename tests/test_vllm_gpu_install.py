@@ -32,6 +32,7 @@ GPU_VERSION = re.search(  # the Makefile's VLLM_GPU_VERSION: what TARGET=gpu ins
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.vllm,
     pytest.mark.skipif(
         importlib.util.find_spec("vllm") is None,
         reason="a vLLM set-up check: make setup-vllm TARGET=cpu, then make test-vllm",

@@ -13,10 +13,13 @@ pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm, then make test-
 
 from cactus_bench.engine.cpu_kernels import cpu_info  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    not cpu_info().onednn_bf16,
-    reason="oneDNN runs no bf16 products on this CPU (no AVX512-BW/VL/DQ): nothing to compare",
-)
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        not cpu_info().onednn_bf16,
+        reason="oneDNN runs no bf16 products on this CPU (no AVX512-BW/VL/DQ): nothing to compare",
+    ),
+]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench_vllm_linear.py"
 

@@ -14,7 +14,7 @@ import pytest
 from vllm_worker_job import embedded_pair_job, run_worker
 
 pytest.importorskip("vllm", reason="needs vLLM: make setup-vllm TARGET=cpu, then make test-vllm")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 M, SEEDS, MAX_TOKENS = 2, 3, 32
 

@@ -1,7 +1,7 @@
 """Running a real-vLLM worker script of tests/ in its own process, on the embedded pair.
 
 The tests that start vLLM's CPU engine run it in a subprocess (one engine build per process,
-pinned to the last core), hand it a JSON job on stdin and read its `RESULT {json}` line.
+pinned to one core: `worker_core`), hand it a JSON job on stdin and read its `RESULT {json}` line.
 """
 
 from __future__ import annotations
@@ -34,13 +34,21 @@ def embedded_pair_job(**fields) -> dict:
     }
 
 
+def worker_core() -> int:
+    """The core a vLLM worker process is bound to: the last this process may use, and under
+    pytest-xdist (make test-vllm) the last but N for worker gwN, so that engines started by two
+    workers at once never share a core."""
+    cores = sorted(os.sched_getaffinity(0))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    return cores[-1 - worker % len(cores)]
+
+
 def run_worker(script: str, job: dict, **env_extra: str) -> tuple[dict, str]:
     """(the worker's RESULT, its stderr) from tests/<script> run on the job; a failure shows the
     end of its stderr."""
-    core = sorted(os.sched_getaffinity(0))[-1]
     env = {
         **os.environ,
-        "VLLM_CPU_OMP_THREADS_BIND": str(core),
+        "VLLM_CPU_OMP_THREADS_BIND": str(worker_core()),
         "PYTHONPATH": str(HERE.parent),
         **env_extra,
     }

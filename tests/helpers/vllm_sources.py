@@ -106,7 +106,7 @@ def sources(line: str | None) -> list:
         if line in (None, lines.line_of(v))
     ]
     if installed_line() is not None and line in (None, installed_line()):
-        params.append(pytest.param("installed", id="installed-vllm"))
+        params.append(pytest.param("installed", id="installed-vllm", marks=pytest.mark.vllm))
     return params
 
 
