@@ -142,7 +142,7 @@ endif
 	$(VLLM_PYTHON) scripts/export_vllm_drafter.py
 	$(VLLM_PYTHON) scripts/vllm_env.py check $(TARGET)
 
-test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (the real-engine tests, `-m vllm`: docs/vllm-cpu.md)
+test-vllm:  ## vLLM tests inside .venv-vllm, with the slow cross-backend agreement test (tests marked vllm; 10 min on 2 cores: docs/vllm-cpu.md)
 	CACTUS_BENCH_HF_PYTHON=$(abspath $(PYTHON)) $(VLLM_PYTHON) -m pytest -q -rsP -m vllm \
 		$(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
