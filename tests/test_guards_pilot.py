@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers.scripts import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("guards_pilot", REPO / "scripts/guards_pilot.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("guards_pilot")
 
 
 def row(tokens: int, stop: str, accepted=0, steps=1, ooh=0, loop=0) -> dict:

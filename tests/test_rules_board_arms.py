@@ -2,21 +2,16 @@
 as a run's would and builds its rule, the guarded arms carry their guard, and no two arms are the
 same run."""
 
-import importlib.util
 import json
-from pathlib import Path
+
+from helpers.scripts import load_script
 
 from cactus_bench.samplers import RULES, make_sampler
 from cactus_bench.samplers.catalogue import parse_sampler
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def _board():
-    spec = importlib.util.spec_from_file_location("rules_board", REPO / "scripts/rules_board.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("rules_board")
 
 
 def test_every_board_arm_parses_builds_and_is_distinct():

@@ -6,11 +6,11 @@ than a run decodes) and with the real tokenizers, where both rules give the same
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from helpers.scripts import load_script
 from helpers.tasks import ScriptedDecoder
 from lm_eval.api.instance import Instance
 from tokenizers import processors
@@ -74,10 +74,7 @@ def run_prompt_ids(tokenizer, text: str, chat_kwargs: dict) -> list[int]:
 
 
 def bench_vllm_prompt_ids(tokenizer, count: int) -> list[list[int]]:
-    spec = importlib.util.spec_from_file_location("bench_vllm", REPO / "scripts" / "bench_vllm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.prompt_ids(tokenizer, count)
+    return load_script("bench_vllm").prompt_ids(tokenizer, count)
 
 
 def test_bos_is_added_once_whether_or_not_the_template_writes_it(bos_tokenizer):

@@ -6,6 +6,7 @@ another test module; fixtures live in tests/conftest.py):
   and the small truncated pair, and FLy's reference law of a whole step;
 - `runs.py`: composed run configs (the tiny run, the paper cell, any overrides), CSV rows, the
   counted columns a resumed row must repeat, and the test Slurm cluster's queue;
+- `scripts.py`: a script of scripts/ loaded as a module;
 - `tasks.py`: a decoder that answers from a script, test-local caches, and small GSM8K and GPQA
   data folders;
 - `vllm_fakes.py`: stand-ins for vLLM's objects (LLM, metrics, sampling metadata, the V1
