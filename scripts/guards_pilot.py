@@ -113,6 +113,7 @@ def page(pilot: dict, committed: dict) -> str:
             return np.array([table[i]["stop_reason"] == "length" for i in prompts], dtype=float)
 
         tokens = column(rows, "generated_tokens")
+        speculative = column(rows, "accepted").sum() > 0  # the verifier alone drafts nothing
         al = column(rows, "accepted").sum() / column(rows, "steps").sum()
         al_bare = column(bare, "accepted").sum() / column(bare, "steps").sum()
         lam = paired(tokens, column(committed["Verifier"], "generated_tokens"), ratio)
@@ -124,24 +125,31 @@ def page(pilot: dict, committed: dict) -> str:
         ooh_cut = 1000 * column(rows, "out_of_head_commits", cut).sum()
         ooh_cut /= column(rows, "generated_tokens", cut).sum()
         lines.append(
-            f"| {label} ({len(prompts)}) | {al:.3f} ({al_bare:.3f}) "
+            f"| {label} ({len(prompts)}) | {f'{al:.3f}' if speculative else '-'} ({al_bare:.3f}) "
             f"| {lam[0]:.3f} [{lam[1]:.3f}, {lam[2]:.3f}] | {100 * capped(rows).mean():.0f} % "
             f"| {vs_sps[0]:+.1f} [{vs_sps[1]:+.1f}, {vs_sps[2]:+.1f}] "
-            f"| {vs_bare[0]:+.1f} [{vs_bare[1]:+.1f}, {vs_bare[2]:+.1f}] | {ooh:.1f} "
-            f"| {loops:.2f} | {ooh_cut:.1f} |"
+            f"| {vs_bare[0]:+.1f} [{vs_bare[1]:+.1f}, {vs_bare[2]:+.1f}] "
+            f"| {f'{ooh:.1f}' if speculative else '-'} "
+            f"| {loops:.2f} | {f'{ooh_cut:.1f}' if speculative else '-'} |"
         )
-    same = {
-        label: sum(
-            rows[i]["generated_tokens"] == bare[i]["generated_tokens"]
-            and rows[i]["accepted"] == bare[i]["accepted"]
+
+    def same(rows: dict, reference: dict) -> int:
+        return sum(
+            rows[i]["generated_tokens"] == reference[i]["generated_tokens"]
+            and rows[i]["accepted"] == reference[i]["accepted"]
             for i in rows
         )
-        for label, rows in pilot.items()
-    }
+
     lines.append("")
     lines.append(
-        "Answers of the same length and acceptance as the committed bare Cactus (δ = 1) answer "
-        "to the same prompt: " + "; ".join(f"{k} {v} of {len(pilot[k])}" for k, v in same.items())
+        "Answers equal in length and accepted drafts to the committed run's answer to the same "
+        "prompt, by the same arm (today's code decodes it again) or, for a guarded arm, by bare "
+        "Cactus (δ = 1) (the decodes the guard leaves alone): "
+        + "; ".join(
+            f"{label} {same(rows, committed.get(label, bare))} of {len(rows)}"
+            for label, rows in sorted(pilot.items())
+        )
+        + "."
     )
     return "\n".join(lines) + "\n"
 

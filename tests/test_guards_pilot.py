@@ -62,3 +62,18 @@ def test_the_page_pairs_each_prompt_with_the_committed_arms():
     assert cells[6] == "6.7"  # 1 out-of-head commit in 150 tokens
     assert cells[7] == "1.00" and cells[8] == "0.0"  # the one capped answer loops
     assert "near_top=0.2 0 of 2" in text
+
+
+def test_an_arm_in_both_runs_is_checked_against_itself():
+    pilot = load()
+    verifier = {0: row(100, "length", 0, 100, loop=1), 1: row(40, "eos", 0, 40)}
+    committed = {
+        "Verifier": {0: row(100, "length", 0, 100), 1: row(41, "eos", 0, 41)},
+        "SpS": verifier,
+        "Cactus (δ = 1)": verifier,
+    }
+    text = pilot.page({"Verifier": verifier}, committed)
+    cells = [cell.strip() for cell in text.splitlines()[2].split("|")[1:-1]]
+    assert cells[1].startswith("- (") and cells[6] == "-"  # no drafts: no AL, no out-of-head
+    assert cells[7] == "1.00"
+    assert "Verifier 1 of 2" in text  # prompt 1 differs from the committed verifier answer
