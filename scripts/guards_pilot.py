@@ -135,8 +135,8 @@ def page(pilot: dict, committed: dict) -> str:
 
     def same(rows: dict, reference: dict) -> int:
         return sum(
-            rows[i]["generated_tokens"] == reference[i]["generated_tokens"]
-            and rows[i]["accepted"] == reference[i]["accepted"]
+            int(rows[i]["generated_tokens"]) == int(reference[i]["generated_tokens"])
+            and int(rows[i]["accepted"] or 0) == int(reference[i]["accepted"] or 0)
             for i in rows
         )
 

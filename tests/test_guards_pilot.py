@@ -68,7 +68,7 @@ def test_an_arm_in_both_runs_is_checked_against_itself():
     pilot = load()
     verifier = {0: row(100, "length", 0, 100, loop=1), 1: row(40, "eos", 0, 40)}
     committed = {
-        "Verifier": {0: row(100, "length", 0, 100), 1: row(41, "eos", 0, 41)},
+        "Verifier": {0: {**row(100, "length"), "accepted": ""}, 1: row(41, "eos", 0, 41)},
         "SpS": verifier,
         "Cactus (δ = 1)": verifier,
     }
@@ -76,4 +76,5 @@ def test_an_arm_in_both_runs_is_checked_against_itself():
     cells = [cell.strip() for cell in text.splitlines()[2].split("|")[1:-1]]
     assert cells[1].startswith("- (") and cells[6] == "-"  # no drafts: no AL, no out-of-head
     assert cells[7] == "1.00"
-    assert "Verifier 1 of 2" in text  # prompt 1 differs from the committed verifier answer
+    # prompt 1 differs; prompt 0 matches though the committed verifier row left `accepted` empty
+    assert "Verifier 1 of 2" in text
